@@ -1,0 +1,363 @@
+"""Z-set operators: small immutable nodes of a circuit.
+
+A node's value at each tick is a Z-set (rows with an integer weight ``_w``), except
+``Partials``/keyed ``Integral`` nodes, whose values are additive tables (one row of
+summable columns per group key). Expressions are Spark SQL strings over the input's
+column names, so the runtime hands them to Spark as they are and node identity is
+plain data: a node's ``id`` is a hash of its parameters and its inputs' ids, stable
+across processes, which is what names its persisted state.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field, fields
+from functools import cached_property
+from typing import Iterator
+
+WEIGHT = "_w"
+COUNT = "_cnt"
+
+
+@dataclass(frozen=True, eq=False)
+class Operator:
+    """Base: equality and hashing go through the content id, not a deep compare."""
+
+    @property
+    def inputs(self) -> tuple[Operator, ...]:
+        return ()
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        raise NotImplementedError
+
+    def params(self) -> tuple:
+        return tuple(
+            getattr(self, f.name) for f in fields(self) if not isinstance(getattr(self, f.name), Operator)
+            and f.name != "inputs_"
+        )
+
+    @cached_property
+    def id(self) -> str:
+        text = repr((type(self).__name__, self.params(), tuple(i.id for i in self.inputs)))
+        return hashlib.sha1(text.encode()).hexdigest()[:16]
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other.id == self.id  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+    def label(self) -> str:
+        """One line for ``explain``."""
+        return type(self).__name__
+
+
+@dataclass(frozen=True, eq=False)
+class Input(Operator):
+    """The change stream of a source relation."""
+
+    name: str
+    cols: tuple[str, ...]
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return self.cols
+
+    def label(self) -> str:
+        return f"Input {self.name}({', '.join(self.cols)})"
+
+
+@dataclass(frozen=True, eq=False)
+class Map(Operator):
+    """Projection with expressions (linear)."""
+
+    input: Operator
+    exprs: tuple[tuple[str, str], ...]  # (output name, Spark SQL over input columns)
+
+    @property
+    def inputs(self) -> tuple[Operator, ...]:
+        return (self.input,)
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return tuple(n for n, _ in self.exprs)
+
+    @property
+    def is_projection(self) -> bool:
+        """Only picks and renames columns, so it commutes freely with integration."""
+        return all(is_identifier(e) for _, e in self.exprs)
+
+    def label(self) -> str:
+        shown = [e if e == quote(n) else f"{e} AS {n}" for n, e in self.exprs]
+        return f"Map [{', '.join(shown)}]"
+
+
+@dataclass(frozen=True, eq=False)
+class Filter(Operator):
+    """Keeps rows whose predicate is true (linear)."""
+
+    input: Operator
+    predicate: str
+
+    @property
+    def inputs(self) -> tuple[Operator, ...]:
+        return (self.input,)
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return self.input.columns
+
+    def label(self) -> str:
+        return f"Filter {self.predicate}"
+
+
+@dataclass(frozen=True, eq=False)
+class Plus(Operator):
+    """Z-set sum, i.e. UNION ALL (linear); inputs are aligned by position."""
+
+    inputs_: tuple[Operator, ...]
+
+    @property
+    def inputs(self) -> tuple[Operator, ...]:
+        return self.inputs_
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return self.inputs_[0].columns
+
+    def label(self) -> str:
+        return "Plus"
+
+
+@dataclass(frozen=True, eq=False)
+class Join(Operator):
+    """Inner join, weights multiply (bilinear). Column names of both sides are disjoint."""
+
+    left: Operator
+    right: Operator
+    on: str  # Spark SQL predicate over left and right columns; "TRUE" for a cross join
+    keys: tuple[tuple[str, str], ...] = ()  # equi-key pairs contained in ``on``, for the reader
+
+    @property
+    def inputs(self) -> tuple[Operator, ...]:
+        return (self.left, self.right)
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return self.left.columns + self.right.columns
+
+    def label(self) -> str:
+        return f"Join on {self.on}"
+
+
+@dataclass(frozen=True)
+class AggCall:
+    """One aggregate: ``func(arg)``; ``arg`` is an input column, None for COUNT(*)."""
+
+    name: str
+    func: str  # count | sum | avg | min | max
+    arg: str | None
+    distinct: bool = False
+
+    @property
+    def linear(self) -> bool:
+        """Maintainable from per-group sums of the deltas alone."""
+        return self.func in ("count", "sum", "avg") and not self.distinct
+
+    def __str__(self) -> str:
+        inner = "*" if self.arg is None else ("DISTINCT " if self.distinct else "") + self.arg
+        return f"{self.func.upper()}({inner}) AS {self.name}"
+
+
+@dataclass(frozen=True, eq=False)
+class Aggregate(Operator):
+    """GROUP BY ``keys``; one output row per group present. No keys: exactly one row."""
+
+    input: Operator
+    keys: tuple[str, ...]
+    aggs: tuple[AggCall, ...]
+
+    @property
+    def inputs(self) -> tuple[Operator, ...]:
+        return (self.input,)
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return self.keys + tuple(a.name for a in self.aggs)
+
+    def label(self) -> str:
+        return f"Aggregate by [{', '.join(self.keys)}] {', '.join(map(str, self.aggs))}"
+
+
+def distinct(op: Operator) -> Aggregate:
+    """SELECT DISTINCT is a GROUP BY every column with no aggregates."""
+    return Aggregate(op, op.columns, ())
+
+
+# --- operators that appear only in incremental circuits -------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class Integral(Operator):
+    """I: the running sum of its input over all ticks so far — the persisted state.
+
+    With ``key`` None the input is a Z-set; otherwise it is an additive table keyed by
+    ``key`` (possibly no columns: one global group) whose other columns are summed.
+    """
+
+    input: Operator
+    key: tuple[str, ...] | None = None
+
+    @property
+    def inputs(self) -> tuple[Operator, ...]:
+        return (self.input,)
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return self.input.columns
+
+    def label(self) -> str:
+        return "I" + ("" if self.key is None else f" (sums by [{', '.join(self.key)}])")
+
+
+@dataclass(frozen=True, eq=False)
+class Delay(Operator):
+    """z⁻¹ of an integral: its value at the end of the previous tick."""
+
+    input: Integral
+
+    @property
+    def inputs(self) -> tuple[Operator, ...]:
+        return (self.input,)
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return self.input.columns
+
+    def label(self) -> str:
+        return "z⁻¹"
+
+
+@dataclass(frozen=True, eq=False)
+class Partials(Operator):
+    """Per-group sums of a Z-set delta for linear aggregates (linear in the delta)."""
+
+    input: Operator
+    keys: tuple[str, ...]
+    aggs: tuple[AggCall, ...]
+
+    @property
+    def inputs(self) -> tuple[Operator, ...]:
+        return (self.input,)
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return self.keys + (COUNT,) + tuple(c for a in self.aggs for c in partial_columns(a))
+
+    def label(self) -> str:
+        return f"Partials by [{', '.join(self.keys)}] {', '.join(map(str, self.aggs))}"
+
+
+def partial_columns(agg: AggCall) -> tuple[str, ...]:
+    """The summable columns that a linear aggregate is finalized from."""
+    if agg.func == "count":
+        return () if agg.arg is None else (f"{agg.name}__n",)
+    return (f"{agg.name}__s", f"{agg.name}__n")
+
+
+@dataclass(frozen=True, eq=False)
+class GroupDiff(Operator):
+    """D(agg(I(x))) for the groups the delta touches: retract old rows, insert new ones.
+
+    ``delta`` is the input delta (``Partials`` when every aggregate is linear, else the
+    raw Z-set delta) and ``before`` is z⁻¹ of its integral.
+    """
+
+    delta: Operator
+    before: Delay
+    keys: tuple[str, ...]
+    aggs: tuple[AggCall, ...]
+
+    @property
+    def inputs(self) -> tuple[Operator, ...]:
+        return (self.delta, self.before)
+
+    @property
+    def linear(self) -> bool:
+        return isinstance(self.delta, Partials)
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return self.keys + tuple(a.name for a in self.aggs)
+
+    def label(self) -> str:
+        how = "from partial sums" if self.linear else "re-aggregating touched groups"
+        return f"GroupDiff by [{', '.join(self.keys)}] {', '.join(map(str, self.aggs))} ({how})"
+
+
+# --- helpers -------------------------------------------------------------------------
+
+
+def quote(name: str) -> str:
+    """A Spark SQL identifier."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def is_identifier(text: str) -> bool:
+    """True for a bare quoted column reference such as ```a`` ``."""
+    return len(text) >= 2 and text[0] == text[-1] == "`" and "`" not in text[1:-1].replace("``", "")
+
+
+def walk(*roots: Operator) -> Iterator[Operator]:
+    """Every node reachable from ``roots``, inputs before consumers, each once."""
+    seen: set[str] = set()
+    order: list[Operator] = []
+
+    def visit(node: Operator) -> None:
+        stack: list[tuple[Operator, bool]] = [(node, False)]
+        while stack:
+            op, expanded = stack.pop()
+            if op.id in seen:
+                continue
+            if expanded:
+                seen.add(op.id)
+                order.append(op)
+                continue
+            stack.append((op, True))
+            stack.extend((i, False) for i in reversed(op.inputs) if i.id not in seen)
+
+    for root in roots:
+        visit(root)
+    return iter(order)
+
+
+@dataclass
+class _Printer:
+    lines: list[str] = field(default_factory=list)
+    names: dict[str, str] = field(default_factory=dict)
+
+
+def explain(*roots: Operator) -> str:
+    """The circuit as text, one node a line, shared nodes printed once and referenced."""
+    uses: dict[str, int] = {}
+    for op in walk(*roots):
+        for i in op.inputs:
+            uses[i.id] = uses.get(i.id, 0) + 1
+    p = _Printer()
+
+    def show(op: Operator, depth: int) -> None:
+        pad = "  " * depth
+        if op.id in p.names:
+            p.lines.append(f"{pad}-> {p.names[op.id]}")
+            return
+        tag = ""
+        if uses.get(op.id, 0) > 1 or isinstance(op, Integral):
+            p.names[op.id] = f"#{len(p.names) + 1}"
+            tag = f"{p.names[op.id]} "
+        p.lines.append(f"{pad}{tag}{op.label()}")
+        for i in op.inputs:
+            show(i, depth + 1)
+
+    for root in roots:
+        show(root, 0)
+    return "\n".join(p.lines)

@@ -1,0 +1,35 @@
+"""One error hierarchy for the engine; the dbt plugin converts these at its boundary."""
+from __future__ import annotations
+
+
+class StreamError(Exception):
+    """Root of every error the engine raises on purpose."""
+
+
+class CompileError(StreamError):
+    """The SQL of a view cannot be turned into a circuit."""
+
+    def __init__(self, message: str, *, view: str | None = None, line: int | None = None, col: int | None = None):
+        self.view, self.line, self.col = view, line, col
+        where = []
+        if view:
+            where.append(f"view {view!r}")
+        if line is not None:
+            where.append(f"line {line}, col {col}")
+        super().__init__(f"{message} ({', '.join(where)})" if where else message)
+
+
+class UnsupportedSqlError(CompileError):
+    """Valid SQL that the incremental engine cannot maintain (yet); names the construct."""
+
+    def __init__(self, construct: str, **where: object):
+        self.construct = construct
+        super().__init__(f"unsupported in a streaming view: {construct}", **where)  # type: ignore[arg-type]
+
+
+class StateError(StreamError):
+    """Persisted state does not fit the pipeline being opened."""
+
+
+class ConnectorError(StreamError):
+    """A source or sink cannot be read or written."""

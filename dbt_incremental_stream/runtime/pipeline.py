@@ -1,0 +1,278 @@
+"""The engine's entry point: sources and views in, one consistent tick at a time.
+
+    pipe = Pipeline(spark, state_location="/tmp/state")
+    pipe.add_source("orders", "id INT, customer INT, amount DECIMAL(10,2)")
+    pipe.add_view("revenue", "SELECT customer, SUM(amount) AS total FROM orders GROUP BY customer")
+    out = pipe.step({"orders": delta_df})   # delta_df: the source columns plus _w
+    pipe.snapshot("revenue").show()
+    print(pipe.explain("revenue"))
+
+Every source's integral is kept (retained input), so a view added to a pipeline that
+already ran is backfilled from history, and a process that opens the same location with
+the same sources and views resumes from the last committed tick.
+"""
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from pyspark.errors import AnalysisException, ParseException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import DataType, DecimalType, DoubleType, FloatType, StructField, StructType
+
+from ..circuit.incremental import Incrementalizer
+from ..circuit.operators import WEIGHT, Input, Integral, Map, Operator, explain, quote, walk
+from ..errors import CompileError, StateError, StreamError
+from ..sql.planner import plan
+from . import zsets
+from .evaluate import Tick, empty_tick
+from .state import Batch, StateStore
+
+Rows = Iterable[tuple[Sequence[Any], int]]
+
+
+@dataclass(frozen=True)
+class View:
+    name: str
+    sql: str
+    logical: Operator  # the batch query as a circuit over relations
+    state: Integral  # I(Δview): the maintained contents
+    schema: StructType  # what the same SQL returns in batch
+
+
+def _coerce(dtype: DataType) -> Callable[[Any], Any]:
+    """Python numbers as the column's type wants them (floats for DECIMAL, ints for DOUBLE)."""
+    if isinstance(dtype, DecimalType):
+        return lambda v: v if v is None or isinstance(v, Decimal) else Decimal(str(v))
+    if isinstance(dtype, (DoubleType, FloatType)):
+        return lambda v: v if v is None else float(v)
+    return lambda v: v
+
+
+class Pipeline:
+    """A set of sources and views over them, advanced together one tick at a time."""
+
+    def __init__(self, spark: SparkSession, state_location: str, *, max_batches: int = 8):
+        self.spark = spark
+        self.store = StateStore(spark, state_location, max_batches=max_batches)
+        self._analysis = spark.newSession()  # temp views for batch semantics, apart from the user's
+        self._schemas: dict[str, StructType] = {}
+        self._catalog: dict[str, Operator] = {}
+        self._views: dict[str, View] = {}
+        self._incremental = Incrementalizer()
+        self._outputs: list[DataFrame] = []
+
+    # --- definition --------------------------------------------------------------------
+
+    @property
+    def tick(self) -> int:
+        """The last committed tick (0: none yet)."""
+        return self.store.tick
+
+    def add_source(self, name: str, schema: str | StructType) -> None:
+        """Declare an input relation; ``schema`` is a StructType or DDL like ``"id INT, v STRING"``."""
+        name = name.lower()
+        self._check_new(name)
+        st = self._parse_schema(name, schema)
+        known = self.store.meta.get("sources", {}).get(name)
+        if known is not None and StructType.fromJson(known) != st:
+            raise StateError(
+                f"source {name!r} was {StructType.fromJson(known).simpleString()} in the state at "
+                f"{self.store.fs.root}, now {st.simpleString()}; use a new state location to start over")
+        self._schemas[name] = st
+        self._catalog[name] = Input(name, tuple(st.fieldNames()))
+        self._analysis.createDataFrame([], st).createOrReplaceTempView(name)
+
+    def add_view(self, name: str, sql: str) -> None:
+        """Declare a view over sources and earlier views, maintained incrementally."""
+        name = name.lower()
+        self._check_new(name)
+        try:
+            schema = self._analysis.sql(sql).schema  # Spark's own verdict and output types
+        except (AnalysisException, ParseException) as e:
+            raise CompileError(f"Spark rejects the SQL: {e}", view=name) from e
+        dupes = [c for c, n in Counter(f.name.lower() for f in schema).items() if n > 1]
+        if dupes:
+            raise CompileError(f"duplicate output column names {dupes}; alias them", view=name)
+        logical = plan(sql, self._catalog, view=name)
+        if len(logical.columns) != len(schema):
+            raise CompileError(f"planned {len(logical.columns)} columns, Spark sees {len(schema)}", view=name)
+        out = Map(logical, tuple((f.name, f"CAST({quote(c)} AS {f.dataType.simpleString()})")
+                                 for f, c in zip(schema, logical.columns)))
+        self._catalog[name] = out
+        self._views[name] = View(name, sql, out, Integral(self._incremental(out)), schema)
+        self._analysis.createDataFrame([], schema).createOrReplaceTempView(name)
+
+    def _check_new(self, name: str) -> None:
+        if name in self._catalog:
+            raise StreamError(f"{name!r} is already defined")
+
+    def _parse_schema(self, name: str, schema: str | StructType) -> StructType:
+        if isinstance(schema, str):
+            try:
+                schema = StructType.fromDDL(schema)
+            except Exception as e:  # Spark's parser raises several types here
+                raise StreamError(f"bad schema for source {name!r}: {e}") from e
+        fields = [StructField(f.name.lower(), f.dataType, True) for f in schema.fields]
+        if WEIGHT in {f.name for f in fields}:
+            raise StreamError(f"source {name!r} may not have a column named {WEIGHT}")
+        return StructType(fields)
+
+    # --- running -----------------------------------------------------------------------
+
+    def delta(self, source: str, rows: Rows) -> DataFrame:
+        """A delta DataFrame for ``source`` from ``(row, weight)`` pairs."""
+        st = self._schemas[source.lower()]
+        schema = StructType(list(st.fields) + [StructField(WEIGHT, zsets.LONG, False)])
+        fix = [_coerce(f.dataType) for f in st.fields]
+        data = [tuple(f(v) for f, v in zip(fix, r)) + (int(w),) for r, w in rows]
+        return self.spark.createDataFrame(data, schema)
+
+    def step(self, deltas: Mapping[str, DataFrame | Rows | None]) -> dict[str, DataFrame]:
+        """Apply one tick of input changes, commit it, and return each view's change.
+
+        The returned DataFrames (consolidated, with ``_w``) stay valid until the next step.
+        """
+        self._release_outputs()
+        inputs: dict[str, DataFrame | None] = {}
+        for source, d in deltas.items():
+            source = source.lower()
+            if source not in self._schemas:
+                raise StreamError(f"no source named {source!r}")
+            if d is not None and not isinstance(d, DataFrame):
+                d = self.delta(source, d)
+            inputs[source] = None if d is None else self._conform(source, d)
+
+        states = [op for op in walk(*self._roots()) if isinstance(op, Integral)]
+        tick = self.store.tick + 1
+        written: dict[str, list[Batch]] = {s.id: [] for s in states}
+        new = [s for s in states if not self.store.has(s.id)]
+        if new and self.store.tick > 0:
+            self._backfill(new, tick, written)
+
+        # fixed before any batch of this tick is written: Delay reads the previous tick
+        before = {s.id: zsets.union([self.store.before(s.id)] + [self.spark.read.parquet(b.path)
+                                                                   for b in written[s.id]]) for s in states}
+        first = {s.id for s in states if not self.store.has(s.id) and not written[s.id]}
+        run = Tick(inputs, before.__getitem__, first.__contains__, self._shared(),
+                   empty=empty_tick(self._empties()))
+        outputs: dict[str, DataFrame] = {}
+        try:
+            views = {v.state.id: v.name for v in self._views.values()}
+            for s in states:
+                d = run.value(s.input)
+                if d is None:
+                    continue
+                batch = self._fold(s, d)
+                if s.id in views:
+                    batch = batch.persist()
+                    self._outputs.append(batch)
+                    outputs[views[s.id]] = batch
+                written[s.id].append(self.store.write(s.id, tick, batch))
+            self.store.commit(tick, written, lambda node, df: self._fold(self._state(node), df),
+                              self._meta())
+        finally:
+            run.release()
+        empty = {v.name: self.spark.createDataFrame([], self._with_weight(v.schema))
+                 for v in self._views.values() if v.name not in outputs}
+        return {**outputs, **empty}
+
+    def _backfill(self, new: list[Integral], tick: int, written: dict[str, list[Batch]]) -> None:
+        """Seed state nodes that did not exist at the last commit by replaying the
+        retained input history through them as one delta, from empty state."""
+        history = {name: self.store.before(self._source_state(name).id) for name in self._schemas}
+        replay = Tick(history, lambda _: None, lambda _: True, self._shared(),
+                      empty=empty_tick(self._empties()))
+        try:
+            for s in new:
+                d = replay.value(s.input)
+                if d is not None:
+                    written[s.id].append(self.store.write(s.id, tick, self._fold(s, d)))
+        finally:
+            replay.release()
+
+    def _fold(self, state: Integral, delta: DataFrame) -> DataFrame:
+        """A batch as stored: consolidated Z-set, or sums per key."""
+        return zsets.consolidate(delta) if state.key is None else zsets.sum_by(delta, state.key)
+
+    def _conform(self, source: str, df: DataFrame) -> DataFrame:
+        st = self._schemas[source]
+        names = {c.lower(): c for c in df.columns}
+        missing = [f.name for f in st.fields if f.name not in names] + ([WEIGHT] if WEIGHT not in names else [])
+        if missing:
+            raise StreamError(f"delta for source {source!r} lacks columns {missing}")
+        return df.select(*(zsets.col(names[f.name]).cast(f.dataType).alias(f.name) for f in st.fields),
+                         zsets.col(names[WEIGHT]).cast("bigint").alias(WEIGHT))
+
+    def _source_state(self, name: str) -> Integral:
+        return Integral(self._catalog[name])
+
+    def _roots(self) -> list[Operator]:
+        return [self._source_state(n) for n in self._schemas] + [v.state for v in self._views.values()]
+
+    def _state(self, node: str) -> Integral:
+        for op in walk(*self._roots()):
+            if op.id == node and isinstance(op, Integral):
+                return op
+        raise KeyError(node)
+
+    def _shared(self) -> set[str]:
+        """Nodes read by more than one consumer within a tick: persisted once computed."""
+        uses: Counter[str] = Counter()
+        for op in walk(*self._roots()):
+            uses.update(i.id for i in op.inputs)
+        return {node for node, n in uses.items() if n > 1}
+
+    def _empties(self) -> dict[str, DataFrame]:
+        return {n: self.spark.createDataFrame([], self._with_weight(s)) for n, s in self._schemas.items()}
+
+    @staticmethod
+    def _with_weight(schema: StructType) -> StructType:
+        return StructType(list(schema.fields) + [StructField(WEIGHT, zsets.LONG, False)])
+
+    def _meta(self) -> dict[str, Any]:
+        return {
+            "sources": {n: json.loads(s.json()) for n, s in self._schemas.items()},
+            "views": {n: {"sql": v.sql, "state": v.state.id} for n, v in self._views.items()},
+        }
+
+    def _release_outputs(self) -> None:
+        for df in self._outputs:
+            df.unpersist()
+        self._outputs.clear()
+
+    # --- reading -----------------------------------------------------------------------
+
+    def snapshot(self, name: str, *, weights: bool = False) -> DataFrame:
+        """The view's contents at the last committed tick (or a source's retained input).
+
+        As a bag of rows, like the batch query returns; ``weights=True`` gives one row per
+        distinct tuple with its multiplicity in ``_w`` instead.
+        """
+        name = name.lower()
+        if name in self._views:
+            node, schema = self._views[name].state.id, self._views[name].schema
+        elif name in self._schemas:
+            node, schema = self._source_state(name).id, self._schemas[name]
+        else:
+            raise StreamError(f"no view or source named {name!r}")
+        df = self.store.before(node)
+        df = self.spark.createDataFrame([], self._with_weight(schema)) if df is None else zsets.consolidate(df)
+        return df if weights else zsets.expand(df)
+
+    def explain(self, name: str) -> str:
+        """The view's logical plan and its incremental circuit, as text."""
+        view = self._views[name.lower()]
+        return (f"-- view {view.name}: plan\n{explain(view.logical)}\n"
+                f"-- view {view.name}: incremental circuit\n{explain(view.state)}")
+
+    @property
+    def views(self) -> list[str]:
+        return list(self._views)
+
+    def close(self) -> None:
+        self._release_outputs()
+        self.store.close()

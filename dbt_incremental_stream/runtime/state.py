@@ -1,0 +1,226 @@
+"""Persisted integrals: a spine of Parquet batches per state node, and the manifest that
+commits a tick atomically.
+
+Layout under ``state_location`` (any Hadoop file system URI: file:, hdfs:, s3a:, ...)::
+
+    _manifest/tick-000000000042.json   the committed tick: every state node's batches
+    state/<node id>/<tick>-<uuid>/      one Parquet batch (a delta, or a compacted run)
+
+A tick writes new batches first and its manifest last (written aside, then renamed), so
+a crash leaves the previous manifest in force; files no manifest names are removed on
+open. Spark reads every batch through the same file system, so executors on a cluster
+see the same state as the driver.
+"""
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+from functools import reduce
+from typing import Any, Callable
+
+from pyspark.sql import DataFrame, SparkSession
+
+from ..errors import StateError
+
+MANIFEST_DIR = "_manifest"
+STATE_DIR = "state"
+KEEP_MANIFESTS = 3
+
+
+@dataclass
+class Batch:
+    path: str
+    bytes: int
+    frame: DataFrame | None = None  # cached reader, opened lazily
+
+
+@dataclass
+class Spine:
+    """An integral as a list of batches, oldest (largest) first: LSM style."""
+
+    batches: list[Batch] = field(default_factory=list)
+
+    def frame(self, spark: SparkSession) -> DataFrame | None:
+        """The integral as one (unconsolidated) DataFrame; None when empty."""
+        frames = []
+        for b in self.batches:
+            if b.frame is None:
+                b.frame = spark.read.parquet(b.path).cache()
+            frames.append(b.frame)
+        if not frames:
+            return None
+        return reduce(lambda x, y: x.unionByName(y), frames)
+
+    def compaction(self, max_batches: int) -> int | None:
+        """Index from which the newest batches should be merged, or None.
+
+        Merges once there are more than ``max_batches``, taking the newest run whose
+        older neighbour is at most 4x the run's size, so every row is rewritten a
+        logarithmic number of times overall.
+        """
+        if len(self.batches) <= max_batches:
+            return None
+        start = len(self.batches) - 2
+        total = self.batches[-1].bytes + self.batches[-2].bytes
+        while start > 0 and self.batches[start - 1].bytes <= 4 * total:
+            start -= 1
+            total += self.batches[start].bytes
+        return start
+
+    def release(self) -> None:
+        for b in self.batches:
+            if b.frame is not None:
+                b.frame.unpersist()
+                b.frame = None
+
+
+class FileSystem:
+    """The few Hadoop FileSystem calls the store needs, through Spark's JVM."""
+
+    def __init__(self, spark: SparkSession, root: str):
+        jvm = spark._jvm  # type: ignore[attr-defined]
+        self._Path = jvm.org.apache.hadoop.fs.Path
+        self._IOUtils = jvm.org.apache.commons.io.IOUtils
+        root_path = self._Path(root)
+        self._fs = root_path.getFileSystem(spark._jsc.hadoopConfiguration())  # type: ignore[attr-defined]
+        self.root = str(self._fs.makeQualified(root_path).toString()).rstrip("/")
+
+    def path(self, *parts: str) -> str:
+        return "/".join((self.root,) + parts)
+
+    def list(self, path: str) -> list[str]:
+        p = self._Path(path)
+        if not self._fs.exists(p):
+            return []
+        return [str(s.getPath().getName()) for s in self._fs.listStatus(p)]
+
+    def size(self, path: str) -> int:
+        return int(self._fs.getContentSummary(self._Path(path)).getLength())
+
+    def read_text(self, path: str) -> str:
+        stream = self._fs.open(self._Path(path))
+        try:
+            return str(self._IOUtils.toString(stream, "UTF-8"))
+        finally:
+            stream.close()
+
+    def write_atomic(self, path: str, text: str) -> None:
+        tmp = self._Path(f"{path}.{uuid.uuid4().hex}.tmp")
+        out = self._fs.create(tmp, True)
+        try:
+            out.write(bytearray(text.encode()))
+        finally:
+            out.close()
+        if not self._fs.rename(tmp, self._Path(path)):
+            self._fs.delete(tmp, False)
+            raise StateError(f"could not commit {path}")
+
+    def delete(self, path: str) -> None:
+        self._fs.delete(self._Path(path), True)
+
+
+class StateStore:
+    """Spines of every state node plus the committed tick, read from and written to
+    ``location``."""
+
+    def __init__(self, spark: SparkSession, location: str, *, max_batches: int = 8):
+        self.spark = spark
+        self.fs = FileSystem(spark, location)
+        self.max_batches = max_batches
+        self.tick = 0
+        self.spines: dict[str, Spine] = {}
+        self.meta: dict[str, Any] = {}
+        self._load()
+
+    def _manifests(self) -> list[str]:
+        return sorted(n for n in self.fs.list(self.fs.path(MANIFEST_DIR))
+                      if n.startswith("tick-") and n.endswith(".json"))
+
+    def _load(self) -> None:
+        names = self._manifests()
+        if not names:
+            return
+        doc = json.loads(self.fs.read_text(self.fs.path(MANIFEST_DIR, names[-1])))
+        self.tick = int(doc["tick"])
+        self.meta = doc.get("meta", {})
+        self.spines = {
+            node: Spine([Batch(b["path"], int(b["bytes"])) for b in entry["batches"]])
+            for node, entry in doc["nodes"].items()
+        }
+        self._collect_garbage()
+
+    def _collect_garbage(self) -> None:
+        """Remove batches of crashed ticks, compacted-away runs and dropped nodes."""
+        live = {b.path for s in self.spines.values() for b in s.batches}
+        for node in self.fs.list(self.fs.path(STATE_DIR)):
+            base = self.fs.path(STATE_DIR, node)
+            for name in self.fs.list(base):
+                if self.fs.path(STATE_DIR, node, name) not in live:
+                    self.fs.delete(self.fs.path(STATE_DIR, node, name))
+            if not self.fs.list(base):
+                self.fs.delete(base)
+        manifests = self._manifests()
+        for name in manifests[:-KEEP_MANIFESTS]:
+            self.fs.delete(self.fs.path(MANIFEST_DIR, name))
+        for name in self.fs.list(self.fs.path(MANIFEST_DIR)):
+            if name.endswith(".tmp"):
+                self.fs.delete(self.fs.path(MANIFEST_DIR, name))
+
+    def has(self, node: str) -> bool:
+        return node in self.spines
+
+    def before(self, node: str) -> DataFrame | None:
+        spine = self.spines.get(node)
+        return spine.frame(self.spark) if spine else None
+
+    def write(self, node: str, tick: int, df: DataFrame) -> Batch:
+        """Write one batch of ``node`` (not yet committed)."""
+        path = self.fs.path(STATE_DIR, node, f"{tick:012d}-{uuid.uuid4().hex[:8]}")
+        df.write.parquet(path)
+        return Batch(path, self.fs.size(path))
+
+    def commit(self, tick: int, appended: dict[str, list[Batch]], merge: Callable[[str, DataFrame], DataFrame],
+               meta: dict[str, Any]) -> None:
+        """Make ``tick`` durable: ``appended`` names every live node with its new batches.
+
+        Nodes not named are dropped. Spines over their size budget are compacted first
+        (``merge`` consolidates the union of a run), inside the same atomic commit.
+        """
+        spines: dict[str, Spine] = {}
+        retired: list[Batch] = []
+        for node, batches in appended.items():
+            spine = Spine(list(self.spines[node].batches) if node in self.spines else [])
+            spine.batches.extend(batches)
+            start = spine.compaction(self.max_batches)
+            if start is not None:
+                run = spine.batches[start:]
+                merged = Spine(run).frame(self.spark)
+                assert merged is not None
+                batch = self.write(node, tick, merge(node, merged))
+                retired.extend(run)
+                spine.batches[start:] = [batch]
+            spines[node] = spine
+        doc = {
+            "tick": tick,
+            "committed_at": time.time(),
+            "meta": meta,
+            "nodes": {n: {"batches": [{"path": b.path, "bytes": b.bytes} for b in s.batches]}
+                      for n, s in spines.items()},
+        }
+        self.fs.write_atomic(self.fs.path(MANIFEST_DIR, f"tick-{tick:012d}.json"), json.dumps(doc, indent=1))
+        dropped = [s for n, s in self.spines.items() if n not in spines]
+        self.tick, self.meta, self.spines = tick, meta, spines
+        for b in retired:
+            if b.frame is not None:
+                b.frame.unpersist()
+            self.fs.delete(b.path)
+        for s in dropped:
+            s.release()
+        if dropped:
+            self._collect_garbage()
+
+    def close(self) -> None:
+        for s in self.spines.values():
+            s.release()
