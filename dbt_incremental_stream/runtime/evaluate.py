@@ -12,10 +12,8 @@ from typing import Callable, Mapping
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 
 from ..circuit.operators import (
-    COUNT,
     WEIGHT,
     Delay,
     Filter,
@@ -121,21 +119,7 @@ class Tick:
             delta = self._empty.value(op.delta)  # a global aggregate has its row from the start
         if delta is None:
             return None
-        before = self.value(op.before)
-        touched = delta.where(F.lit(False)) if before is None else zsets.restrict(before, delta, op.keys)
-        if op.linear:
-            old = zsets.sum_by(touched, op.keys)
-            new = zsets.sum_by(zsets.union([old, delta]), op.keys)  # type: ignore[arg-type]
-            old_rows, new_rows = (zsets.finalize(t, op.keys, op.aggs) for t in (old, new))
-        else:
-            old_rows, new_rows = (zsets.aggregate_rows(zsets.consolidate(t), op.keys, op.aggs)
-                                  for t in (touched, zsets.union([touched, delta])))
-        if op.keys:
-            old_rows, new_rows = (r.where(col(COUNT) != 0) for r in (old_rows, new_rows))
-        out = zsets.signed(new_rows.drop(COUNT), 1)
-        if op.keys or not first:
-            out = zsets.union([zsets.signed(old_rows.drop(COUNT), -1), out])  # type: ignore[assignment]
-        return zsets.consolidate(out)
+        return zsets.group_diff(self.value(op.before), delta, op.keys, op.aggs, op.linear, first)
 
 
 def empty_tick(inputs: Mapping[str, DataFrame]) -> Tick:

@@ -63,7 +63,6 @@ class Pipeline:
         self._catalog: dict[str, Operator] = {}
         self._views: dict[str, View] = {}
         self._incremental = Incrementalizer()
-        self._outputs: list[DataFrame] = []
 
     # --- definition --------------------------------------------------------------------
 
@@ -134,9 +133,8 @@ class Pipeline:
     def step(self, deltas: Mapping[str, DataFrame | Rows | None]) -> dict[str, DataFrame]:
         """Apply one tick of input changes, commit it, and return each view's change.
 
-        The returned DataFrames (consolidated, with ``_w``) stay valid until the next step.
+        The returned DataFrames (consolidated, with ``_w``) stay readable until the next step.
         """
-        self._release_outputs()
         inputs: dict[str, DataFrame | None] = {}
         for source, d in deltas.items():
             source = source.lower()
@@ -154,31 +152,22 @@ class Pipeline:
             self._backfill(new, tick, written)
 
         # fixed before any batch of this tick is written: Delay reads the previous tick
-        before = {s.id: zsets.union([self.store.before(s.id)] + [self.spark.read.parquet(b.path)
-                                                                   for b in written[s.id]]) for s in states}
+        before = {s.id: zsets.union([self.store.before(s.id)] + [b.open(self.spark) for b in written[s.id]])
+                  for s in states}
         first = {s.id for s in states if not self.store.has(s.id) and not written[s.id]}
         run = Tick(inputs, before.__getitem__, first.__contains__, self._shared(),
                    empty=empty_tick(self._empties()))
-        outputs: dict[str, DataFrame] = {}
         try:
-            views = {v.state.id: v.name for v in self._views.values()}
-            for s in states:
-                d = run.value(s.input)
-                if d is None:
-                    continue
-                batch = self._fold(s, d)
-                if s.id in views:
-                    batch = batch.persist()
-                    self._outputs.append(batch)
-                    outputs[views[s.id]] = batch
-                written[s.id].append(self.store.write(s.id, tick, batch))
+            frames = {s.id: self._fold(s, d) for s in states if (d := run.value(s.input)) is not None}
+            batches = self.store.write(tick, frames)
+            for node, batch in batches.items():
+                written[node].append(batch)
             self.store.commit(tick, written, lambda node, df: self._fold(self._state(node), df),
                               self._meta())
         finally:
             run.release()
-        empty = {v.name: self.spark.createDataFrame([], self._with_weight(v.schema))
-                 for v in self._views.values() if v.name not in outputs}
-        return {**outputs, **empty}
+        return {v.name: batches[v.state.id].open(self.spark) if v.state.id in batches
+                else self.spark.createDataFrame([], self._with_weight(v.schema)) for v in self._views.values()}
 
     def _backfill(self, new: list[Integral], tick: int, written: dict[str, list[Batch]]) -> None:
         """Seed state nodes that did not exist at the last commit by replaying the
@@ -187,10 +176,9 @@ class Pipeline:
         replay = Tick(history, lambda _: None, lambda _: True, self._shared(),
                       empty=empty_tick(self._empties()))
         try:
-            for s in new:
-                d = replay.value(s.input)
-                if d is not None:
-                    written[s.id].append(self.store.write(s.id, tick, self._fold(s, d)))
+            frames = {s.id: self._fold(s, d) for s in new if (d := replay.value(s.input)) is not None}
+            for node, batch in self.store.write(tick, frames).items():
+                written[node].append(batch)
         finally:
             replay.release()
 
@@ -239,11 +227,6 @@ class Pipeline:
             "views": {n: {"sql": v.sql, "state": v.state.id} for n, v in self._views.items()},
         }
 
-    def _release_outputs(self) -> None:
-        for df in self._outputs:
-            df.unpersist()
-        self._outputs.clear()
-
     # --- reading -----------------------------------------------------------------------
 
     def snapshot(self, name: str, *, weights: bool = False) -> DataFrame:
@@ -274,5 +257,4 @@ class Pipeline:
         return list(self._views)
 
     def close(self) -> None:
-        self._release_outputs()
         self.store.close()

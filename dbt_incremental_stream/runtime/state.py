@@ -3,13 +3,15 @@ commits a tick atomically.
 
 Layout under ``state_location`` (any Hadoop file system URI: file:, hdfs:, s3a:, ...)::
 
-    _manifest/tick-000000000042.json   the committed tick: every state node's batches
-    state/<node id>/<tick>-<uuid>/      one Parquet batch (a delta, or a compacted run)
+    _manifest/tick-000000000042.json        the committed tick: every state node's batches
+    state/<tick>-<uuid>/_node=<node id>/    one Parquet batch (a delta, or a compacted run)
 
-A tick writes new batches first and its manifest last (written aside, then renamed), so
-a crash leaves the previous manifest in force; files no manifest names are removed on
-open. Spark reads every batch through the same file system, so executors on a cluster
-see the same state as the driver.
+All batches of a tick are written by one Spark job (one struct column per node,
+partitioned by node), because per-job overhead, not data, dominates small ticks; a node
+whose delta is empty gets no partition and no batch. A tick writes its batches first and
+its manifest last (written aside, then renamed), so a crash leaves the previous manifest
+in force; files no manifest names are removed on open. Spark reads every batch through
+the same file system, so executors on a cluster see the same state as the driver.
 """
 from __future__ import annotations
 
@@ -21,6 +23,8 @@ from functools import reduce
 from typing import Any, Callable
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructField, StructType
 
 from ..errors import StateError
 
@@ -33,7 +37,17 @@ KEEP_MANIFESTS = 3
 class Batch:
     path: str
     bytes: int
+    column: str  # the struct column holding this node's rows
+    schema: str  # its StructType as JSON: reading with a known schema skips footer inference
     frame: DataFrame | None = None  # cached reader, opened lazily
+
+    def open(self, spark: SparkSession) -> DataFrame:
+        struct = StructType.fromJson(json.loads(self.schema))
+        return (spark.read.schema(StructType([StructField(self.column, struct)])).parquet(self.path)
+                .select(f"{self.column}.*"))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "bytes": self.bytes, "column": self.column, "schema": self.schema}
 
 
 @dataclass
@@ -47,7 +61,7 @@ class Spine:
         frames = []
         for b in self.batches:
             if b.frame is None:
-                b.frame = spark.read.parquet(b.path).cache()
+                b.frame = b.open(spark).cache()
             frames.append(b.frame)
         if not frames:
             return None
@@ -132,6 +146,7 @@ class StateStore:
         self.tick = 0
         self.spines: dict[str, Spine] = {}
         self.meta: dict[str, Any] = {}
+        self._retired: set[str] = set()  # compacted away last commit; kept one tick for readers
         self._load()
 
     def _manifests(self) -> list[str]:
@@ -146,21 +161,23 @@ class StateStore:
         self.tick = int(doc["tick"])
         self.meta = doc.get("meta", {})
         self.spines = {
-            node: Spine([Batch(b["path"], int(b["bytes"])) for b in entry["batches"]])
+            node: Spine([Batch(b["path"], int(b["bytes"]), b["column"], b["schema"]) for b in entry["batches"]])
             for node, entry in doc["nodes"].items()
         }
         self._collect_garbage()
 
     def _collect_garbage(self) -> None:
         """Remove batches of crashed ticks, compacted-away runs and dropped nodes."""
-        live = {b.path for s in self.spines.values() for b in s.batches}
-        for node in self.fs.list(self.fs.path(STATE_DIR)):
-            base = self.fs.path(STATE_DIR, node)
-            for name in self.fs.list(base):
-                if self.fs.path(STATE_DIR, node, name) not in live:
-                    self.fs.delete(self.fs.path(STATE_DIR, node, name))
-            if not self.fs.list(base):
+        live = {b.path for s in self.spines.values() for b in s.batches} | self._retired
+        for tick in self.fs.list(self.fs.path(STATE_DIR)):
+            base = self.fs.path(STATE_DIR, tick)
+            parts = [n for n in self.fs.list(base) if n.startswith("_node=")]
+            dead = [n for n in parts if self.fs.path(STATE_DIR, tick, n) not in live]
+            if len(dead) == len(parts):
                 self.fs.delete(base)
+            else:
+                for name in dead:
+                    self.fs.delete(self.fs.path(STATE_DIR, tick, name))
         manifests = self._manifests()
         for name in manifests[:-KEEP_MANIFESTS]:
             self.fs.delete(self.fs.path(MANIFEST_DIR, name))
@@ -175,11 +192,27 @@ class StateStore:
         spine = self.spines.get(node)
         return spine.frame(self.spark) if spine else None
 
-    def write(self, node: str, tick: int, df: DataFrame) -> Batch:
-        """Write one batch of ``node`` (not yet committed)."""
-        path = self.fs.path(STATE_DIR, node, f"{tick:012d}-{uuid.uuid4().hex[:8]}")
-        df.write.parquet(path)
-        return Batch(path, self.fs.size(path))
+    def write(self, tick: int, frames: dict[str, DataFrame]) -> dict[str, Batch]:
+        """Write one batch per node in one Spark job (not yet committed); nodes whose
+        frame has no rows get none."""
+        if not frames:
+            return {}
+        columns = {node: f"n_{node}" for node in frames}
+        types = {node: df.schema for node, df in frames.items()}
+        parts = [
+            df.select(F.lit(node).alias("_node"), *(
+                F.struct(*(F.col(f"`{c}`") for c in df.columns)).alias(columns[n]) if n == node
+                else F.lit(None).cast(types[n]).alias(columns[n]) for n in frames))
+            for node, df in frames.items()
+        ]
+        base = self.fs.path(STATE_DIR, f"{tick:012d}-{uuid.uuid4().hex[:8]}")
+        reduce(lambda a, b: a.union(b), parts).write.partitionBy("_node").parquet(base)
+        written = {}
+        for name in self.fs.list(base):
+            if name.startswith("_node="):
+                node, path = name[len("_node="):], f"{base}/{name}"
+                written[node] = Batch(path, self.fs.size(path), columns[node], types[node].json())
+        return written
 
     def commit(self, tick: int, appended: dict[str, list[Batch]], merge: Callable[[str, DataFrame], DataFrame],
                meta: dict[str, Any]) -> None:
@@ -189,25 +222,24 @@ class StateStore:
         (``merge`` consolidates the union of a run), inside the same atomic commit.
         """
         spines: dict[str, Spine] = {}
-        retired: list[Batch] = []
+        runs: dict[str, int] = {}
         for node, batches in appended.items():
-            spine = Spine(list(self.spines[node].batches) if node in self.spines else [])
+            spine = spines[node] = Spine(list(self.spines[node].batches) if node in self.spines else [])
             spine.batches.extend(batches)
             start = spine.compaction(self.max_batches)
             if start is not None:
-                run = spine.batches[start:]
-                merged = Spine(run).frame(self.spark)
-                assert merged is not None
-                batch = self.write(node, tick, merge(node, merged))
-                retired.extend(run)
-                spine.batches[start:] = [batch]
-            spines[node] = spine
+                runs[node] = start
+        merged = self.write(tick, {node: merge(node, Spine(spines[node].batches[start:]).frame(self.spark))
+                                   for node, start in runs.items()})  # type: ignore[arg-type]
+        retired: list[Batch] = []
+        for node, start in runs.items():
+            retired.extend(spines[node].batches[start:])
+            spines[node].batches[start:] = [merged[node]] if node in merged else []
         doc = {
             "tick": tick,
             "committed_at": time.time(),
             "meta": meta,
-            "nodes": {n: {"batches": [{"path": b.path, "bytes": b.bytes} for b in s.batches]}
-                      for n, s in spines.items()},
+            "nodes": {n: {"batches": [b.to_json() for b in s.batches]} for n, s in spines.items()},
         }
         self.fs.write_atomic(self.fs.path(MANIFEST_DIR, f"tick-{tick:012d}.json"), json.dumps(doc, indent=1))
         dropped = [s for n, s in self.spines.items() if n not in spines]
@@ -215,10 +247,10 @@ class StateStore:
         for b in retired:
             if b.frame is not None:
                 b.frame.unpersist()
-            self.fs.delete(b.path)
         for s in dropped:
             s.release()
-        if dropped:
+        stale, self._retired = self._retired, {b.path for b in retired}
+        if self._retired or dropped or stale:
             self._collect_garbage()
 
     def close(self) -> None:

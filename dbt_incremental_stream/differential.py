@@ -1,0 +1,181 @@
+"""Differential checking: a pipeline against the same SQL run in batch by DuckDB.
+
+After every tick each view's snapshot must equal, as a bag (NULLs included), what DuckDB
+returns for the view's SQL (transpiled by sqlglot) over all input so far. Used by the
+test suite on random workloads, and usable on any pipeline to check a model.
+"""
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from decimal import Decimal
+from typing import Any, Iterable, Mapping, Sequence
+
+import duckdb
+import sqlglot
+from pyspark.sql import SparkSession
+from pyspark.sql.types import StructType
+
+from .runtime.pipeline import Pipeline
+
+Row = tuple[Any, ...]
+Change = tuple[Sequence[Any], int]
+
+
+class Mismatch(AssertionError):
+    """A view differs from the batch result; the message lists the differing rows."""
+
+
+class Oracle:
+    """Integrated inputs kept in Python and queried in batch by DuckDB."""
+
+    def __init__(self) -> None:
+        self.con = duckdb.connect()
+        self.inputs: dict[str, Counter[Row]] = {}
+        self._schemas: dict[str, StructType] = {}
+        self._dirty: set[str] = set()
+
+    def add_source(self, name: str, schema: StructType) -> None:
+        self._schemas[name] = schema
+        self.inputs[name] = Counter()
+        self._dirty.add(name)
+        self._load()
+
+    def add_view(self, name: str, sql: str) -> None:
+        duck_sql = sqlglot.transpile(sql, read="spark", write="duckdb")[0]
+        self.con.execute(f'CREATE VIEW "{name}" AS {duck_sql}')
+
+    def apply(self, source: str, changes: Iterable[Change]) -> None:
+        rows = self.inputs[source]
+        for row, weight in changes:
+            rows[tuple(row)] += weight
+            if rows[tuple(row)] == 0:
+                del rows[tuple(row)]
+        self._dirty.add(source)
+
+    def query(self, sql: str) -> list[Row]:
+        self._load()
+        return [tuple(r) for r in self.con.execute(sql).fetchall()]
+
+    def _load(self) -> None:
+        for name in sorted(self._dirty):
+            schema = self._schemas[name]
+            cols = ", ".join(f'"{f.name}" {_duck_type(f.dataType.simpleString())}' for f in schema.fields)
+            self.con.execute(f'CREATE OR REPLACE TABLE "{name}" ({cols})')
+            negative = [r for r, w in self.inputs[name].items() if w < 0]
+            if negative:
+                raise ValueError(f"source {name} has rows with negative multiplicity: {negative[:3]}")
+            data = [r for r, w in self.inputs[name].items() for _ in range(w)]
+            if data:
+                marks = ", ".join("?" for _ in schema.fields)
+                self.con.executemany(f'INSERT INTO "{name}" VALUES ({marks})', data)
+        self._dirty.clear()
+
+
+def _duck_type(spark_type: str) -> str:
+    return sqlglot.exp.DataType.build(spark_type, dialect="spark").sql("duckdb")
+
+
+@dataclass
+class Differential:
+    """Drives a :class:`Pipeline` and an :class:`Oracle` with the same changes and
+    compares every view after every tick."""
+
+    spark: SparkSession
+    state_location: str
+    sources: Mapping[str, str]
+    views: Mapping[str, str]
+    max_batches: int = 8
+    pipeline: Pipeline = field(init=False)
+    oracle: Oracle = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.pipeline = Pipeline(self.spark, self.state_location, max_batches=self.max_batches)
+        self.oracle = Oracle()
+        for name, schema in self.sources.items():
+            self.pipeline.add_source(name, schema)
+            self.oracle.add_source(name, self.pipeline._schemas[name])
+        for name, sql in self.views.items():
+            self.add_view(name, sql)
+
+    def add_view(self, name: str, sql: str) -> None:
+        self.views = {**self.views, name: sql}
+        self.pipeline.add_view(name, sql)
+        self.oracle.add_view(name, sql)
+
+    def rows(self, source: str) -> list[Row]:
+        """The source's current contents as a list (with repeats)."""
+        return list(self.oracle.inputs[source].elements())
+
+    def step(self, changes: Mapping[str, Sequence[Change]], check: bool = True) -> None:
+        coerced = {s: [(self._coerce(s, r), w) for r, w in c] for s, c in changes.items()}
+        self.pipeline.step({s: c for s, c in coerced.items() if c})
+        for source, c in coerced.items():
+            self.oracle.apply(source, c)
+        if check:
+            self.check()
+
+    def _coerce(self, source: str, row: Sequence[Any]) -> Row:
+        fields = self.pipeline._schemas[source].fields
+        return tuple(Decimal(str(v)) if v is not None and f.dataType.typeName() == "decimal" else v
+                     for f, v in zip(fields, row))
+
+    def check(self, names: Iterable[str] | None = None) -> None:
+        for name in names or self.views:
+            got = [tuple(r) for r in self.pipeline.snapshot(name).collect()]
+            want = self.oracle.query(f'SELECT * FROM "{name}"')
+            problem = compare(got, want)
+            if problem:
+                raise Mismatch(f"view {name!r} after tick {self.pipeline.tick}: {problem}\n"
+                               f"SQL: {self.views.get(name, '?')}")
+
+    def close(self) -> None:
+        self.pipeline.close()
+
+
+# --- bag comparison with numeric tolerance -------------------------------------------
+
+
+def _norm(v: Any) -> Any:
+    if isinstance(v, bool) or v is None:
+        return v
+    if isinstance(v, (Decimal, float, int)):
+        return float(v)
+    if isinstance(v, datetime):
+        return v.replace(tzinfo=None).isoformat()
+    if isinstance(v, date):
+        return v.isoformat()
+    return v
+
+
+def _sort_key(row: Row) -> tuple:
+    key = []
+    for v in row:
+        if v is None:
+            key.append((0, ""))
+        elif isinstance(v, float):
+            key.append((1, float(f"{v:.4g}") if math.isfinite(v) else v))
+        else:
+            key.append((2, str(v)))
+    return tuple(key)
+
+
+def _close(a: Any, b: Any) -> bool:
+    if isinstance(a, float) and isinstance(b, float):
+        return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9) or (math.isnan(a) and math.isnan(b))
+    return a == b
+
+
+def compare(got: Sequence[Row], want: Sequence[Row]) -> str | None:
+    """None when the bags are equal (floats and decimals to ~6 significant digits), else
+    a description of the rows that differ."""
+    g = sorted((tuple(map(_norm, r)) for r in got), key=_sort_key)
+    w = sorted((tuple(map(_norm, r)) for r in want), key=_sort_key)
+    if len(g) == len(w) and all(len(a) == len(b) and all(map(_close, a, b)) for a, b in zip(g, w)):
+        return None
+    extra, missing = Counter(g) - Counter(w), Counter(w) - Counter(g)
+    return (f"{len(g)} rows vs {len(w)} in batch; only incremental: {sorted(extra.elements(), key=_sort_key)[:10]}; "
+            f"only batch: {sorted(missing.elements(), key=_sort_key)[:10]}")
+

@@ -1,0 +1,32 @@
+"""A SparkSession tuned for ticks: many small jobs, where per-stage overhead dominates."""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Mapping
+
+from pyspark.sql import SparkSession
+
+#: defaults for the embedded local session; a profile's spark_conf overrides them
+TICK_CONF: dict[str, str] = {
+    "spark.sql.shuffle.partitions": "4",
+    # adaptive execution re-plans after every shuffle: a win for big batch queries, but it
+    # doubles the latency of the small multi-shuffle jobs a tick is made of
+    "spark.sql.adaptive.enabled": "false",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.session.timeZone": "UTC",
+}
+
+
+def session(master: str = "local[2]", conf: Mapping[str, str] | None = None,
+            app_name: str = "dbt-incremental-stream") -> SparkSession:
+    """Get or create the process's SparkSession with :data:`TICK_CONF` under ``conf``."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for key, value in {**TICK_CONF, **(conf or {})}.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark

@@ -1,0 +1,115 @@
+"""Every supported construct, on random inserts, deletes and updates, equals DuckDB
+running the same SQL in batch after every tick."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dbt_incremental_stream.differential import Differential
+from tests.workload import SOURCES, run
+
+SETTINGS = settings(max_examples=3, deadline=None, derandomize=True, database=None,
+                    suppress_health_check=list(HealthCheck))
+
+GROUPS: dict[str, dict[str, str]] = {
+    "linear": {
+        "projection": "SELECT id, amount * qty AS total, CASE WHEN qty > 2 THEN 'big' WHEN qty IS NULL THEN 'none' "
+                      "ELSE 'small' END AS size, CAST(qty AS DOUBLE) / 2 AS half, upper(status) AS st, "
+                      "concat(status, '-', CAST(id AS STRING)) AS tag, coalesce(cust, -1) AS c FROM orders",
+        "filter": "SELECT id, amount FROM orders WHERE status = 'open' AND qty >= 2 OR amount > 50",
+        "union_all": "SELECT cust AS k, 'o' AS src FROM orders UNION ALL SELECT id, 'c' FROM customers",
+        "star": "SELECT * FROM customers WHERE region IS NOT NULL",
+    },
+    "joins": {
+        "join2": "SELECT o.id, c.name, o.amount FROM orders o JOIN customers c ON o.cust = c.id",
+        "join3": "SELECT o.id, c.region, i.sku FROM orders o JOIN customers c ON o.cust = c.id "
+                 "JOIN items i ON i.order_id = o.id AND i.price > o.qty",
+        "comma_join": "SELECT c.region, i.price FROM orders o, items i, customers c "
+                      "WHERE o.id = i.order_id AND c.id = o.cust AND i.price < 50",
+        "self_join": "SELECT a.id, b.id AS other FROM orders a JOIN orders b ON a.cust = b.cust AND a.id < b.id",
+        "using": "SELECT id, name, cust FROM customers JOIN (SELECT cust AS id, cust FROM orders) t USING (id)",
+    },
+    "aggregates": {
+        "linear_agg": "SELECT cust, COUNT(*) AS n, COUNT(qty) AS nq, SUM(amount) AS s, AVG(qty) AS a, "
+                      "AVG(amount) AS aa FROM orders GROUP BY cust",
+        "minmax": "SELECT status, MIN(amount) AS mn, MAX(qty) AS mx, COUNT(DISTINCT cust) AS dc, "
+                  "SUM(qty) AS s FROM orders GROUP BY status",
+        "having": "SELECT cust, SUM(qty) AS q FROM orders GROUP BY cust HAVING COUNT(*) > 1",
+        "global": "SELECT COUNT(*) AS n, SUM(amount) AS s, MAX(qty) AS m, AVG(price) AS p FROM orders, items "
+                  "WHERE orders.id = items.order_id",
+        "global_linear": "SELECT COUNT(*) AS n, SUM(qty) AS s FROM orders",
+        "group_expr": "SELECT qty % 2 AS parity, COUNT(*) AS n, SUM(qty) + 1 AS s1 FROM orders GROUP BY qty % 2",
+        "group_all": "SELECT status, cust, MIN(id) AS first_id FROM orders GROUP BY ALL",
+    },
+    "composed": {
+        "distinct": "SELECT DISTINCT status, cust FROM orders",
+        "union": "SELECT cust AS k FROM orders UNION SELECT id FROM customers",
+        "cte_subquery": "WITH big AS (SELECT * FROM orders WHERE qty > 1) "
+                        "SELECT t.cust, t.n FROM (SELECT cust, COUNT(*) AS n FROM big GROUP BY cust) t WHERE t.n >= 1",
+        "region_revenue": "SELECT c.region, SUM(o.amount * o.qty) AS rev, COUNT(*) AS n FROM orders o "
+                          "JOIN customers c ON o.cust = c.id GROUP BY c.region",
+        "view_on_view": "SELECT region, rev FROM region_revenue WHERE rev > 10",
+        "agg_of_agg": "SELECT n, COUNT(*) AS groups FROM (SELECT cust, COUNT(*) AS n FROM orders GROUP BY cust) "
+                      "GROUP BY n",
+    },
+}
+
+
+@pytest.mark.parametrize("group", list(GROUPS))
+@given(data=st.data())
+@SETTINGS
+def test_views_equal_batch_after_every_tick(spark, tmp_path_factory, group, data):
+    views = GROUPS[group]
+    used = [s for s in SOURCES if any(s in sql for sql in views.values())]
+    run(data, lambda: Differential(spark, str(tmp_path_factory.mktemp("state")), SOURCES, views,
+                                   max_batches=3), used, ticks=4)
+
+
+@given(data=st.data())
+@SETTINGS
+def test_tick_boundaries_do_not_matter(spark, tmp_path_factory, data):
+    """All changes in one tick, or one change a tick: the same final result."""
+    from tests.workload import changes
+
+    views = {**GROUPS["composed"], "minmax": GROUPS["aggregates"]["minmax"]}
+    whole = Differential(spark, str(tmp_path_factory.mktemp("whole")), SOURCES, views)
+    split = Differential(spark, str(tmp_path_factory.mktemp("split")), SOURCES, views)
+    try:
+        batch = changes(data, whole, ["orders", "customers"])
+        whole.step(batch)
+        singles = [(s, c) for s, cs in batch.items() for c in cs]
+        for source, change in singles[:10]:
+            split.step({source: [change]}, check=False)
+        rest = {s: [c for c in cs if (s, c) not in singles[:10]] for s, cs in batch.items()}
+        split.step(rest)
+        for name in views:
+            got = sorted(map(tuple, split.pipeline.snapshot(name).collect()), key=repr)
+            want = sorted(map(tuple, whole.pipeline.snapshot(name).collect()), key=repr)
+            assert got == want, name
+    finally:
+        whole.close()
+        split.close()
+
+
+def test_view_added_later_is_backfilled(spark, tmp_path):
+    diff = Differential(spark, str(tmp_path), SOURCES, {"n": "SELECT cust, COUNT(*) AS n FROM orders GROUP BY cust"})
+    rows = [((i, i % 3, i * 1.5, i % 4, "open"), 1) for i in range(1, 9)]
+    diff.step({"orders": rows[:5], "customers": [((1, "ann", "eu"), 1), ((2, "bob", "us"), 1)]})
+    diff.step({"orders": rows[5:] + [(rows[0][0], -1)]})
+    diff.add_view("late", "SELECT c.region, MAX(o.amount) AS m FROM orders o JOIN customers c ON o.cust = c.id "
+                          "GROUP BY c.region")
+    diff.add_view("late_total", "SELECT COUNT(*) AS n FROM late")
+    diff.step({"orders": [((20, 1, 99, 1, "paid"), 1)]})
+    diff.step({"customers": [((1, "ann", "eu"), -1)]})
+    diff.close()
+
+
+def test_same_rows_in_many_ticks_keep_multiplicity(spark, tmp_path):
+    diff = Differential(spark, str(tmp_path), SOURCES, GROUPS["composed"])
+    row = (1, 1, 10, 2, "open")
+    for weight in itertools.chain([1, 1, 1], [-1, -1, 1, -1, -1]):
+        diff.step({"orders": [(row, weight)], "customers": [((1, "ann", "eu"), 1)] if weight == 1 else []})
+    diff.close()
