@@ -7,6 +7,7 @@ test suite on random workloads, and usable on any pipeline to check a model.
 from __future__ import annotations
 
 import math
+from functools import reduce
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import date, datetime
@@ -16,6 +17,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import duckdb
 import sqlglot
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from .runtime.pipeline import Pipeline
@@ -123,13 +125,29 @@ class Differential:
                      for f, v in zip(fields, row))
 
     def check(self, names: Iterable[str] | None = None) -> None:
-        for name in names or self.views:
-            got = [tuple(r) for r in self.pipeline.snapshot(name).collect()]
+        names = list(names or self.views)
+        snapshots = self._collect(names)
+        for name in names:
+            got = snapshots[name]
             want = self.oracle.query(f'SELECT * FROM "{name}"')
             problem = compare(got, want)
             if problem:
                 raise Mismatch(f"view {name!r} after tick {self.pipeline.tick}: {problem}\n"
                                f"SQL: {self.views.get(name, '?')}")
+
+    def _collect(self, names: list[str]) -> dict[str, list[Row]]:
+        """Every view's snapshot in one Spark job (a struct column per view)."""
+        frames = [self.pipeline.snapshot(n) for n in names]
+        types = [StructType(f.schema.fields) for f in frames]
+        parts = [f.select(F.lit(i).alias("__v"), *(
+            F.struct(*(F.col(f"`{c}`") for c in f.columns)).alias(f"__s{j}") if j == i
+            else F.lit(None).cast(types[j]).alias(f"__s{j}") for j in range(len(frames))))
+            for i, f in enumerate(frames)]
+        out: dict[str, list[Row]] = {n: [] for n in names}
+        if parts:
+            for row in reduce(lambda a, b: a.union(b), parts).collect():
+                out[names[row["__v"]]].append(tuple(row[f"__s{row['__v']}"]))
+        return out
 
     def close(self) -> None:
         self.pipeline.close()

@@ -5,14 +5,15 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from dbt_incremental_stream.differential import Differential
 from tests.workload import SOURCES, run
 
-SETTINGS = settings(max_examples=3, deadline=None, derandomize=True, database=None,
-                    suppress_health_check=list(HealthCheck))
+# each example runs Spark jobs: few examples, no shrinking (a failure prints its first example)
+SETTINGS = settings(max_examples=2, deadline=None, derandomize=True, database=None,
+                    phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck))
 
 GROUPS: dict[str, dict[str, str]] = {
     "linear": {
@@ -65,7 +66,7 @@ def test_views_equal_batch_after_every_tick(spark, tmp_path_factory, group, data
     views = GROUPS[group]
     used = [s for s in SOURCES if any(s in sql for sql in views.values())]
     run(data, lambda: Differential(spark, str(tmp_path_factory.mktemp("state")), SOURCES, views,
-                                   max_batches=3), used, ticks=4)
+                                   max_batches=3), used, ticks=3)
 
 
 @given(data=st.data())

@@ -1,0 +1,96 @@
+"""The compiler without Spark: plans, incremental circuits and compile-time errors."""
+from __future__ import annotations
+
+import pytest
+
+from dbt_incremental_stream.circuit.incremental import Incrementalizer
+from dbt_incremental_stream.circuit.operators import (
+    Filter, GroupDiff, Input, Integral, Join, Partials, explain, walk,
+)
+from dbt_incremental_stream.errors import CompileError, UnsupportedSqlError
+from dbt_incremental_stream.sql.planner import plan
+
+CATALOG = {
+    "orders": Input("orders", ("id", "cust", "amount", "status")),
+    "customers": Input("customers", ("id", "name", "region")),
+    "items": Input("items", ("order_id", "sku", "price")),
+}
+
+
+@pytest.mark.parametrize("sql, construct", [
+    ("SELECT id, ROW_NUMBER() OVER (PARTITION BY cust ORDER BY id) FROM orders", "window function"),
+    ("SELECT o.id FROM orders o LEFT JOIN customers c ON o.cust = c.id", "LEFT OUTER JOIN"),
+    ("SELECT o.id FROM orders o FULL OUTER JOIN customers c ON o.cust = c.id", "FULL OUTER JOIN"),
+    ("SELECT id FROM orders ORDER BY id LIMIT 3", "LIMIT"),
+    ("SELECT id FROM orders WHERE cust IN (SELECT id FROM customers)", "subquery in an expression"),
+    ("SELECT id FROM orders o WHERE EXISTS (SELECT 1 FROM customers c WHERE c.id = o.cust)", "EXISTS"),
+    ("SELECT id FROM orders INTERSECT SELECT id FROM customers", "INTERSECT"),
+    ("SELECT id FROM orders EXCEPT SELECT id FROM customers", "EXCEPT"),
+    ("SELECT id, rand() FROM orders", "rand()"),
+    ("SELECT id FROM orders WHERE current_timestamp() > '2020-01-01'", "current_timestamp()"),
+    ("SELECT cust, collect_list(id) FROM orders GROUP BY cust", "aggregate function"),
+    ("SELECT cust, SUM(amount) FILTER (WHERE id > 1) FROM orders GROUP BY cust", "FILTER"),
+    ("SELECT cust, SUM(amount) FROM orders GROUP BY ROLLUP (cust)", "ROLLUP"),
+    ("SELECT explode(array(1, 2)) FROM orders", "explode"),
+])
+def test_unsupported_constructs_are_named_with_position(sql, construct):
+    with pytest.raises(UnsupportedSqlError) as err:
+        plan(sql, CATALOG, view="my_model")
+    assert construct in str(err.value)
+    assert "my_model" in str(err.value)
+    assert err.value.line is not None and err.value.col is not None
+
+
+def test_position_points_at_the_construct():
+    sql = "SELECT id,\n       cust\nFROM orders\nLEFT JOIN customers c ON cust = c.id"
+    with pytest.raises(UnsupportedSqlError) as err:
+        plan(sql, CATALOG, view="v")
+    assert err.value.line == 4
+
+
+def test_unknown_relation_and_bad_sql():
+    with pytest.raises(CompileError, match="nope"):
+        plan("SELECT * FROM nope", CATALOG, view="v")
+    with pytest.raises(CompileError, match="parse"):
+        plan("SELECT FROM WHERE", CATALOG, view="v")
+    with pytest.raises(CompileError, match="one SELECT"):
+        plan("SELECT 1 FROM orders; SELECT 2 FROM orders", CATALOG, view="v")
+
+
+def test_single_relation_predicates_go_below_the_join_and_joins_follow_equalities():
+    p = plan("SELECT c.name FROM orders o, items i, customers c "
+             "WHERE o.id = i.order_id AND c.id = o.cust AND i.price < 5 AND c.region = 'eu'", CATALOG)
+    joins = [op for op in walk(p) if isinstance(op, Join)]
+    assert len(joins) == 2 and all(j.keys for j in joins), "no cross product"
+    filters = [op for op in walk(p) if isinstance(op, Filter)]
+    assert {f.predicate for f in filters} == {"`i__price` < 5", "`c__region` = 'eu'"}
+    assert all(not isinstance(f.input, Join) for f in filters)
+
+
+def test_join_state_shares_the_source_integral():
+    p = plan("SELECT o.id, c.name FROM orders o JOIN customers c ON o.cust = c.id", CATALOG)
+    circuit = Integral(Incrementalizer()(p))
+    integrals = {op.input for op in walk(circuit) if isinstance(op, Integral)}
+    assert CATALOG["orders"] in integrals and CATALOG["customers"] in integrals
+
+
+def test_linear_aggregates_keep_partial_sums_and_others_keep_rows():
+    linear = Incrementalizer()(plan("SELECT cust, SUM(amount), COUNT(*) FROM orders GROUP BY cust", CATALOG))
+    assert any(isinstance(op, Partials) for op in walk(linear))
+    general = Incrementalizer()(plan("SELECT cust, MAX(amount) FROM orders GROUP BY cust", CATALOG))
+    diff = next(op for op in walk(general) if isinstance(op, GroupDiff))
+    assert not diff.linear
+    text = explain(general)
+    assert "GroupDiff" in text and "z⁻¹" in text
+
+
+def test_ungrouped_column_is_an_error():
+    with pytest.raises(CompileError, match="neither grouped nor aggregated"):
+        plan("SELECT cust, id, COUNT(*) FROM orders GROUP BY cust", CATALOG, view="v")
+
+
+def test_node_ids_are_stable_and_structural():
+    a = plan("SELECT cust, COUNT(*) AS n FROM orders GROUP BY cust", CATALOG)
+    b = plan("select CUST, count(*) as n from ORDERS group by cust", CATALOG)
+    c = plan("SELECT cust, COUNT(*) AS n FROM orders WHERE id > 0 GROUP BY cust", CATALOG)
+    assert a.id == b.id and a.id != c.id
