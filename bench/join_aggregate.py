@@ -94,7 +94,8 @@ def main() -> None:
         batch.append(time.perf_counter() - t)
     want = spark.read.parquet(str(work / "batch_result_0")).collect()
     got = pipe.snapshot("revenue").collect()
-    equal = compare([tuple(r) for r in got], [tuple(r) for r in want]) is None
+    problem = compare([tuple(r) for r in got], [tuple(r) for r in want])
+    equal = problem is None
 
     tick_median, batch_median = statistics.median(ticks), statistics.median(batch)
     rows = [
@@ -130,7 +131,7 @@ def main() -> None:
     pipe.close()
     shutil.rmtree(work, ignore_errors=True)
     if not equal:
-        sys.exit("incremental result differs from batch")
+        sys.exit(f"incremental result differs from batch: {problem}")
 
 
 if __name__ == "__main__":

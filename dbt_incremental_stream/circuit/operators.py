@@ -270,7 +270,8 @@ class GroupDiff(Operator):
     """D(agg(I(x))) for the groups the delta touches: retract old rows, insert new ones.
 
     ``delta`` is the input delta (``Partials`` when every aggregate is linear, else the
-    raw Z-set delta) and ``before`` is z⁻¹ of its integral.
+    raw Z-set delta) and ``before`` is z⁻¹ of its integral. It is itself a state node:
+    it keeps the integral of its own output, to retract exactly the rows it emitted.
     """
 
     delta: Operator

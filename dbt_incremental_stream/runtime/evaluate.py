@@ -34,9 +34,10 @@ from .zsets import col
 class Tick:
     """Evaluates node deltas for one tick.
 
-    ``before`` gives a state node's committed integral (None: empty); ``is_new`` tells
-    whether a state node has never been committed (a global aggregate then emits its
-    first row, typed by ``empty``: a tick over empty inputs, see :func:`empty_tick`).
+    ``before`` gives a state node's committed integral (None: empty) — an ``Integral``'s,
+    or a ``GroupDiff``'s own output; ``is_new`` tells whether a state node has never been
+    committed (a global aggregate then emits its first row, typed by ``empty``: a tick
+    over empty inputs, see :func:`empty_tick`).
     """
 
     def __init__(self, inputs: Mapping[str, DataFrame | None], before: Callable[[str], DataFrame | None],
@@ -113,13 +114,12 @@ class Tick:
 
     @_eval.register
     def _(self, op: GroupDiff) -> DataFrame | None:
-        first = self._is_new(op.before.input.id)
         delta = self.value(op.delta)
-        if delta is None and first and not op.keys and self._empty is not None:
+        if delta is None and not op.keys and self._is_new(op.id) and self._empty is not None:
             delta = self._empty.value(op.delta)  # a global aggregate has its row from the start
         if delta is None:
             return None
-        return zsets.group_diff(self.value(op.before), delta, op.keys, op.aggs, op.linear, first)
+        return zsets.group_diff(self.value(op.before), delta, self._before(op.id), op.keys, op.aggs, op.linear)
 
 
 def empty_tick(inputs: Mapping[str, DataFrame]) -> Tick:

@@ -24,7 +24,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import DataType, DecimalType, DoubleType, FloatType, StructField, StructType
 
 from ..circuit.incremental import Incrementalizer
-from ..circuit.operators import WEIGHT, Input, Integral, Map, Operator, explain, quote, walk
+from ..circuit.operators import WEIGHT, GroupDiff, Input, Integral, Map, Operator, explain, quote, walk
 from ..errors import CompileError, StateError, StreamError
 from ..sql.planner import plan
 from . import zsets
@@ -32,6 +32,12 @@ from .evaluate import Tick, empty_tick
 from .state import Batch, StateStore
 
 Rows = Iterable[tuple[Sequence[Any], int]]
+State = Integral | GroupDiff  # nodes with persisted state: an integral, or an aggregate's output
+
+
+def _state_delta(tick: Tick, state: State) -> DataFrame | None:
+    """What a state node adds this tick: its input's delta, or an aggregate's own output."""
+    return tick.value(state.input if isinstance(state, Integral) else state)
 
 
 @dataclass(frozen=True)
@@ -144,7 +150,7 @@ class Pipeline:
                 d = self.delta(source, d)
             inputs[source] = None if d is None else self._conform(source, d)
 
-        states = [op for op in walk(*self._roots()) if isinstance(op, Integral)]
+        states = self._states()
         tick = self.store.tick + 1
         written: dict[str, list[Batch]] = {s.id: [] for s in states}
         new = [s for s in states if not self.store.has(s.id)]
@@ -158,7 +164,7 @@ class Pipeline:
         run = Tick(inputs, before.__getitem__, first.__contains__, self._shared(),
                    empty=empty_tick(self._empties()))
         try:
-            frames = {s.id: self._fold(s, d) for s in states if (d := run.value(s.input)) is not None}
+            frames = {s.id: self._fold(s, d) for s in states if (d := _state_delta(run, s)) is not None}
             batches = self.store.write(tick, frames)
             for node, batch in batches.items():
                 written[node].append(batch)
@@ -169,22 +175,24 @@ class Pipeline:
         return {v.name: batches[v.state.id].open(self.spark) if v.state.id in batches
                 else self.spark.createDataFrame([], self._with_weight(v.schema)) for v in self._views.values()}
 
-    def _backfill(self, new: list[Integral], tick: int, written: dict[str, list[Batch]]) -> None:
+    def _backfill(self, new: list[State], tick: int, written: dict[str, list[Batch]]) -> None:
         """Seed state nodes that did not exist at the last commit by replaying the
         retained input history through them as one delta, from empty state."""
         history = {name: self.store.before(self._source_state(name).id) for name in self._schemas}
         replay = Tick(history, lambda _: None, lambda _: True, self._shared(),
                       empty=empty_tick(self._empties()))
         try:
-            frames = {s.id: self._fold(s, d) for s in new if (d := replay.value(s.input)) is not None}
+            frames = {s.id: self._fold(s, d) for s in new if (d := _state_delta(replay, s)) is not None}
             for node, batch in self.store.write(tick, frames).items():
                 written[node].append(batch)
         finally:
             replay.release()
 
-    def _fold(self, state: Integral, delta: DataFrame) -> DataFrame:
+    def _fold(self, state: State, delta: DataFrame) -> DataFrame:
         """A batch as stored: consolidated Z-set, or sums per key."""
-        return zsets.consolidate(delta) if state.key is None else zsets.sum_by(delta, state.key)
+        if isinstance(state, Integral) and state.key is not None:
+            return zsets.sum_by(delta, state.key)
+        return zsets.consolidate(delta)
 
     def _conform(self, source: str, df: DataFrame) -> DataFrame:
         st = self._schemas[source]
@@ -201,11 +209,12 @@ class Pipeline:
     def _roots(self) -> list[Operator]:
         return [self._source_state(n) for n in self._schemas] + [v.state for v in self._views.values()]
 
-    def _state(self, node: str) -> Integral:
-        for op in walk(*self._roots()):
-            if op.id == node and isinstance(op, Integral):
-                return op
-        raise KeyError(node)
+    def _states(self) -> list[State]:
+        """Every node with persisted state, inputs before consumers."""
+        return [op for op in walk(*self._roots()) if isinstance(op, (Integral, GroupDiff))]
+
+    def _state(self, node: str) -> State:
+        return next(s for s in self._states() if s.id == node)
 
     def _shared(self) -> set[str]:
         """Nodes read by more than one consumer within a tick: persisted once computed."""

@@ -9,7 +9,7 @@ from pyspark.sql import SparkSession
 
 #: defaults for the embedded local session; a profile's spark_conf overrides them
 TICK_CONF: dict[str, str] = {
-    "spark.sql.shuffle.partitions": "4",
+    "spark.sql.shuffle.partitions": "2",
     # adaptive execution re-plans after every shuffle: a win for big batch queries, but it
     # doubles the latency of the small multi-shuffle jobs a tick is made of
     "spark.sql.adaptive.enabled": "false",

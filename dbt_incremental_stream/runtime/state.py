@@ -31,6 +31,9 @@ from ..errors import StateError
 MANIFEST_DIR = "_manifest"
 STATE_DIR = "state"
 KEEP_MANIFESTS = 3
+#: batches at least this large are kept in Spark's cache; smaller ones are cheaper to
+#: re-read than to match against every cached plan while a tick's query is planned
+CACHE_BYTES = 4 << 20
 
 
 @dataclass
@@ -61,7 +64,9 @@ class Spine:
         frames = []
         for b in self.batches:
             if b.frame is None:
-                b.frame = b.open(spark).cache()
+                b.frame = b.open(spark)
+                if b.bytes >= CACHE_BYTES:
+                    b.frame = b.frame.cache()
             frames.append(b.frame)
         if not frames:
             return None
@@ -206,7 +211,9 @@ class StateStore:
             for node, df in frames.items()
         ]
         base = self.fs.path(STATE_DIR, f"{tick:012d}-{uuid.uuid4().hex[:8]}")
-        reduce(lambda a, b: a.union(b), parts).write.partitionBy("_node").parquet(base)
+        # few files per batch: every file is a task for each later tick that reads it
+        files = self.spark.sparkContext.defaultParallelism
+        reduce(lambda a, b: a.union(b), parts).coalesce(files).write.partitionBy("_node").parquet(base)
         written = {}
         for name in self.fs.list(base):
             if name.startswith("_node="):

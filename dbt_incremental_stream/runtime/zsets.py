@@ -37,11 +37,11 @@ def consolidate(df: DataFrame) -> DataFrame:
 
 
 def sum_by(df: DataFrame, key: Sequence[str]) -> DataFrame:
-    """Consolidate an additive table: sum every non-key column per key; empty groups dropped."""
+    """Consolidate an additive table: sum every non-key column per key, dropping groups
+    whose sums are all zero (a group's COUNT can net to 0 while its SUM does not)."""
     values = [c for c in df.columns if c not in key]
-    out = df.groupBy(*map(col, key)).agg(*(F.coalesce(F.sum(col(c)), F.lit(0)).alias(c) if c == COUNT
-                                          else F.sum(col(c)).alias(c) for c in values))
-    return out.where(col(COUNT) != 0) if key else out
+    out = df.groupBy(*map(col, key)).agg(*(F.sum(col(c)).alias(c) for c in values))
+    return out.where(reduce(lambda a, b: a | b, (F.coalesce(col(c), F.lit(0)) != 0 for c in values)))
 
 
 def restrict(df: DataFrame, keys: DataFrame, on: Sequence[str]) -> DataFrame:
@@ -76,48 +76,37 @@ def partials(df: DataFrame, keys: Sequence[str], aggs: Sequence[AggCall]) -> Dat
     return df.groupBy(*map(col, keys)).agg(*exprs)
 
 
-def group_diff(before: DataFrame | None, delta: DataFrame, keys: Sequence[str], aggs: Sequence[AggCall],
-               linear: bool, first: bool) -> DataFrame:
-    """D(agg(I(x))) on the groups ``delta`` touches: for each, the old row with weight -1
-    and the new row with +1, both from one pass, and nothing when they are equal.
+def group_diff(before: DataFrame | None, delta: DataFrame, prior: DataFrame | None, keys: Sequence[str],
+               aggs: Sequence[AggCall], linear: bool) -> DataFrame:
+    """D(agg(I(x))) on the groups ``delta`` touches: the new row of each such group, minus
+    the row emitted for it before.
 
-    ``linear``: ``before``/``delta`` hold per-group partial sums; else raw Z-set rows.
-    Without keys there is one group that always exists; ``first`` says it has no old row.
+    ``before`` is z⁻¹I(x): per-group partial sums when ``linear``, else raw Z-set rows;
+    ``prior`` is z⁻¹ of this operator's own output. Retracting exactly what was emitted
+    (rather than recomputing the old value) keeps floating-point sums, whose value
+    depends on summation order, from leaving stale rows behind. Without keys there is one
+    group, which always has a row.
     """
     touched = delta.where(F.lit(False)) if before is None else restrict(before, delta, keys)
     if linear:
         values = [c for c in delta.columns if c not in keys]
-        tagged = touched.withColumn("__old", F.lit(True)).unionByName(delta.withColumn("__old", F.lit(False)))
-        groups = tagged.groupBy(*map(col, keys)).agg(
-            *(F.sum(F.when(F.col("__old"), col(c))).alias(f"__o{i}") for i, c in enumerate(values)),
-            *(F.sum(col(c)).alias(f"__n{i}") for i, c in enumerate(values)))
-        old = _finalize({c: F.col(f"__o{i}") for i, c in enumerate(values)}, aggs)
-        new = _finalize({c: F.col(f"__n{i}") for i, c in enumerate(values)}, aggs)
+        groups = touched.unionByName(delta).groupBy(*map(col, keys)).agg(*(F.sum(col(c)).alias(c) for c in values))
+        count, results = _finalize({c: col(c) for c in values}, aggs)
     else:
         rows = data_columns(delta)
-        tagged = touched.select(*map(col, rows), col(WEIGHT).alias("__wo"), col(WEIGHT).alias("__wn")).union(
-            delta.select(*map(col, rows), F.lit(0).cast("bigint").alias("__wo"), col(WEIGHT).alias("__wn")))
-        per_row = tagged.groupBy(*map(col, rows)).agg(F.sum("__wo").alias("__wo"), F.sum("__wn").alias("__wn"))
-        aggregated = [_weighted(a, F.col("__wo")) for a in aggs] + [_weighted(a, F.col("__wn")) for a in aggs]
+        per_row = touched.union(delta.select(*map(col, rows), col(WEIGHT))).groupBy(*map(col, rows)).agg(
+            F.sum(WEIGHT).alias(WEIGHT))
         groups = per_row.groupBy(*map(col, keys)).agg(
-            F.sum(F.when(F.col("__wo") > 0, F.col("__wo"))).alias("__ocnt"),
-            F.sum(F.when(F.col("__wn") > 0, F.col("__wn"))).alias("__ncnt"),
-            *(v.alias(f"__a{i}") for i, v in enumerate(aggregated)))
-        n = len(aggs)
-        old = (F.coalesce(F.col("__ocnt"), F.lit(0)), [F.col(f"__a{i}") for i in range(n)])
-        new = (F.coalesce(F.col("__ncnt"), F.lit(0)), [F.col(f"__a{n + i}") for i in range(n)])
-    (old_cnt, old_vals), (new_cnt, new_vals) = old, new
-    names = [a.name for a in aggs]
-    old_row = F.struct(*(v.alias(c) for v, c in zip(old_vals, names)))
-    new_row = F.struct(*(v.alias(c) for v, c in zip(new_vals, names)))
-    has_old = F.lit(not first) if not keys else old_cnt != 0
-    has_new = F.lit(True) if not keys else new_cnt != 0
-    same = has_old & has_new & old_row.eqNullSafe(new_row)
-    change = F.array(F.when(has_old & ~same, F.struct(F.lit(-1).cast("bigint").alias(WEIGHT), old_row.alias("r"))),
-                     F.when(has_new & ~same, F.struct(F.lit(1).cast("bigint").alias(WEIGHT), new_row.alias("r"))))
-    out = groups.select(*map(col, keys), F.explode(change).alias("__c")).where(F.col("__c").isNotNull())
-    return out.select(*map(col, keys), *(F.col("__c.r").getField(c).alias(c) for c in names),
-                      F.col(f"__c.{WEIGHT}").alias(WEIGHT))
+            F.sum(F.when(col(WEIGHT) > 0, col(WEIGHT))).alias(COUNT),
+            *(_weighted(a, col(WEIGHT)).alias(f"__a{i}") for i, a in enumerate(aggs)))
+        count, results = F.coalesce(col(COUNT), F.lit(0)), [F.col(f"__a{i}") for i in range(len(aggs))]
+    new = groups.where(count != 0) if keys else groups
+    new = new.select(*map(col, keys), *(v.alias(a.name) for v, a in zip(results, aggs)),
+                     F.lit(1).cast("bigint").alias(WEIGHT))
+    if prior is None:
+        return new
+    old = restrict(prior, delta, keys)
+    return consolidate(old.withColumn(WEIGHT, -col(WEIGHT)).unionByName(new))
 
 
 def _finalize(sums: dict[str, Column], aggs: Sequence[AggCall]) -> tuple[Column, list[Column]]:
