@@ -39,9 +39,60 @@ def order_rows(spark, ids):
                       ((F.col("id") % 997) / 10.0).alias("amount"))
 
 
+def run(spark, work: Path, orders: int, changes: int, ticks: int, batch_runs: int) -> dict:
+    """One state size: load, ``ticks`` incremental ticks, then batch recomputes of the same data."""
+    pipe = Pipeline(spark, str(work / "state"))
+    pipe.add_source("orders", "id BIGINT, cust INT, amount DOUBLE")
+    pipe.add_source("customers", "id INT, region STRING")
+    pipe.add_view("revenue", VIEW)
+    spark.conf.set("spark.sql.adaptive.enabled", "false")  # the engine's tick settings
+    spark.conf.set("spark.sql.shuffle.partitions", "2")
+
+    customers = spark.range(CUSTOMERS).select(F.col("id").cast("int").alias("id"),
+                                             F.concat(F.lit("r"), (F.col("id") % 50).cast("string")).alias("region"))
+    t = time.perf_counter()
+    pipe.step({"orders": order_rows(spark, spark.range(orders)).withColumn("_w", F.lit(1)),
+               "customers": customers.withColumn("_w", F.lit(1))})
+    load = time.perf_counter() - t
+
+    rng = random.Random(7)
+    next_id, deleted = orders, set()
+    tick_times = []
+    for _ in range(ticks):
+        gone = [i for i in {rng.randrange(orders) for _ in range(changes)} if i not in deleted][: changes // 2]
+        deleted.update(gone)
+        new = list(range(next_id, next_id + changes - len(gone)))
+        next_id += len(new)
+        ids = spark.createDataFrame([(i, -1) for i in gone] + [(i, 1) for i in new], "id BIGINT, _w INT")
+        delta = order_rows(spark, ids).join(ids, "id")
+        t = time.perf_counter()
+        pipe.step({"orders": delta})
+        tick_times.append(time.perf_counter() - t)
+
+    # the batch baseline over the same data, as plain Parquet tables, in batch's best settings
+    tables = work / "tables"
+    pipe.snapshot("orders").write.parquet(str(tables / "orders"))
+    customers.write.parquet(str(tables / "customers"))
+    spark.conf.set("spark.sql.adaptive.enabled", "true")
+    spark.conf.set("spark.sql.shuffle.partitions", "8")
+    batch_times = []
+    for i in range(batch_runs):
+        spark.read.parquet(str(tables / "orders")).createOrReplaceTempView("orders")
+        spark.read.parquet(str(tables / "customers")).createOrReplaceTempView("customers")
+        t = time.perf_counter()
+        spark.sql(VIEW).write.mode("overwrite").parquet(str(work / f"batch_result_{i}"))
+        batch_times.append(time.perf_counter() - t)
+    want = spark.read.parquet(str(work / "batch_result_0")).collect()
+    got = pipe.snapshot("revenue").collect()
+    problem = compare([tuple(r) for r in got], [tuple(r) for r in want])
+    pipe.close()
+    return {"rows": orders - len(deleted) + (next_id - orders), "load": load, "ticks": tick_times,
+            "batch": batch_times, "problem": problem}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--orders", type=int, default=1_000_000)
+    ap.add_argument("--orders", default="1000000", help="state sizes, comma separated (e.g. 1000000,4000000)")
     ap.add_argument("--changes", type=int, default=1_000)
     ap.add_argument("--ticks", type=int, default=5)
     ap.add_argument("--batch-runs", type=int, default=3)
@@ -49,69 +100,27 @@ def main() -> None:
     args = ap.parse_args()
 
     spark = session("local[2]")
-    work = Path(tempfile.mkdtemp(prefix="bench-"))
-    pipe = Pipeline(spark, str(work / "state"))
-    pipe.add_source("orders", "id BIGINT, cust INT, amount DOUBLE")
-    pipe.add_source("customers", "id INT, region STRING")
-    pipe.add_view("revenue", VIEW)
+    sizes = [int(x) for x in args.orders.split(",")]
+    results = []
+    for n in sizes:
+        work = Path(tempfile.mkdtemp(prefix="bench-"))
+        try:
+            results.append(run(spark, work, n, args.changes, args.ticks, args.batch_runs))
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
 
-    customers = spark.range(CUSTOMERS).select(F.col("id").cast("int").alias("id"),
-                                             F.concat(F.lit("r"), (F.col("id") % 50).cast("string")).alias("region"))
-    t = time.perf_counter()
-    pipe.step({"orders": order_rows(spark, spark.range(args.orders)).withColumn("_w", F.lit(1)),
-               "customers": customers.withColumn("_w", F.lit(1))})
-    load = time.perf_counter() - t
-
-    rng = random.Random(7)
-    live = set(range(args.orders))
-    next_id = args.orders
-    ticks = []
-    for _ in range(args.ticks):
-        gone = rng.sample(sorted(live), args.changes // 2) if len(live) < 50_000 else \
-            list({rng.randrange(next_id) for _ in range(args.changes)} & live)[: args.changes // 2]
-        live.difference_update(gone)
-        new = list(range(next_id, next_id + args.changes - len(gone)))
-        next_id += len(new)
-        live.update(new)
-        ids = spark.createDataFrame([(i, -1) for i in gone] + [(i, 1) for i in new], "id BIGINT, _w INT")
-        delta = order_rows(spark, ids).join(ids, "id")
-        t = time.perf_counter()
-        pipe.step({"orders": delta})
-        ticks.append(time.perf_counter() - t)
-
-    # the batch baseline over the same data, as plain Parquet tables
-    tables = work / "tables"
-    pipe.snapshot("orders").write.parquet(str(tables / "orders"))
-    customers.write.parquet(str(tables / "customers"))
-    spark.conf.set("spark.sql.adaptive.enabled", "true")
-    spark.conf.set("spark.sql.shuffle.partitions", "8")
-    batch = []
-    for i in range(args.batch_runs):
-        spark.read.parquet(str(tables / "orders")).createOrReplaceTempView("orders")
-        spark.read.parquet(str(tables / "customers")).createOrReplaceTempView("customers")
-        t = time.perf_counter()
-        spark.sql(VIEW).write.mode("overwrite").parquet(str(work / f"batch_result_{i}"))
-        batch.append(time.perf_counter() - t)
-    want = spark.read.parquet(str(work / "batch_result_0")).collect()
-    got = pipe.snapshot("revenue").collect()
-    problem = compare([tuple(r) for r in got], [tuple(r) for r in want])
-    equal = problem is None
-
-    tick_median, batch_median = statistics.median(ticks), statistics.median(batch)
-    rows = [
-        ("state rows (orders)", f"{len(live):,}"),
-        ("initial load tick (s)", f"{load:.2f}"),
-        (f"incremental tick, {args.changes} changed rows: median (s)", f"{tick_median:.2f}"),
-        ("incremental ticks (s)", " ".join(f"{x:.2f}" for x in ticks)),
-        ("batch recompute: median (s)", f"{batch_median:.2f}"),
-        ("batch runs (s)", " ".join(f"{x:.2f}" for x in batch)),
-        ("speed-up (batch / tick)", f"{batch_median / tick_median:.1f}x"),
-        ("incremental result equals batch", str(equal)),
-    ]
-    width = max(len(k) for k, _ in rows)
-    print(f"{'measure':<{width}}  value")
-    for k, v in rows:
-        print(f"{k:<{width}}  {v}")
+    header = ["state rows", "load (s)", f"tick, {args.changes} changes: median (s)", "ticks (s)",
+              "batch: median (s)", "batch runs (s)", "batch / tick", "equal to batch"]
+    table = [[f"{r['rows']:,}", f"{r['load']:.2f}", f"{statistics.median(r['ticks']):.2f}",
+              " ".join(f"{x:.2f}" for x in r["ticks"]), f"{statistics.median(r['batch']):.2f}",
+              " ".join(f"{x:.2f}" for x in r["batch"]),
+              f"{statistics.median(r['batch']) / statistics.median(r['ticks']):.2f}x", str(r["problem"] is None)]
+             for r in results]
+    widths = [max(len(h), *(len(row[i]) for row in table)) for i, h in enumerate(header)]
+    print(" | ".join(h.ljust(w) for h, w in zip(header, widths)))
+    print("-+-".join("-" * w for w in widths))
+    for row in table:
+        print(" | ".join(c.ljust(w) for c, w in zip(row, widths)))
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -121,17 +130,19 @@ def main() -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.bar(["incremental tick\n(median)", "batch recompute\n(median)"], [tick_median, batch_median],
-           color=["tab:green", "tab:gray"])
-    ax.set_ylabel("seconds")
-    ax.set_title(f"join+aggregate, {len(live):,} rows of state, {args.changes} changes/tick")
+    xs = [r["rows"] for r in results]
+    ax.plot(xs, [statistics.median(r["ticks"]) for r in results], "o-", label=f"incremental tick ({args.changes} changes)")
+    ax.plot(xs, [statistics.median(r["batch"]) for r in results], "s-", label="batch recompute")
+    ax.set_xlabel("rows of state (orders)")
+    ax.set_ylabel("seconds (median)")
+    ax.set_title("join + aggregate view, local[2]")
+    ax.legend()
     fig.tight_layout()
     fig.savefig(out / "join_aggregate.png", dpi=100)
     print(f"plot: {out / 'join_aggregate.png'}")
-    pipe.close()
-    shutil.rmtree(work, ignore_errors=True)
-    if not equal:
-        sys.exit(f"incremental result differs from batch: {problem}")
+    bad = [r["problem"] for r in results if r["problem"] is not None]
+    if bad:
+        sys.exit(f"incremental result differs from batch: {bad[0]}")
 
 
 if __name__ == "__main__":
