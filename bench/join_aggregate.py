@@ -26,11 +26,14 @@ from pyspark.sql import functions as F  # noqa: E402
 
 from dbt_incremental_stream import Pipeline  # noqa: E402
 from dbt_incremental_stream.differential import compare  # noqa: E402
-from dbt_incremental_stream.runtime.session import session  # noqa: E402
+from dbt_incremental_stream.runtime.session import TICK_CONF, session  # noqa: E402
 
 VIEW = ("SELECT c.region, COUNT(*) AS n, SUM(o.amount) AS revenue, AVG(o.amount) AS avg_amount "
         "FROM orders o JOIN customers c ON o.cust = c.id GROUP BY c.region")
 CUSTOMERS = 10_000
+#: Spark's defaults for batch queries: adaptive execution, whole-stage code generation
+BATCH_CONF = {"spark.sql.adaptive.enabled": "true", "spark.sql.shuffle.partitions": "8",
+              "spark.sql.codegen.wholeStage": "true"}
 
 
 def order_rows(spark, ids):
@@ -45,8 +48,9 @@ def run(spark, work: Path, orders: int, changes: int, ticks: int, batch_runs: in
     pipe.add_source("orders", "id BIGINT, cust INT, amount DOUBLE")
     pipe.add_source("customers", "id INT, region STRING")
     pipe.add_view("revenue", VIEW)
-    spark.conf.set("spark.sql.adaptive.enabled", "false")  # the engine's tick settings
-    spark.conf.set("spark.sql.shuffle.partitions", "2")
+    for key, value in TICK_CONF.items():  # the engine's tick settings
+        if key.startswith("spark.sql."):
+            spark.conf.set(key, value)
 
     customers = spark.range(CUSTOMERS).select(F.col("id").cast("int").alias("id"),
                                              F.concat(F.lit("r"), (F.col("id") % 50).cast("string")).alias("region"))
@@ -73,8 +77,8 @@ def run(spark, work: Path, orders: int, changes: int, ticks: int, batch_runs: in
     tables = work / "tables"
     pipe.snapshot("orders").write.parquet(str(tables / "orders"))
     customers.write.parquet(str(tables / "customers"))
-    spark.conf.set("spark.sql.adaptive.enabled", "true")
-    spark.conf.set("spark.sql.shuffle.partitions", "8")
+    for key, value in BATCH_CONF.items():
+        spark.conf.set(key, value)
     batch_times = []
     for i in range(batch_runs):
         spark.read.parquet(str(tables / "orders")).createOrReplaceTempView("orders")

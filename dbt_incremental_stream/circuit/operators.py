@@ -170,8 +170,8 @@ class AggCall:
 
 
 @dataclass(frozen=True, eq=False)
-class Aggregate(Operator):
-    """GROUP BY ``keys``; one output row per group present. No keys: exactly one row."""
+class Grouping(Operator):
+    """An operator over groups of its input by ``keys`` with aggregates ``aggs``."""
 
     input: Operator
     keys: tuple[str, ...]
@@ -186,7 +186,12 @@ class Aggregate(Operator):
         return self.keys + tuple(a.name for a in self.aggs)
 
     def label(self) -> str:
-        return f"Aggregate by [{', '.join(self.keys)}] {', '.join(map(str, self.aggs))}"
+        return f"{type(self).__name__} by [{', '.join(self.keys)}] {', '.join(map(str, self.aggs))}"
+
+
+@dataclass(frozen=True, eq=False)
+class Aggregate(Grouping):
+    """GROUP BY ``keys``; one output row per group present. No keys: exactly one row."""
 
 
 def distinct(op: Operator) -> Aggregate:
@@ -239,23 +244,12 @@ class Delay(Operator):
 
 
 @dataclass(frozen=True, eq=False)
-class Partials(Operator):
+class Partials(Grouping):
     """Per-group sums of a Z-set delta for linear aggregates (linear in the delta)."""
-
-    input: Operator
-    keys: tuple[str, ...]
-    aggs: tuple[AggCall, ...]
-
-    @property
-    def inputs(self) -> tuple[Operator, ...]:
-        return (self.input,)
 
     @property
     def columns(self) -> tuple[str, ...]:
         return self.keys + (COUNT,) + tuple(c for a in self.aggs for c in partial_columns(a))
-
-    def label(self) -> str:
-        return f"Partials by [{', '.join(self.keys)}] {', '.join(map(str, self.aggs))}"
 
 
 def partial_columns(agg: AggCall) -> tuple[str, ...]:

@@ -41,7 +41,8 @@ class Tick:
     """
 
     def __init__(self, inputs: Mapping[str, DataFrame | None], before: Callable[[str], DataFrame | None],
-                 is_new: Callable[[str], bool], shared: set[str], empty: Tick | None = None):
+                 is_new: Callable[[str], bool], shared: set[str],
+                 empty: Callable[[], Tick] | None = None):
         self._inputs = inputs
         self._before = before
         self._is_new = is_new
@@ -116,7 +117,7 @@ class Tick:
     def _(self, op: GroupDiff) -> DataFrame | None:
         delta = self.value(op.delta)
         if delta is None and not op.keys and self._is_new(op.id) and self._empty is not None:
-            delta = self._empty.value(op.delta)  # a global aggregate has its row from the start
+            delta = self._empty().value(op.delta)  # a global aggregate has its row from the start
         if delta is None:
             return None
         return zsets.group_diff(self.value(op.before), delta, self._before(op.id), op.keys, op.aggs, op.linear)

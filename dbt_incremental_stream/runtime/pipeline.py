@@ -162,7 +162,7 @@ class Pipeline:
                   for s in states}
         first = {s.id for s in states if not self.store.has(s.id) and not written[s.id]}
         run = Tick(inputs, before.__getitem__, first.__contains__, self._shared(),
-                   empty=empty_tick(self._empties()))
+                   empty=lambda: empty_tick(self._empties()))
         try:
             frames = {s.id: self._fold(s, d) for s in states if (d := _state_delta(run, s)) is not None}
             batches = self.store.write(tick, frames)
@@ -180,7 +180,7 @@ class Pipeline:
         retained input history through them as one delta, from empty state."""
         history = {name: self.store.before(self._source_state(name).id) for name in self._schemas}
         replay = Tick(history, lambda _: None, lambda _: True, self._shared(),
-                      empty=empty_tick(self._empties()))
+                      empty=lambda: empty_tick(self._empties()))
         try:
             frames = {s.id: self._fold(s, d) for s in new if (d := _state_delta(replay, s)) is not None}
             for node, batch in self.store.write(tick, frames).items():

@@ -13,6 +13,8 @@ TICK_CONF: dict[str, str] = {
     # adaptive execution re-plans after every shuffle: a win for big batch queries, but it
     # doubles the latency of the small multi-shuffle jobs a tick is made of
     "spark.sql.adaptive.enabled": "false",
+    # compiling fused code for each new plan shape costs more than it saves on small deltas
+    "spark.sql.codegen.wholeStage": "false",
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.session.timeZone": "UTC",

@@ -146,10 +146,6 @@ def _avg_distinct(x: Column) -> Column:
     return F.try_divide(F.sum_distinct(x), F.count_distinct(x))
 
 
-def signed(df: DataFrame, weight: int) -> DataFrame:
-    return df.withColumn(WEIGHT, F.lit(weight).cast("bigint"))
-
-
 def expand(df: DataFrame) -> DataFrame:
     """A consolidated Z-set as the bag it stands for: a row per unit of positive weight."""
     cols = data_columns(df)

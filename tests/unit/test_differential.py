@@ -3,6 +3,7 @@ running the same SQL in batch after every tick."""
 from __future__ import annotations
 
 import itertools
+import os
 
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
@@ -11,8 +12,10 @@ from hypothesis import strategies as st
 from dbt_incremental_stream.differential import Differential
 from tests.workload import SOURCES, run
 
-# each example runs Spark jobs: few examples, no shrinking (a failure prints its first example)
-SETTINGS = settings(max_examples=2, deadline=None, derandomize=True, database=None,
+# each example runs Spark jobs: few examples, no shrinking (a failure prints its first example);
+# EXAMPLES=20 make test for a deeper, slower search
+SETTINGS = settings(max_examples=int(os.environ.get("EXAMPLES", "2")), deadline=None,
+                    derandomize=os.environ.get("EXAMPLES") is None, database=None,
                     phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck))
 
 GROUPS: dict[str, dict[str, str]] = {
