@@ -24,7 +24,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import DataType, DecimalType, DoubleType, FloatType, StructField, StructType
 
 from ..circuit.incremental import Incrementalizer
-from ..circuit.operators import WEIGHT, GroupDiff, Input, Integral, Map, Operator, explain, quote, walk
+from ..circuit.operators import WEIGHT, GroupDiff, Input, Integral, Map, Operator, Partials, explain, quote, walk
 from ..errors import CompileError, StateError, StreamError
 from ..sql.planner import plan
 from . import zsets
@@ -168,7 +168,7 @@ class Pipeline:
             batches = self.store.write(tick, frames)
             for node, batch in batches.items():
                 written[node].append(batch)
-            self.store.commit(tick, written, lambda node, df: self._fold(self._state(node), df),
+            self.store.commit(tick, written, lambda node, df: self._merge(self._state(node), df),
                               self._meta())
         finally:
             run.release()
@@ -189,10 +189,18 @@ class Pipeline:
             replay.release()
 
     def _fold(self, state: State, delta: DataFrame) -> DataFrame:
-        """A batch as stored: consolidated Z-set, or sums per key."""
+        """A tick's delta as stored. An aggregate's output and per-group partial sums come
+        out of a group-by already: no second shuffle."""
+        if isinstance(state, GroupDiff) or isinstance(state.input, Partials):
+            return delta
+        return self._merge(state, delta)
+
+    @staticmethod
+    def _merge(state: State, batches: DataFrame) -> DataFrame:
+        """Any union of batches of ``state`` as one: a consolidated Z-set, or sums per key."""
         if isinstance(state, Integral) and state.key is not None:
-            return zsets.sum_by(delta, state.key)
-        return zsets.consolidate(delta)
+            return zsets.sum_by(batches, state.key)
+        return zsets.consolidate(batches)
 
     def _conform(self, source: str, df: DataFrame) -> DataFrame:
         st = self._schemas[source]
