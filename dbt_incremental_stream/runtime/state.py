@@ -42,12 +42,17 @@ class Batch:
     bytes: int
     column: str  # the struct column holding this node's rows
     schema: str  # its StructType as JSON: reading with a known schema skips footer inference
-    frame: DataFrame | None = None  # cached reader, opened lazily
+    frame: DataFrame | None = None  # cached reader of a large batch, opened lazily
 
     def open(self, spark: SparkSession) -> DataFrame:
-        struct = StructType.fromJson(json.loads(self.schema))
-        return (spark.read.schema(StructType([StructField(self.column, struct)])).parquet(self.path)
-                .select(f"{self.column}.*"))
+        return Batch.open_many(spark, [self])
+
+    @staticmethod
+    def open_many(spark: SparkSession, batches: list[Batch]) -> DataFrame:
+        """Batches of one node (same column and schema) as one scan."""
+        column, struct = batches[0].column, StructType.fromJson(json.loads(batches[0].schema))
+        return (spark.read.schema(StructType([StructField(column, struct)]))
+                .parquet(*(b.path for b in batches)).select(f"{column}.*"))
 
     def to_json(self) -> dict[str, Any]:
         return {"path": self.path, "bytes": self.bytes, "column": self.column, "schema": self.schema}
@@ -60,14 +65,21 @@ class Spine:
     batches: list[Batch] = field(default_factory=list)
 
     def frame(self, spark: SparkSession) -> DataFrame | None:
-        """The integral as one (unconsolidated) DataFrame; None when empty."""
+        """The integral as one (unconsolidated) DataFrame; None when empty.
+
+        Large batches are cached one by one; the small ones are read by one scan of
+        several paths, which Spark packs into few tasks (a union of scans would cost
+        tasks per batch in every stage that reads the state).
+        """
         frames = []
+        small = [b for b in self.batches if b.bytes < CACHE_BYTES]
         for b in self.batches:
-            if b.frame is None:
-                b.frame = b.open(spark)
-                if b.bytes >= CACHE_BYTES:
-                    b.frame = b.frame.cache()
-            frames.append(b.frame)
+            if b.bytes >= CACHE_BYTES:
+                if b.frame is None:
+                    b.frame = b.open(spark).cache()
+                frames.append(b.frame)
+        if small:
+            frames.append(Batch.open_many(spark, small))
         if not frames:
             return None
         return reduce(lambda x, y: x.unionByName(y), frames)
