@@ -13,13 +13,13 @@ setup(
         "sqlglot==30.30.0",
         "pandas==2.3.3",  # PySpark 4.3 warns that pandas 3 is not yet supported
         "pyarrow==26.0.1",
+        "duckdb==1.5.5",  # the batch oracle of dbt_incremental_stream.differential
     ],
     extras_require={
         "dev": [
             "pytest==9.2.0",
             "pytest-xdist==3.8.0",
             "hypothesis==6.170.15",
-            "duckdb==1.5.5",
             "duckdb-extension-tpch==1.5.5",
             "matplotlib==3.11.2",
         ],
