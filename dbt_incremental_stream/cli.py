@@ -9,9 +9,12 @@ needed); ``check`` only says whether it can run incrementally and, if not, why.
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from pathlib import Path
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ParseError
 
 from .circuit.incremental import Incrementalizer
 from .circuit.operators import Input, Integral, Operator, explain
@@ -24,18 +27,15 @@ def _sources(specs: list[str]) -> dict[str, Operator]:
     catalog: dict[str, Operator] = {}
     for spec in specs:
         name, _, ddl = spec.partition("=")
-        if not ddl:
+        name = name.strip().lower()
+        try:
+            table = sqlglot.parse_one(f"CREATE TABLE t ({ddl})", read="spark")
+        except ParseError as e:
+            raise StreamError(f"--source wants name=columns, got {spec!r}: {e}") from e
+        columns = tuple(c.name.lower() for c in table.find_all(exp.ColumnDef))
+        if not columns:
             raise StreamError(f"--source wants name=columns, got {spec!r}")
-        columns = []
-        depth, start = 0, 0
-        for i, ch in enumerate(ddl + ","):
-            depth += ch in "(<" and 1 or ch in ")>" and -1 or 0
-            if ch == "," and depth == 0:
-                field = ddl[start:i].strip()
-                if field:
-                    columns.append(re.split(r"\s+", field)[0].strip("`").lower())
-                start = i + 1
-        catalog[name.strip().lower()] = Input(name.strip().lower(), tuple(columns))
+        catalog[name] = Input(name, columns)
     return catalog
 
 

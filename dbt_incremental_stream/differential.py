@@ -7,7 +7,6 @@ test suite on random workloads, and usable on any pipeline to check a model.
 from __future__ import annotations
 
 import math
-from functools import reduce
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import date, datetime
@@ -17,10 +16,10 @@ from typing import Any, Iterable, Mapping, Sequence
 import duckdb
 import sqlglot
 from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from .runtime.pipeline import Pipeline
+from .runtime.pipeline import Pipeline, coerce_row
+from .runtime.zsets import pack
 
 Row = tuple[Any, ...]
 Change = tuple[Sequence[Any], int]
@@ -120,9 +119,7 @@ class Differential:
             self.check()
 
     def _coerce(self, source: str, row: Sequence[Any]) -> Row:
-        fields = self.pipeline._schemas[source].fields
-        return tuple(Decimal(str(v)) if v is not None and f.dataType.typeName() == "decimal" else v
-                     for f, v in zip(fields, row))
+        return coerce_row(self.pipeline._schemas[source], row)
 
     def check(self, names: Iterable[str] | None = None) -> None:
         names = list(names or self.views)
@@ -137,16 +134,12 @@ class Differential:
 
     def _collect(self, names: list[str]) -> dict[str, list[Row]]:
         """Every view's snapshot in one Spark job (a struct column per view)."""
-        frames = [self.pipeline.snapshot(n) for n in names]
-        types = [StructType(f.schema.fields) for f in frames]
-        parts = [f.select(F.lit(i).alias("__v"), *(
-            F.struct(*(F.col(f"`{c}`") for c in f.columns)).alias(f"__s{j}") if j == i
-            else F.lit(None).cast(types[j]).alias(f"__s{j}") for j in range(len(frames))))
-            for i, f in enumerate(frames)]
+        columns = {n: f"__s{i}" for i, n in enumerate(names)}
         out: dict[str, list[Row]] = {n: [] for n in names}
-        if parts:
-            for row in reduce(lambda a, b: a.union(b), parts).collect():
-                out[names[row["__v"]]].append(tuple(row[f"__s{row['__v']}"]))
+        if names:
+            packed = pack({n: self.pipeline.snapshot(n) for n in names}, columns, "__v")
+            for row in packed.collect():
+                out[row["__v"]].append(tuple(row[columns[row["__v"]]]))
         return out
 
     def close(self) -> None:

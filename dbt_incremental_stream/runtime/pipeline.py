@@ -17,7 +17,7 @@ import json
 from collections import Counter
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from pyspark.errors import AnalysisException, ParseException
 from pyspark.sql import DataFrame, SparkSession
@@ -49,13 +49,19 @@ class View:
     schema: StructType  # what the same SQL returns in batch
 
 
-def _coerce(dtype: DataType) -> Callable[[Any], Any]:
-    """Python numbers as the column's type wants them (floats for DECIMAL, ints for DOUBLE)."""
-    if isinstance(dtype, DecimalType):
-        return lambda v: v if v is None or isinstance(v, Decimal) else Decimal(str(v))
+def coerce_row(schema: StructType, row: Sequence[Any]) -> tuple[Any, ...]:
+    """Python values as the columns' types want them (floats for DECIMAL, ints for DOUBLE)."""
+    return tuple(_coerce(f.dataType, v) for f, v in zip(schema.fields, row))
+
+
+def _coerce(dtype: DataType, v: Any) -> Any:
+    if v is None:
+        return v
+    if isinstance(dtype, DecimalType) and not isinstance(v, Decimal):
+        return Decimal(str(v))
     if isinstance(dtype, (DoubleType, FloatType)):
-        return lambda v: v if v is None else float(v)
-    return lambda v: v
+        return float(v)
+    return v
 
 
 class Pipeline:
@@ -132,8 +138,7 @@ class Pipeline:
         """A delta DataFrame for ``source`` from ``(row, weight)`` pairs."""
         st = self._schemas[source.lower()]
         schema = StructType(list(st.fields) + [StructField(WEIGHT, zsets.LONG, False)])
-        fix = [_coerce(f.dataType) for f in st.fields]
-        data = [tuple(f(v) for f, v in zip(fix, r)) + (int(w),) for r, w in rows]
+        data = [coerce_row(st, r) + (int(w),) for r, w in rows]
         return self.spark.createDataFrame(data, schema)
 
     def step(self, deltas: Mapping[str, DataFrame | Rows | None]) -> dict[str, DataFrame]:
@@ -168,8 +173,8 @@ class Pipeline:
             batches = self.store.write(tick, frames)
             for node, batch in batches.items():
                 written[node].append(batch)
-            self.store.commit(tick, written, lambda node, df: self._merge(self._state(node), df),
-                              self._meta())
+            by_id = {s.id: s for s in states}
+            self.store.commit(tick, written, lambda node, df: self._merge(by_id[node], df), self._meta())
         finally:
             run.release()
         return {v.name: batches[v.state.id].open(self.spark) if v.state.id in batches
@@ -220,9 +225,6 @@ class Pipeline:
     def _states(self) -> list[State]:
         """Every node with persisted state, inputs before consumers."""
         return [op for op in walk(*self._roots()) if isinstance(op, (Integral, GroupDiff))]
-
-    def _state(self, node: str) -> State:
-        return next(s for s in self._states() if s.id == node)
 
     def _shared(self) -> set[str]:
         """Nodes read by more than one consumer within a tick: persisted once computed."""

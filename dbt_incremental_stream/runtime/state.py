@@ -23,10 +23,10 @@ from functools import reduce
 from typing import Any, Callable
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
 from ..errors import StateError
+from .zsets import pack
 
 MANIFEST_DIR = "_manifest"
 STATE_DIR = "state"
@@ -56,6 +56,10 @@ class Batch:
 
     def to_json(self) -> dict[str, Any]:
         return {"path": self.path, "bytes": self.bytes, "column": self.column, "schema": self.schema}
+
+    @staticmethod
+    def from_json(doc: dict[str, Any]) -> Batch:
+        return Batch(doc["path"], int(doc["bytes"]), doc["column"], doc["schema"])
 
 
 @dataclass
@@ -178,7 +182,7 @@ class StateStore:
         self.tick = int(doc["tick"])
         self.meta = doc.get("meta", {})
         self.spines = {
-            node: Spine([Batch(b["path"], int(b["bytes"]), b["column"], b["schema"]) for b in entry["batches"]])
+            node: Spine([Batch.from_json(b) for b in entry["batches"]])
             for node, entry in doc["nodes"].items()
         }
         self._collect_garbage()
@@ -215,22 +219,15 @@ class StateStore:
         if not frames:
             return {}
         columns = {node: f"n_{node}" for node in frames}
-        types = {node: df.schema for node, df in frames.items()}
-        parts = [
-            df.select(F.lit(node).alias("_node"), *(
-                F.struct(*(F.col(f"`{c}`") for c in df.columns)).alias(columns[n]) if n == node
-                else F.lit(None).cast(types[n]).alias(columns[n]) for n in frames))
-            for node, df in frames.items()
-        ]
         base = self.fs.path(STATE_DIR, f"{tick:012d}-{uuid.uuid4().hex[:8]}")
         # few files per batch: every file is a task for each later tick that reads it
         files = self.spark.sparkContext.defaultParallelism
-        reduce(lambda a, b: a.union(b), parts).coalesce(files).write.partitionBy("_node").parquet(base)
+        pack(frames, columns, "_node").coalesce(files).write.partitionBy("_node").parquet(base)
         written = {}
         for name in self.fs.list(base):
             if name.startswith("_node="):
                 node, path = name[len("_node="):], f"{base}/{name}"
-                written[node] = Batch(path, self.fs.size(path), columns[node], types[node].json())
+                written[node] = Batch(path, self.fs.size(path), columns[node], frames[node].schema.json())
         return written
 
     def commit(self, tick: int, appended: dict[str, list[Batch]], merge: Callable[[str, DataFrame], DataFrame],

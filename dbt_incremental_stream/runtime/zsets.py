@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from functools import reduce
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -29,6 +29,20 @@ def union(frames: Iterable[DataFrame | None]) -> DataFrame | None:
         return None
     first = present[0]
     return reduce(lambda a, b: a.union(b.toDF(*a.columns)), present[1:], first)
+
+
+def pack(frames: Mapping[str, DataFrame], columns: Mapping[str, str], tag: str) -> DataFrame:
+    """Frames of different schemas as one DataFrame, so one Spark job computes them all:
+    column ``tag`` names each row's frame, whose row sits in the struct column
+    ``columns[frame]`` (the other frames' struct columns are NULL)."""
+    types = {key: df.schema for key, df in frames.items()}
+    parts = [
+        df.select(F.lit(key).alias(tag), *(
+            F.struct(*map(col, df.columns)).alias(columns[k]) if k == key
+            else F.lit(None).cast(types[k]).alias(columns[k]) for k in frames))
+        for key, df in frames.items()
+    ]
+    return reduce(lambda a, b: a.union(b), parts)
 
 
 def consolidate(df: DataFrame) -> DataFrame:
