@@ -20,6 +20,7 @@ from pyspark.sql.types import StructType
 
 from .runtime.pipeline import Pipeline, coerce_row
 from .runtime.zsets import pack
+from .sql.planner import total_order
 
 Row = tuple[Any, ...]
 Change = tuple[Sequence[Any], int]
@@ -45,7 +46,7 @@ class Oracle:
         self._load()
 
     def add_view(self, name: str, sql: str) -> None:
-        duck_sql = sqlglot.transpile(sql, read="spark", write="duckdb")[0]
+        duck_sql = total_order(sqlglot.parse_one(sql, read="spark")).sql("duckdb")
         self.con.execute(f'CREATE VIEW "{name}" AS {duck_sql}')
 
     def apply(self, source: str, changes: Iterable[Change]) -> None:
@@ -174,8 +175,9 @@ def _sort_key(row: Row) -> tuple:
 
 
 def _close(a: Any, b: Any) -> bool:
+    # abs_tol: Spark rounds a DECIMAL division to 6 decimal places, DuckDB divides in DOUBLE
     if isinstance(a, float) and isinstance(b, float):
-        return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9) or (math.isnan(a) and math.isnan(b))
+        return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-6) or (math.isnan(a) and math.isnan(b))
     return a == b
 
 

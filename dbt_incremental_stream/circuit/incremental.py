@@ -3,7 +3,8 @@
 Linear operators apply to deltas as they are. A join becomes
 ΔA⋈z⁻¹I(B) + I(A)⋈ΔB (which equals ΔA⋈B₋₁ + A₋₁⋈ΔB + ΔA⋈ΔB). An aggregate keeps the
 integral of its input — of per-group partial sums when every aggregate is linear — and
-re-derives only the groups a delta touches.
+re-derives only the groups a delta touches; window functions likewise recompute only
+the partitions a delta touches.
 """
 from __future__ import annotations
 
@@ -19,8 +20,12 @@ from .operators import (
     Join,
     Map,
     Operator,
+    Pad,
     Partials,
     Plus,
+    Scale,
+    Window,
+    WindowDiff,
 )
 
 
@@ -79,6 +84,16 @@ def _(op: Plus, inc: Incrementalizer) -> Operator:
 
 
 @_delta.register
+def _(op: Pad, inc: Incrementalizer) -> Operator:
+    return Pad(inc(op.input), inc(op.like))
+
+
+@_delta.register
+def _(op: Scale, inc: Incrementalizer) -> Operator:
+    return Scale(inc(op.input), op.factor)
+
+
+@_delta.register
 def _(op: Join, inc: Incrementalizer) -> Operator:
     da, db = inc(op.left), inc(op.right)
     ia, ib = integral(da), integral(db)
@@ -94,3 +109,9 @@ def _(op: Aggregate, inc: Incrementalizer) -> Operator:
     else:
         state = Integral(dx)
     return GroupDiff(dx, Delay(state), op.keys, op.aggs)
+
+
+@_delta.register
+def _(op: Window, inc: Incrementalizer) -> Operator:
+    dx = inc(op.input)
+    return WindowDiff(dx, delayed(integral(dx)), op.partition, op.funcs, op.keep)

@@ -130,6 +130,51 @@ class Plus(Operator):
 
 
 @dataclass(frozen=True, eq=False)
+class Scale(Operator):
+    """Multiplies each row's weight by an integer Spark SQL expression over its columns
+    (linear): ``"-1"`` negates, a count column turns one row into that many."""
+
+    input: Operator
+    factor: str
+
+    @property
+    def inputs(self) -> tuple[Operator, ...]:
+        return (self.input,)
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return self.input.columns
+
+    def label(self) -> str:
+        return f"Scale by {self.factor}"
+
+
+@dataclass(frozen=True, eq=False)
+class Pad(Operator):
+    """The input's rows extended by NULLs in the columns of ``like`` (linear): the
+    unmatched side of an outer join. ``like`` only lends its column names and types."""
+
+    input: Operator
+    like: Operator
+
+    @property
+    def inputs(self) -> tuple[Operator, ...]:
+        return (self.input, self.like)
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return self.input.columns + self.like.columns
+
+    def label(self) -> str:
+        return f"Pad with NULL [{', '.join(self.like.columns)}]"
+
+
+def minus(a: Operator, b: Operator) -> Operator:
+    """The Z-set difference a - b."""
+    return Plus((a, Scale(b, "-1")))
+
+
+@dataclass(frozen=True, eq=False)
 class Join(Operator):
     """Inner join, weights multiply (bilinear). Column names of both sides are disjoint."""
 
@@ -192,6 +237,38 @@ class Grouping(Operator):
 @dataclass(frozen=True, eq=False)
 class Aggregate(Grouping):
     """GROUP BY ``keys``; one output row per group present. No keys: exactly one row."""
+
+
+@dataclass(frozen=True, eq=False)
+class Window(Operator):
+    """Window functions: the input's rows, each with one more column per function.
+
+    ``funcs`` are Spark SQL window expressions over the input's columns, all partitioned
+    at least by the ``partition`` columns, so each partition is computed on its own;
+    ``keep`` (over the output columns) drops rows, which makes top-k a Window that
+    stores only the k rows it keeps.
+    """
+
+    input: Operator
+    partition: tuple[str, ...]
+    funcs: tuple[tuple[str, str], ...]
+    keep: str | None = None
+
+    @property
+    def inputs(self) -> tuple[Operator, ...]:
+        return (self.input,)
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return self.input.columns + tuple(n for n, _ in self.funcs)
+
+    def label(self) -> str:
+        return "Window " + _window_label(self.partition, self.funcs, self.keep)
+
+
+def _window_label(partition: tuple[str, ...], funcs: tuple[tuple[str, str], ...], keep: str | None) -> str:
+    shown = ", ".join(f"{e} AS {n}" for n, e in funcs)
+    return f"by [{', '.join(partition)}] {shown}" + (f" keep {keep}" if keep else "")
 
 
 def distinct(op: Operator) -> Aggregate:
@@ -260,22 +337,36 @@ def partial_columns(agg: AggCall) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True, eq=False)
-class GroupDiff(Operator):
-    """D(agg(I(x))) for the groups the delta touches: retract old rows, insert new ones.
-
-    ``delta`` is the input delta (``Partials`` when every aggregate is linear, else the
-    raw Z-set delta) and ``before`` is z⁻¹ of its integral. It is itself a state node:
-    it keeps the integral of its own output, to retract exactly the rows it emitted.
-    """
+class Recompute(Operator):
+    """D(f(I(x))) for an f computed per group: only the groups ``delta`` touches are
+    recomputed, from ``before`` (z⁻¹ of the input's integral) plus the delta. It is itself
+    a state node: it keeps the integral of its own output, to retract exactly the rows
+    it emitted for those groups."""
 
     delta: Operator
-    before: Delay
-    keys: tuple[str, ...]
-    aggs: tuple[AggCall, ...]
+    before: Operator  # z⁻¹ of an integral, maybe under a projection
 
     @property
     def inputs(self) -> tuple[Operator, ...]:
         return (self.delta, self.before)
+
+    @property
+    def group(self) -> tuple[str, ...]:
+        """The columns a group is identified by (none: the whole input is one group)."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, eq=False)
+class GroupDiff(Recompute):
+    """An aggregate's change. ``delta`` is ``Partials`` when every aggregate is linear
+    (``before`` then holds per-group sums), else the raw Z-set delta."""
+
+    keys: tuple[str, ...]
+    aggs: tuple[AggCall, ...]
+
+    @property
+    def group(self) -> tuple[str, ...]:
+        return self.keys
 
     @property
     def linear(self) -> bool:
@@ -288,6 +379,26 @@ class GroupDiff(Operator):
     def label(self) -> str:
         how = "from partial sums" if self.linear else "re-aggregating touched groups"
         return f"GroupDiff by [{', '.join(self.keys)}] {', '.join(map(str, self.aggs))} ({how})"
+
+
+@dataclass(frozen=True, eq=False)
+class WindowDiff(Recompute):
+    """A Window's change: the touched partitions' rows, recomputed."""
+
+    partition: tuple[str, ...]
+    funcs: tuple[tuple[str, str], ...]
+    keep: str | None
+
+    @property
+    def group(self) -> tuple[str, ...]:
+        return self.partition
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return self.delta.columns + tuple(n for n, _ in self.funcs)
+
+    def label(self) -> str:
+        return "WindowDiff " + _window_label(self.partition, self.funcs, self.keep)
 
 
 # --- helpers -------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from typing import Callable, Mapping
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
 from ..circuit.operators import (
     WEIGHT,
@@ -23,8 +24,11 @@ from ..circuit.operators import (
     Join,
     Map,
     Operator,
+    Pad,
     Partials,
     Plus,
+    Scale,
+    WindowDiff,
     quote,
 )
 from . import zsets
@@ -42,7 +46,7 @@ class Tick:
 
     def __init__(self, inputs: Mapping[str, DataFrame | None], before: Callable[[str], DataFrame | None],
                  is_new: Callable[[str], bool], shared: set[str],
-                 empty: Callable[[], Tick] | None = None):
+                 empty: Tick | None = None):
         self._inputs = inputs
         self._before = before
         self._is_new = is_new
@@ -93,6 +97,23 @@ class Tick:
         return zsets.union(self.value(i) for i in op.inputs)
 
     @_eval.register
+    def _(self, op: Pad) -> DataFrame | None:
+        df = self.value(op.input)
+        if df is None:
+            return None
+        like = (self if self._empty is None else self._empty).value(op.like)
+        if like is None:
+            raise TypeError(f"no type for the columns of {op.like.label()}")
+        types = {f.name: f.dataType for f in like.schema.fields}
+        return df.select(*map(col, op.input.columns), *(F.lit(None).cast(types[c]).alias(c) for c in op.like.columns),
+                         col(WEIGHT))
+
+    @_eval.register
+    def _(self, op: Scale) -> DataFrame | None:
+        df = self.value(op.input)
+        return None if df is None else zsets.scale(df, op.factor)
+
+    @_eval.register
     def _(self, op: Join) -> DataFrame | None:
         left = self.value(op.left)
         right = self.value(op.right) if left is not None else None
@@ -117,10 +138,17 @@ class Tick:
     def _(self, op: GroupDiff) -> DataFrame | None:
         delta = self.value(op.delta)
         if delta is None and not op.keys and self._is_new(op.id) and self._empty is not None:
-            delta = self._empty().value(op.delta)  # a global aggregate has its row from the start
+            delta = self._empty.value(op.delta)  # a global aggregate has its row from the start
         if delta is None:
             return None
         return zsets.group_diff(self.value(op.before), delta, self._before(op.id), op.keys, op.aggs, op.linear)
+
+    @_eval.register
+    def _(self, op: WindowDiff) -> DataFrame | None:
+        delta = self.value(op.delta)
+        if delta is None:
+            return None
+        return zsets.window_diff(self.value(op.before), delta, self._before(op.id), op.partition, op.funcs, op.keep)
 
 
 def empty_tick(inputs: Mapping[str, DataFrame]) -> Tick:

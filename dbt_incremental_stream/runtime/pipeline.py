@@ -24,7 +24,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import DataType, DecimalType, DoubleType, FloatType, StructField, StructType
 
 from ..circuit.incremental import Incrementalizer
-from ..circuit.operators import WEIGHT, GroupDiff, Input, Integral, Map, Operator, Partials, explain, quote, walk
+from ..circuit.operators import WEIGHT, Input, Integral, Map, Operator, Partials, Recompute, explain, quote, walk
 from ..errors import CompileError, StateError, StreamError
 from ..sql.planner import plan
 from . import zsets
@@ -32,11 +32,11 @@ from .evaluate import Tick, empty_tick
 from .state import Batch, StateStore
 
 Rows = Iterable[tuple[Sequence[Any], int]]
-State = Integral | GroupDiff  # nodes with persisted state: an integral, or an aggregate's output
+State = Integral | Recompute  # nodes with persisted state: an integral, or a per-group recompute's output
 
 
 def _state_delta(tick: Tick, state: State) -> DataFrame | None:
-    """What a state node adds this tick: its input's delta, or an aggregate's own output."""
+    """What a state node adds this tick: its input's delta, or a recompute's own output."""
     return tick.value(state.input if isinstance(state, Integral) else state)
 
 
@@ -75,6 +75,7 @@ class Pipeline:
         self._catalog: dict[str, Operator] = {}
         self._views: dict[str, View] = {}
         self._incremental = Incrementalizer()
+        self._empty: Tick | None = None
 
     # --- definition --------------------------------------------------------------------
 
@@ -94,6 +95,7 @@ class Pipeline:
                 f"source {name!r} was {StructType.fromJson(known).simpleString()} in the state at "
                 f"{self.store.fs.root}, now {st.simpleString()}; use a new state location to start over")
         self._schemas[name] = st
+        self._empty = None
         self._catalog[name] = Input(name, tuple(st.fieldNames()))
         self._analysis.createDataFrame([], st).createOrReplaceTempView(name)
 
@@ -167,7 +169,7 @@ class Pipeline:
                   for s in states}
         first = {s.id for s in states if not self.store.has(s.id) and not written[s.id]}
         run = Tick(inputs, before.__getitem__, first.__contains__, self._shared(),
-                   empty=lambda: empty_tick(self._empties()))
+                   empty=self._typed_empty())
         try:
             frames = {s.id: self._fold(s, d) for s in states if (d := _state_delta(run, s)) is not None}
             batches = self.store.write(tick, frames)
@@ -185,7 +187,7 @@ class Pipeline:
         retained input history through them as one delta, from empty state."""
         history = {name: self.store.before(self._source_state(name).id) for name in self._schemas}
         replay = Tick(history, lambda _: None, lambda _: True, self._shared(),
-                      empty=lambda: empty_tick(self._empties()))
+                      empty=self._typed_empty())
         try:
             frames = {s.id: self._fold(s, d) for s in new if (d := _state_delta(replay, s)) is not None}
             for node, batch in self.store.write(tick, frames).items():
@@ -194,9 +196,9 @@ class Pipeline:
             replay.release()
 
     def _fold(self, state: State, delta: DataFrame) -> DataFrame:
-        """A tick's delta as stored. An aggregate's output and per-group partial sums come
+        """A tick's delta as stored. A recompute's output and per-group partial sums come
         out of a group-by already: no second shuffle."""
-        if isinstance(state, GroupDiff) or isinstance(state.input, Partials):
+        if isinstance(state, Recompute) or isinstance(state.input, Partials):
             return delta
         return self._merge(state, delta)
 
@@ -224,7 +226,7 @@ class Pipeline:
 
     def _states(self) -> list[State]:
         """Every node with persisted state, inputs before consumers."""
-        return [op for op in walk(*self._roots()) if isinstance(op, (Integral, GroupDiff))]
+        return [op for op in walk(*self._roots()) if isinstance(op, (Integral, Recompute))]
 
     def _shared(self) -> set[str]:
         """Nodes read by more than one consumer within a tick: persisted once computed."""
@@ -233,8 +235,13 @@ class Pipeline:
             uses.update(i.id for i in op.inputs)
         return {node for node, n in uses.items() if n > 1}
 
-    def _empties(self) -> dict[str, DataFrame]:
-        return {n: self.spark.createDataFrame([], self._with_weight(s)) for n, s in self._schemas.items()}
+    def _typed_empty(self) -> Tick:
+        """A tick over empty inputs and state: typed empty values of every node (kept
+        until the circuit changes, its values never do)."""
+        if self._empty is None:
+            self._empty = empty_tick({n: self.spark.createDataFrame([], self._with_weight(s))
+                                      for n, s in self._schemas.items()})
+        return self._empty
 
     @staticmethod
     def _with_weight(schema: StructType) -> StructType:

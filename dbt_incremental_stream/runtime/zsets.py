@@ -117,10 +117,33 @@ def group_diff(before: DataFrame | None, delta: DataFrame, prior: DataFrame | No
     new = groups.where(count != 0) if keys else groups
     new = new.select(*map(col, keys), *(v.alias(a.name) for v, a in zip(results, aggs)),
                      F.lit(1).cast("bigint").alias(WEIGHT))
+    return _replace(prior, delta, keys, new)
+
+
+def window_diff(before: DataFrame | None, delta: DataFrame, prior: DataFrame | None, partition: Sequence[str],
+                funcs: Sequence[tuple[str, str]], keep: str | None) -> DataFrame:
+    """The change of window functions over the partitions ``delta`` touches: their rows
+    (z⁻¹I + Δ) as a bag, the functions computed by Spark, minus what was emitted before."""
+    rows = delta if before is None else restrict(before, delta, partition).union(delta)
+    out = expand(consolidate(rows)).selectExpr("*", *(f"{e} AS {quote(n)}" for n, e in funcs))
+    if keep:
+        out = out.where(keep)
+    new = out.groupBy(*map(col, out.columns)).agg(F.count(F.lit(1)).alias(WEIGHT))
+    return _replace(prior, delta, partition, new)
+
+
+def _replace(prior: DataFrame | None, delta: DataFrame, keys: Sequence[str], new: DataFrame) -> DataFrame:
+    """``new`` rows of the groups ``delta`` touches, minus the rows ``prior`` (all rows
+    emitted so far) holds for them."""
     if prior is None:
         return new
     old = restrict(prior, delta, keys)
     return consolidate(old.withColumn(WEIGHT, -col(WEIGHT)).unionByName(new))
+
+
+def scale(df: DataFrame, factor: str) -> DataFrame:
+    """Weights multiplied by an integer expression over the row; zero (or NULL) drops it."""
+    return df.withColumn(WEIGHT, col(WEIGHT) * F.expr(factor).cast("bigint")).where(col(WEIGHT) != 0)
 
 
 def _finalize(sums: dict[str, Column], aggs: Sequence[AggCall]) -> tuple[Column, list[Column]]:

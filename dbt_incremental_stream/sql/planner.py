@@ -1,14 +1,18 @@
 """SQL text → logical plan: a circuit of Z-set operators over whole relations.
 
-parse (spark dialect) → validate → qualify (sqlglot: expand stars, qualify columns,
-resolve USING / aliases / ordinals) → plan each query scope. Inside a scope every
-column of a FROM item is renamed ``alias__column`` so joined relations never clash,
-single-relation predicates are pushed below the joins, and joins are ordered so that
-each new relation connects by an equality to those already joined.
+parse (spark dialect) → validate → rewrite aggregate FILTER clauses → qualify (sqlglot:
+expand stars, qualify columns, resolve USING / aliases / ordinals) → factor common terms
+out of ORs → plan each query scope. Inside a scope every column of a FROM item is renamed
+``alias__column`` so joined relations never clash, single-relation predicates are pushed
+below the joins, and joins are ordered so that each new relation connects by an
+equality to those already joined. Outer joins become an inner join plus the unmatched
+rows padded with NULLs; subqueries are decorrelated into joins (see :meth:`_Planner.decorrelate`);
+window functions and ORDER BY … LIMIT become ``Window`` nodes.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import itertools
+from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 import sqlglot
@@ -16,11 +20,30 @@ from sqlglot import exp
 from sqlglot.errors import OptimizeError, ParseError
 from sqlglot.optimizer.qualify import qualify
 
-from ..circuit.operators import AggCall, Aggregate, Filter, Join, Map, Operator, Plus, distinct, quote
+from ..circuit.operators import (
+    AggCall,
+    Aggregate,
+    Filter,
+    Join,
+    Map,
+    Operator,
+    Pad,
+    Plus,
+    Scale,
+    Window,
+    distinct,
+    minus,
+    quote,
+)
 from ..errors import CompileError
 from .validate import AGGREGATES, position, unsupported, validate
 
 DIALECT = "spark"
+
+Env = Mapping[str, Operator]
+Render = Callable[[exp.Expression], str]
+#: an equality used to join: (SQL on the left side, SQL on the right side, NULL-safe)
+Pair = tuple[str, str, bool]
 
 
 def parse(sql: str, view: str | None = None) -> exp.Query:
@@ -39,23 +62,74 @@ def parse(sql: str, view: str | None = None) -> exp.Query:
 
 def plan(sql: str, catalog: Mapping[str, Operator], view: str | None = None) -> Operator:
     """The logical plan of ``sql``; ``catalog`` maps relation names to their operators."""
-    tree = parse(sql, view)
+    tree = parse(sql, view).transform(_filter_clause)
     schema = {name: {c: "string" for c in op.columns} for name, op in catalog.items()}
     try:
         tree = qualify(tree, schema=schema, dialect=DIALECT, validate_qualify_columns=True,
                        quote_identifiers=False)
     except OptimizeError as e:
         raise CompileError(str(e), view=view) from e
-    return _Planner(catalog, view).query(tree, {})
+    return _Planner(catalog, view).query(tree.transform(_factor_or), {})
 
 
-Env = Mapping[str, Operator]
+def total_order(tree: exp.Expression) -> exp.Expression:
+    """``tree`` with every ORDER BY that feeds a LIMIT extended by all output columns, which
+    is how the planner breaks ties: a LIMIT then picks the same rows in every engine."""
+
+    def extend(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Query) and node.args.get("limit") and node.args.get("order"):
+            order = node.args["order"]
+            width = len(node.selects)
+            order.set("expressions", list(order.expressions) + [
+                exp.Ordered(this=exp.Literal.number(i + 1), nulls_first=True) for i in range(width)])
+        return node
+
+    return tree.copy().transform(extend)
+
+
+@dataclass
+class _Unit:
+    """Joined FROM items: the aliases they bind and their operator."""
+
+    aliases: frozenset[str]
+    op: Operator
+
+
+@dataclass
+class _Sub:
+    """A decorrelated subquery: an uncorrelated relation and how it joins to the outer rows."""
+
+    op: Operator
+    keys: list[str]  # its correlation key columns …
+    outer: list[tuple[str, bool]]  # … equal to these outer expressions (SQL, NULL-safe)
+    mark: str  # a column that is TRUE on every row
+    value: str | None = None  # the column holding its value (IN / scalar subquery)
+    test: str | None = None  # IN: the outer expression tested for membership
+    empty: str = "NULL"  # scalar: the value when no row correlates
+
+    @property
+    def pairs(self) -> list[Pair]:
+        """The equalities that join it to the outer rows."""
+        pairs = [(o, quote(k), ns) for k, (o, ns) in zip(self.keys, self.outer)]
+        if self.test is not None:
+            pairs.insert(0, (self.test, quote(self.value), False))  # type: ignore[arg-type]
+        return pairs
 
 
 @dataclass
 class _Planner:
     catalog: Mapping[str, Operator]
     view: str | None
+    _names: itertools.count = field(default_factory=itertools.count)
+
+    def fresh(self, prefix: str) -> str:
+        """A column name unique within the view."""
+        return f"_{prefix}{next(self._names)}"
+
+    def error(self, message: str, node: exp.Expression) -> CompileError:
+        return CompileError(message, view=self.view, **position(node))  # type: ignore[arg-type]
+
+    # --- queries -----------------------------------------------------------------------
 
     def query(self, q: exp.Expression, env: Env) -> Operator:
         with_ = q.args.get("with_")
@@ -64,26 +138,39 @@ class _Planner:
             for cte in with_.expressions:
                 env[cte.alias_or_name] = self.query(cte.this, env)
         if isinstance(q, exp.Subquery):
-            return self.query(q.this, env)
-        if isinstance(q, exp.Union):
-            return self.union(q, env)
+            return self.top_k(q, self.query(q.this, env))
+        if isinstance(q, exp.SetOperation):
+            return self.top_k(q, self.set_operation(q, env))
         if isinstance(q, exp.Select):
             return self.select(q, env)
         raise unsupported(f"query form {type(q).__name__}", q, self.view)
 
-    def union(self, q: exp.Union, env: Env) -> Operator:
+    def set_operation(self, q: exp.SetOperation, env: Env) -> Operator:
         left, right = self.query(q.this, env), self.query(q.expression, env)
         if len(left.columns) != len(right.columns):
-            raise CompileError(
-                f"UNION sides have {len(left.columns)} and {len(right.columns)} columns", view=self.view,
-                **position(q))  # type: ignore[arg-type]
-        right = Map(right, tuple((n, quote(c)) for n, c in zip(left.columns, right.columns)))
-        both: Operator = Plus((left, right))
-        return distinct(both) if q.args.get("distinct") else both
+            raise self.error(f"{q.key.upper()} sides have {len(left.columns)} and {len(right.columns)} columns", q)
+        cols = left.columns
+        right = Map(right, tuple((n, quote(c)) for n, c in zip(cols, right.columns)))
+        if isinstance(q, exp.Union):
+            both: Operator = Plus((left, right))
+            return distinct(both) if q.args.get("distinct") else both
+        # INTERSECT / EXCEPT: count each row's occurrences on both sides, then keep rows by the counts
+        a, b = self.fresh("na"), self.fresh("nb")
+        same = tuple((c, quote(c)) for c in cols)
+        tagged = Plus((Map(left, same + ((a, "1"), (b, "0"))), Map(right, same + ((a, "0"), (b, "1")))))
+        counts: Operator = Aggregate(tagged, cols, (AggCall(a, "sum", a), AggCall(b, "sum", b)))
+        na, nb = quote(a), quote(b)
+        if isinstance(q, exp.Intersect):
+            counts = (Filter(counts, f"{na} > 0 AND {nb} > 0") if q.args.get("distinct")
+                      else Scale(counts, f"LEAST({na}, {nb})"))
+        else:
+            counts = (Filter(counts, f"{na} > 0 AND {nb} = 0") if q.args.get("distinct")
+                      else Scale(counts, f"GREATEST({na} - {nb}, 0)"))
+        return Map(counts, same)
 
     def relation(self, source: exp.Expression, env: Env) -> Operator:
         if isinstance(source, exp.Subquery):
-            return self.query(source.this, env)
+            return self.query(source, env)
         if isinstance(source, exp.Table):
             names = [source.name] if not source.db else [f"{source.db}.{source.name}", source.name]
             for name in names:
@@ -91,14 +178,14 @@ class _Planner:
                     return env[name]
                 if name in self.catalog:
                     return self.catalog[name]
-            raise CompileError(f"unknown relation {source.sql(DIALECT)}", view=self.view,
-                               **position(source))  # type: ignore[arg-type]
+            raise self.error(f"unknown relation {source.sql(DIALECT)}", source)
         raise unsupported(f"FROM item {type(source).__name__}", source, self.view)
 
     def select(self, q: exp.Select, env: Env) -> Operator:
-        items = [q.args["from_"].this] + [j.this for j in q.args.get("joins") or []]
-        scope = [q.args.get(k) for k in ("where", "group", "having")] + list(q.expressions)
-        scope += [j.args.get("on") for j in q.args.get("joins") or []]
+        joins = q.args.get("joins") or []
+        items = [q.args["from_"].this] + [j.this for j in joins]
+        scope = [q.args.get(k) for k in ("where", "group", "having", "qualify", "order")] + list(q.expressions)
+        scope += [j.args.get("on") for j in joins]
         used: dict[str, set[str]] = {}
         for node in scope:
             for col in node.find_all(exp.Column) if node else ():
@@ -110,55 +197,302 @@ class _Planner:
             op = self.relation(item, env)
             keep = [c for c in op.columns if c in used.get(alias, ())]
             sources[alias] = Map(op, tuple((mangle(alias, c), quote(c)) for c in keep))
+        aliases = set(sources)
 
-        conjuncts = [c for node in [q.args.get("where")] + [j.args.get("on") for j in q.args.get("joins") or []]
-                     if node is not None for c in _conjuncts(node.this if isinstance(node, exp.Where) else node)]
-        node = self.join(sources, conjuncts)
+        where = _conjuncts(q.args["where"].this) if q.args.get("where") else []
+        node = self.joins(q, sources, [c for c in where if not _subqueries(c)])
+        for c in where:
+            if _subqueries(c):
+                node = self.filter(node, c, aliases, env, _render)
 
+        render: Render = _render
         if q.args.get("group") or any(_aggregates(e) for e in q.expressions) or q.args.get("having"):
             node, render = self.aggregate(q, node)
             having = q.args.get("having")
-            if having is not None:
-                node = Filter(node, render(having.this))
-        else:
-            render = _render
-        node = Map(node, tuple((e.alias_or_name, render(e.unalias())) for e in q.expressions))
+            for c in _conjuncts(having.this) if having is not None else []:
+                node = self.filter(node, c, aliases, env, render)
+        node, render = self.windows(q, node, render)
+        if q.args.get("qualify"):
+            node = Filter(node, render(q.args["qualify"].this))
+
+        outputs: list[tuple[str, str]] = []
+        for e in q.expressions:
+            node, e = self.inline(node, e.unalias(), aliases, env, render) if _subqueries(e) else (node, e)
+            outputs.append((q.expressions[len(outputs)].alias_or_name, render(e.unalias())))
+        names = [n for n, _ in outputs]
+        hidden = self.order_columns(q, names, render)
+        node = Map(node, tuple(outputs) + tuple((n, e) for n, e in hidden.values() if n not in names))
         if q.args.get("distinct"):
             node = distinct(node)
-        return node
+        node = self.top_k(q, node, {k: n for k, (n, _) in hidden.items()}, names)
+        return node if node.columns == tuple(names) else Map(node, tuple((n, quote(n)) for n in names))
 
-    def join(self, sources: dict[str, Operator], conjuncts: list[exp.Expression]) -> Operator:
-        """Push single-relation predicates down, then join greedily along equalities."""
+    # --- joins -------------------------------------------------------------------------
+
+    def joins(self, q: exp.Select, sources: dict[str, Operator], where: list[exp.Expression]) -> Operator:
+        """The FROM clause left to right: runs of inner joins are ordered freely, outer and
+        semi/anti joins take what is joined so far as their left side."""
+        joins = q.args.get("joins") or []
+        nullable: set[str] = set()
+        seen = {q.args["from_"].this.alias_or_name}
+        for j in joins:
+            alias, side = j.this.alias_or_name, (j.side or "").upper()
+            if side in ("LEFT", "FULL") and (j.kind or "").upper() not in ("SEMI", "ANTI"):
+                nullable.add(alias)
+            if side in ("RIGHT", "FULL"):
+                nullable |= seen
+            seen.add(alias)
+        pending = list(where)
+
+        def block(units: list[_Unit], conjuncts: list[exp.Expression]) -> _Unit:
+            bound = frozenset().union(*(u.aliases for u in units))
+            movable = [c for c in pending if _aliases(c) <= bound and not _aliases(c) & nullable]
+            for c in movable:
+                pending.remove(c)
+            return self.block(units, conjuncts + movable)
+
+        first = q.args["from_"].this.alias_or_name
+        units, conjuncts = [_Unit(frozenset({first}), sources[first])], []
+        for j in joins:
+            alias = j.this.alias_or_name
+            right = _Unit(frozenset({alias}), sources[alias])
+            on = _conjuncts(j.args["on"]) if j.args.get("on") else []
+            side, kind = (j.side or "").upper(), (j.kind or "").upper()
+            if kind in ("SEMI", "ANTI"):
+                left = block(units, conjuncts)
+                pairs, residual = self.split_on(left, right, on, push=True)
+                matched = self.semi(left.op, right.op, pairs, residual)
+                units, conjuncts = [_Unit(left.aliases, matched if kind == "SEMI" else minus(left.op, matched))], []
+            elif side:
+                left = block(units, conjuncts)
+                units, conjuncts = [self.outer(left, right, on, side)], []
+            else:
+                units.append(right)
+                conjuncts += on
+        units = [block(units, conjuncts)]
+        return self.block(units, pending).op
+
+    def block(self, units: list[_Unit], conjuncts: list[exp.Expression]) -> _Unit:
+        """Inner-join ``units``: push single-unit predicates down, join greedily along equalities."""
+        units = list(units)
         pending: list[exp.Expression] = []
         constant: list[exp.Expression] = []
         for c in conjuncts:
             aliases = _aliases(c)
-            if len(aliases) == 1:
-                (alias,) = aliases
-                sources[alias] = Filter(sources[alias], _render(c))
+            home = next((i for i, u in enumerate(units) if aliases and aliases <= u.aliases), None)
+            if home is not None:
+                units[home] = _Unit(units[home].aliases, Filter(units[home].op, _render(c)))
             elif aliases:
                 pending.append(c)
             else:
                 constant.append(c)
 
-        order = list(sources)
-        joined = {order.pop(0)}
-        node = sources[next(iter(joined))]
-        while order:
-            nxt = next((a for a in order if any(_equi(c, joined, a) for c in pending)), order[0])
-            order.remove(nxt)
-            scope = joined | {nxt}
+        joined = units.pop(0)
+        while units:
+            nxt = next((u for u in units if any(_equi(c, joined.aliases, u.aliases) for c in pending)), units[0])
+            units.remove(nxt)
+            scope = joined.aliases | nxt.aliases
             here = [c for c in pending if _aliases(c) <= scope]
             pending = [c for c in pending if c not in here]
-            keys = tuple((_render(k[0]), _render(k[1])) for c in here if (k := _equi(c, joined, nxt)))
+            keys = tuple((_render(k[0]), _render(k[1])) for c in here if (k := _equi(c, joined.aliases, nxt.aliases)))
             on = " AND ".join(f"({_render(c)})" for c in here) or "TRUE"
-            node = Join(node, sources[nxt], on, keys)
-            joined = scope
-        for c in constant:
+            joined = _Unit(scope, Join(joined.op, nxt.op, on, keys))
+        node = joined.op
+        for c in pending + constant:
             node = Filter(node, _render(c))
-        return node
+        return _Unit(joined.aliases, node)
 
-    def aggregate(self, q: exp.Select, node: Operator) -> tuple[Operator, Callable[[exp.Expression], str]]:
+    def split_on(self, left: _Unit, right: _Unit, on: list[exp.Expression], push: bool) -> tuple[list[Pair], list[str]]:
+        """An ON condition as equalities between the sides plus the rest; with ``push``,
+        conditions on ``right`` alone filter it first (it is the NULL-supplying side)."""
+        pairs: list[Pair] = []
+        residual: list[str] = []
+        for c in on:
+            aliases = _aliases(c)
+            if push and aliases and aliases <= right.aliases:
+                right.op = Filter(right.op, _render(c))
+            elif k := _equi(c, left.aliases, right.aliases):
+                pairs.append((_render(k[0]), _render(k[1]), False))
+            else:
+                residual.append(_render(c))
+        return pairs, residual
+
+    def outer(self, left: _Unit, right: _Unit, on: list[exp.Expression], side: str) -> _Unit:
+        aliases = left.aliases | right.aliases
+        if side == "RIGHT":
+            left, right = right, left
+        pairs, residual = self.split_on(left, right, on, push=side != "FULL")
+        node = self.left_join(left.op, right.op, pairs, residual)
+        if side == "FULL":
+            swapped = [(b, a, ns) for a, b, ns in pairs]
+            unmatched = minus(right.op, self.semi(right.op, left.op, swapped, residual))
+            padded = Map(Pad(unmatched, left.op), tuple((c, quote(c)) for c in node.columns))
+            node = Plus((node, padded))
+        return _Unit(aliases, node)
+
+    def left_join(self, left: Operator, right: Operator, pairs: list[Pair], residual: list[str]) -> Operator:
+        """Every match, plus each left row without one padded with NULLs."""
+        inner = Join(left, right, _on(pairs, residual), tuple((a, b) for a, b, _ in pairs))
+        return Plus((inner, Pad(minus(left, self.semi(left, right, pairs, residual)), right)))
+
+    def semi(self, left: Operator, right: Operator, pairs: list[Pair], residual: list[str]) -> Operator:
+        """The rows of ``left``, with their multiplicities, that have a match in ``right``."""
+        keep = tuple((c, quote(c)) for c in left.columns)
+        if residual:  # the left rows that occur in the join, as a set
+            names = [self.fresh("d") for _ in left.columns]
+            inner = Join(left, right, _on(pairs, residual), tuple((a, b) for a, b, _ in pairs))
+            found = distinct(Map(inner, tuple((n, quote(c)) for n, c in zip(names, left.columns))))
+            return Map(Join(left, found, _on([(quote(c), quote(n), True) for c, n in zip(left.columns, names)], [])),
+                       keep)
+        names = [self.fresh("k") for _ in pairs] or [self.fresh("k")]
+        found = distinct(Map(right, tuple(zip(names, [b for _, b, _ in pairs] or ["1"]))))
+        return Map(Join(left, found, _on([(a, quote(n), ns) for (a, _, ns), n in zip(pairs, names)], [])), keep)
+
+    # --- subqueries ----------------------------------------------------------------------
+
+    def filter(self, node: Operator, cond: exp.Expression, aliases: set[str], env: Env, render: Render) -> Operator:
+        """``node`` filtered by a condition with subqueries: EXISTS / IN as semi- or anti-joins
+        when they are the whole condition, otherwise joined in as columns."""
+        negated = isinstance(cond, exp.Not)
+        test = cond.this.unnest() if negated else cond
+        if isinstance(test, exp.Exists) or (isinstance(test, exp.In) and test.args.get("query")):
+            value = render(test.this) if isinstance(test, exp.In) else None
+            sub = self.decorrelate(test.args.get("query") or test.this, node, aliases, env, render, value)
+            matched = Map(Join(node, sub.op, _on(sub.pairs, [])), tuple((c, quote(c)) for c in node.columns))
+            if not negated:
+                return matched
+            unmatched = minus(node, matched)
+            if value is None:
+                return unmatched
+            # NOT IN is unknown, so false, when the subquery's rows include NULL or the value is NULL
+            joined, n, nn = self.in_counts(unmatched, sub)
+            kept = Filter(joined, f"COALESCE({n}, 0) = 0 OR (({value}) IS NOT NULL AND {n} = {nn})")
+            return Map(kept, tuple((c, quote(c)) for c in node.columns))
+        joined, cond = self.inline(node, cond, aliases, env, render)
+        return Map(Filter(joined, render(cond)), tuple((c, quote(c)) for c in node.columns))
+
+    def inline(self, node: Operator, e: exp.Expression, aliases: set[str], env: Env,
+               render: Render) -> tuple[Operator, exp.Expression]:
+        """Join every subquery of ``e`` to ``node`` and replace it with the column(s) it became."""
+        e = e.copy()
+        for found in _subqueries(e):
+            if isinstance(found, exp.Exists):
+                sub = self.decorrelate(found.this, node, aliases, env, render, None)
+                node = self.attach(node, sub)
+                result: exp.Expression = exp.column(sub.mark, quoted=True).is_(exp.null()).not_()
+            elif isinstance(found, exp.In):
+                value = render(found.this)
+                sub = self.decorrelate(found.args["query"], node, aliases, env, render, value)
+                node = self.attach(node, sub)
+                node, n, nn = self.in_counts(node, sub)
+                m = quote(sub.mark)
+                result = sqlglot.parse_one(
+                    f"CASE WHEN {m} IS NOT NULL THEN TRUE WHEN COALESCE({n}, 0) = 0 THEN FALSE "
+                    f"WHEN ({value}) IS NULL OR {n} > {nn} THEN NULL ELSE FALSE END", read=DIALECT)
+            else:
+                sub = self.decorrelate(found, node, aliases, env, render, None, scalar=True)
+                node = self.attach(node, sub)
+                v, m = quote(sub.value), quote(sub.mark)  # type: ignore[arg-type]
+                result = sqlglot.parse_one(f"CASE WHEN {m} IS NULL THEN {sub.empty} ELSE {v} END", read=DIALECT)
+            if found is e:
+                e = result
+            else:
+                found.replace(result)
+        return node, e
+
+    def attach(self, node: Operator, sub: _Sub) -> Operator:
+        """``node`` with the matching row of ``sub.op`` (at most one), or NULLs."""
+        return self.left_join(node, sub.op, sub.pairs, [])
+
+    def in_counts(self, node: Operator, sub: _Sub) -> tuple[Operator, str, str]:
+        """``node`` with the number of rows and of non-NULL values of the IN subquery that
+        correlate with each row."""
+        n, nn = self.fresh("n"), self.fresh("nn")
+        counts = Aggregate(sub.op, tuple(sub.keys), (AggCall(n, "count", None), AggCall(nn, "count", sub.value)))
+        pairs = [(o, quote(k), ns) for k, (o, ns) in zip(sub.keys, sub.outer)]
+        joined = self.left_join(node, counts, pairs, []) if pairs else Join(node, counts, "TRUE")
+        return joined, quote(n), quote(nn)
+
+    def decorrelate(self, sub: exp.Expression, node: Operator, aliases: set[str], env: Env, render: Render,
+                    value: str | None, scalar: bool = False) -> _Sub:
+        """A subquery as a relation with one row per distinct correlation key (and value).
+
+        Correlated only through equalities ``outer = inner`` in its WHERE, those move into
+        the result as key columns (grouped by, for an aggregate). Otherwise the outer
+        columns it reads become a relation of their distinct values (the magic set),
+        joined into the subquery, whose rows then carry them as keys.
+        """
+        sub = sub.unnest()
+        while isinstance(sub, exp.Subquery):
+            sub = sub.this
+        outer = _outer_columns(sub, aliases)
+        if not isinstance(sub, exp.Select):
+            if outer:
+                raise unsupported("correlated set operation in a subquery", sub, self.view)
+            inner = exp.Subquery(this=sub.copy(), alias=exp.TableAlias(this=exp.to_identifier("_u")))
+            sub = exp.select(*(exp.column(n, table="_u") for n in sub.named_selects)).from_(inner)
+        if sub.args.get("limit") or sub.args.get("offset"):
+            raise unsupported("LIMIT in a subquery used as an expression", sub, self.view)
+        where = _conjuncts(sub.args["where"].this) if sub.args.get("where") else []
+        correlated = [c for c in where if _outer_columns(c, aliases)]
+        equalities = [_split_eq(c, aliases) for c in correlated]
+        inside = sum((len(_outer_columns(c, aliases)) for c in correlated), 0)
+        env = dict(env)
+        keys: list[tuple[exp.Expression, str, bool]] = []  # (inner expression, outer SQL, NULL-safe)
+        if all(equalities) and inside == len(outer):
+            new = sub.copy()
+            rest = [c for c in where if c not in correlated]
+            for inner_side, out in equalities:  # type: ignore[misc]
+                keys.append((inner_side.copy(), render(out), False))
+        else:
+            magic = self.fresh("outer")
+            refs = sorted({(c.table, c.name) for c in outer})
+            names = {ref: self.fresh("o") for ref in refs}
+            env[magic] = distinct(Map(node, tuple((names[r], render(exp.column(r[1], table=r[0]))) for r in refs)))
+            new = sub.copy()
+            for c in _outer_columns(new, aliases):
+                c.replace(exp.column(names[(c.table, c.name)], table=magic, quoted=False))
+            new = new.join(exp.Table(this=exp.to_identifier(magic)), copy=False)
+            rest = _conjuncts(new.args["where"].this) if new.args.get("where") else []
+            for r in refs:
+                keys.append((exp.column(names[r], table=magic), render(exp.column(r[1], table=r[0])), True))
+        new.set("where", exp.Where(this=exp.and_(*rest)) if rest else None)
+        new.set("order", None)
+
+        key_names = [self.fresh("k") for _ in keys]
+        key_items = [exp.alias_(k, n, quoted=True) for (k, _, _), n in zip(keys, key_names)]
+        mark = self.fresh("m")
+        out = _Sub(op=None, keys=key_names, outer=[(o, ns) for _, o, ns in keys], mark=mark)  # type: ignore[arg-type]
+        grouped = bool(new.args.get("group"))
+        selects = sub.expressions
+        if scalar:
+            if len(selects) != 1 or grouped or not _aggregates(selects[0]):
+                raise unsupported("scalar subquery that is not a single aggregate without GROUP BY", sub, self.view)
+            out.value = self.fresh("v")
+            out.empty = _empty_aggregate(selects[0].unalias())
+            new.set("expressions", key_items + [exp.alias_(selects[0].unalias(), out.value, quoted=True),
+                                                exp.alias_(exp.true(), mark, quoted=True)])
+            if keys:
+                new.set("group", exp.Group(expressions=[k.copy() for k, _, _ in keys]))
+        else:
+            if not grouped and any(_aggregates(s) for s in selects) or new.args.get("having") and not grouped:
+                raise unsupported("EXISTS / IN over an aggregate without GROUP BY", sub, self.view)
+            items = key_items + [exp.alias_(exp.true(), mark, quoted=True)]
+            if value is not None:
+                if len(selects) != 1:
+                    raise self.error(f"an IN subquery returns one column, not {len(selects)}", sub)
+                out.value, out.test = self.fresh("v"), value
+                items.insert(0, exp.alias_(selects[0].unalias(), out.value, quoted=True))
+            new.set("expressions", items)
+            new.set("distinct", exp.Distinct())
+            if grouped:
+                new.args["group"].set("expressions", list(new.args["group"].expressions) + [k.copy() for k, _, _ in keys])
+        out.op = self.select(new, env)
+        return out
+
+    # --- aggregates, windows, ordering --------------------------------------------------
+
+    def aggregate(self, q: exp.Select, node: Operator) -> tuple[Operator, Render]:
         """Pre-project group keys and aggregate arguments, aggregate, and return how to
         render the SELECT list / HAVING over the aggregate's output columns."""
         group = q.args.get("group")
@@ -171,7 +505,7 @@ class _Planner:
             keys.setdefault(_render(g), f"_g{len(keys)}")
         calls: dict[str, AggCall] = {}
         args: dict[str, str] = {}  # rendered argument → pre-projected column
-        for e in list(q.expressions) + ([q.args["having"]] if q.args.get("having") else []):
+        for e in list(q.expressions) + [q.args[k] for k in ("having", "qualify") if q.args.get(k)]:
             for call in _aggregates(e):
                 key = _render(call)
                 if key in calls:
@@ -189,7 +523,7 @@ class _Planner:
 
         def render(e: exp.Expression) -> str:
             def swap(n: exp.Expression) -> exp.Expression:
-                if type(n) in AGGREGATES:
+                if type(n) in AGGREGATES and not _is_window_function(n):
                     return exp.column(calls[_render(n)].name, quoted=True)
                 if not isinstance(n, (exp.Literal, exp.Boolean, exp.Null)):
                     key = keys.get(_render(n))
@@ -200,12 +534,87 @@ class _Planner:
             out = e.copy().transform(swap, copy=False)
             loose = next((c for c in out.find_all(exp.Column) if c.table), None)
             if loose is not None:
-                raise CompileError(
-                    f"column {loose.table}.{loose.name} is neither grouped nor aggregated",
-                    view=self.view, **position(e))  # type: ignore[arg-type]
+                raise self.error(f"column {loose.table}.{loose.name} is neither grouped nor aggregated", e)
             return out.sql(DIALECT)
 
         return agg, render
+
+    def windows(self, q: exp.Select, node: Operator, render: Render) -> tuple[Operator, Render]:
+        """Window functions of the SELECT list / QUALIFY as one ``Window`` over ``node``; the
+        returned render reads their results from its columns."""
+        found: dict[str, exp.Window] = {}
+        for e in list(q.expressions) + ([q.args["qualify"]] if q.args.get("qualify") else []):
+            for w in e.find_all(exp.Window):
+                found.setdefault(w.sql(DIALECT), w)
+        if not found:
+            return node, render
+        parts: dict[str, str] = {}  # rendered PARTITION BY expression → column
+        funcs: dict[str, tuple[str, str]] = {}  # window SQL → (column, SQL over the Window's input)
+        partitions: list[set[str]] = []
+        for text, w in found.items():
+            cols = [parts.setdefault(render(p), self.fresh("p")) for p in w.args.get("partition_by") or []]
+            partitions.append(set(cols))
+            spec = w.copy()
+            spec.set("partition_by", [exp.column(c, quoted=True) for c in cols])
+            funcs[text] = (self.fresh("w"), render(spec))
+        common = tuple(c for c in parts.values() if all(c in p for p in partitions))
+        pre = Map(node, tuple((c, quote(c)) for c in node.columns) + tuple((c, e) for e, c in parts.items()))
+        node = Window(pre, common, tuple(funcs.values()))
+
+        def render_windows(e: exp.Expression) -> str:
+            def swap(n: exp.Expression) -> exp.Expression:
+                if isinstance(n, exp.Window):
+                    return exp.column(funcs[n.sql(DIALECT)][0], quoted=True)
+                return n
+
+            return render(e.copy().transform(swap, copy=False))
+
+        return node, render_windows
+
+    def order_columns(self, q: exp.Query, outputs: list[str], render: Render) -> dict[int, tuple[str, str]]:
+        """For a query with LIMIT: each ORDER BY term as a column of the SELECT's result,
+        computed aside (hidden) unless it names an output column."""
+        if not q.args.get("limit") and not q.args.get("offset"):
+            return {}
+        terms: dict[int, tuple[str, str]] = {}
+        for i, o in enumerate(q.args["order"].expressions if q.args.get("order") else []):
+            e = o.this
+            if isinstance(e, exp.Column) and not e.table and e.name in outputs:
+                terms[i] = (e.name, quote(e.name))
+            elif isinstance(e, exp.Literal) and not e.is_string:
+                name = outputs[int(e.this) - 1]
+                terms[i] = (name, quote(name))
+            else:
+                terms[i] = (self.fresh("o"), render(e))
+        return terms
+
+    def top_k(self, q: exp.Query, node: Operator, terms: dict[int, str] | None = None,
+              outputs: list[str] | None = None) -> Operator:
+        """ORDER BY … LIMIT n [OFFSET m]: a ``Window`` numbering rows in order (ties broken
+        by the output columns) that keeps the rows in range."""
+        limit, offset = q.args.get("limit"), q.args.get("offset")
+        if not limit and not offset:
+            return node
+        order = q.args.get("order")
+        if not order:
+            raise unsupported("LIMIT / OFFSET without ORDER BY (not deterministic)", limit or offset, self.view)
+        outputs = list(node.columns) if outputs is None else outputs
+        if terms is None:
+            terms = {}
+            for i, (name, _) in self.order_columns(q, outputs, _render).items():
+                if name not in outputs:
+                    raise unsupported("ORDER BY of a set operation on an expression", order, self.view)
+                terms[i] = name
+        by = [f"{quote(terms[i])} {'DESC' if o.args.get('desc') else 'ASC'} "
+              f"NULLS {'FIRST' if o.args.get('nulls_first') else 'LAST'}" for i, o in enumerate(order.expressions)]
+        by += [f"{quote(c)} ASC NULLS FIRST" for c in outputs]
+        rn = self.fresh("rn")
+        low = _int(offset.expression, "OFFSET", self) if offset else 0
+        keep = f"{quote(rn)} > {low}"
+        if limit:
+            keep += f" AND {quote(rn)} <= {low + _int(limit.expression, 'LIMIT', self)}"
+        ranked = Window(node, (), ((rn, f"ROW_NUMBER() OVER (ORDER BY {', '.join(by)})"),), keep)
+        return Map(ranked, tuple((c, quote(c)) for c in node.columns))
 
 
 def mangle(alias: str, column: str) -> str:
@@ -224,6 +633,17 @@ def _render(e: exp.Expression) -> str:
     return e.copy().transform(swap, copy=False).sql(DIALECT)
 
 
+def _on(pairs: list[Pair], residual: list[str]) -> str:
+    terms = [f"({a}) {'<=>' if ns else '='} ({b})" for a, b, ns in pairs] + [f"({r})" for r in residual]
+    return " AND ".join(terms) or "TRUE"
+
+
+def _int(e: exp.Expression, clause: str, planner: _Planner) -> int:
+    if isinstance(e, exp.Literal) and not e.is_string and e.this.isdigit():
+        return int(e.this)
+    raise planner.error(f"{clause} must be a whole number", e)
+
+
 def _conjuncts(e: exp.Expression) -> list[exp.Expression]:
     e = e.unnest()
     if isinstance(e, exp.And):
@@ -235,17 +655,113 @@ def _aliases(e: exp.Expression) -> set[str]:
     return {c.table for c in e.find_all(exp.Column)}
 
 
-def _equi(c: exp.Expression, joined: set[str], new: str) -> tuple[exp.Expression, exp.Expression] | None:
+def _equi(c: exp.Expression, joined: set[str] | frozenset[str],
+          new: set[str] | frozenset[str]) -> tuple[exp.Expression, exp.Expression] | None:
     """(joined side, new side) when ``c`` is an equality between the two."""
     if not isinstance(c, exp.EQ):
         return None
     left, right = _aliases(c.left), _aliases(c.right)
-    if left and right and left <= joined and right == {new}:
+    if left and right and left <= joined and right <= new:
         return c.left, c.right
-    if left and right and right <= joined and left == {new}:
+    if left and right and right <= joined and left <= new:
         return c.right, c.left
     return None
 
 
+def _is_window_function(n: exp.Expression) -> bool:
+    return isinstance(n.parent, exp.Window) and n.arg_key == "this"
+
+
 def _aggregates(e: exp.Expression) -> list[exp.Expression]:
-    return [n for n in e.find_all(*AGGREGATES)]
+    """Aggregate calls of this scope: not window functions, not inside subqueries."""
+    return [n for n in e.find_all(*AGGREGATES) if not _is_window_function(n)
+            and not any(isinstance(p, (exp.Subquery, exp.Exists)) or (isinstance(p, exp.Select) and p is not e)
+                        for p in _ancestors(n, e))]
+
+
+def _ancestors(n: exp.Expression, stop: exp.Expression) -> list[exp.Expression]:
+    out = []
+    p = n.parent
+    while p is not None and p is not stop:
+        out.append(p)
+        p = p.parent
+    return out
+
+
+def _subqueries(e: exp.Expression) -> list[exp.Expression]:
+    """The outermost subqueries in expression ``e``: EXISTS, IN (query) or scalar ones."""
+    found: list[exp.Expression] = []
+
+    def visit(n: exp.Expression) -> None:
+        if isinstance(n, exp.Exists) or (isinstance(n, exp.In) and n.args.get("query")):
+            found.append(n)
+            return
+        if isinstance(n, exp.Subquery):
+            found.append(n)
+            return
+        for child in n.iter_expressions():
+            visit(child)
+
+    visit(e)
+    return found
+
+
+def _outer_columns(e: exp.Expression, aliases: set[str]) -> list[exp.Column]:
+    """Columns in ``e`` bound by the enclosing scope (``aliases``) rather than by a FROM
+    item inside ``e``."""
+    local = {t.alias_or_name for t in e.find_all(exp.Table)} | {c.alias_or_name for c in e.find_all(exp.CTE)}
+    return [c for c in e.find_all(exp.Column) if c.table in aliases and c.table not in local]
+
+
+def _split_eq(c: exp.Expression, aliases: set[str]) -> tuple[exp.Expression, exp.Expression] | None:
+    """(inner side, outer side) of a correlated equality ``outer = inner``."""
+    if not isinstance(c, exp.EQ):
+        return None
+    for inner, outer in ((c.left, c.right), (c.right, c.left)):
+        outer_cols, inner_cols = list(outer.find_all(exp.Column)), list(inner.find_all(exp.Column))
+        if (outer_cols and all(col.table in aliases for col in outer_cols)
+                and inner_cols and not _outer_columns(inner, aliases)):
+            return inner, outer
+    return None
+
+
+def _empty_aggregate(e: exp.Expression) -> str:
+    """An aggregate expression's value over no rows: COUNT is 0, the others NULL."""
+
+    def swap(n: exp.Expression) -> exp.Expression:
+        if type(n) in AGGREGATES:
+            return exp.Literal.number(0) if isinstance(n, exp.Count) else exp.null()
+        return n
+
+    return e.copy().transform(swap, copy=False).sql(DIALECT)
+
+
+def _filter_clause(node: exp.Expression) -> exp.Expression:
+    """``agg(x) FILTER (WHERE p)`` as ``agg(CASE WHEN p THEN x END)``."""
+    if not isinstance(node, exp.Filter) or not isinstance(node.this, exp.AggFunc):
+        return node
+    call, cond = node.this.copy(), node.expression.this
+    arg = call.this
+    target = arg.expressions[0] if isinstance(arg, exp.Distinct) else arg
+    value = exp.Literal.number(1) if isinstance(target, exp.Star) else target
+    case = exp.Case(ifs=[exp.If(this=cond.copy(), true=value.copy())])
+    if isinstance(arg, exp.Distinct):
+        arg.set("expressions", [case])
+    else:
+        call.set("this", case)
+    return call
+
+
+def _factor_or(node: exp.Expression) -> exp.Expression:
+    """``(a AND b) OR (a AND c)`` as ``a AND (b OR c)``, so a join key repeated in every
+    branch of an OR is seen as a join key."""
+    if not isinstance(node, exp.Or):
+        return node
+    branches = [_conjuncts(b) for b in node.flatten()]
+    common = [c for c in branches[0] if all(c in b for b in branches[1:])]
+    if not common:
+        return node
+    rests = [[c for c in b if c not in common] for b in branches]
+    if any(not r for r in rests):
+        return exp.and_(*common)
+    return exp.and_(*common, exp.or_(*(exp.and_(*r) for r in rests)))

@@ -32,24 +32,17 @@ NONDETERMINISTIC_NAMES = {
 }
 
 STRUCTURES: dict[type[exp.Expression], str] = {
-    exp.Window: "window function (OVER ...)",
-    exp.Intersect: "INTERSECT",
-    exp.Except: "EXCEPT",
     exp.Lateral: "LATERAL VIEW / LATERAL subquery",
     exp.Pivot: "PIVOT / UNPIVOT",
     exp.TableSample: "TABLESAMPLE",
     exp.Values: "VALUES as a table",
-    exp.Qualify: "QUALIFY",
     exp.GroupingSets: "GROUPING SETS",
     exp.Rollup: "ROLLUP",
     exp.Cube: "CUBE",
-    exp.Exists: "EXISTS subquery",
     exp.Explode: "generator function explode()",
     exp.Posexplode: "generator function posexplode()",
     exp.Inline: "generator function inline()",
     exp.Unnest: "UNNEST",
-    exp.Offset: "OFFSET",
-    exp.Limit: "LIMIT (top-k)",
 }
 
 SELECT_CLAUSES = {
@@ -82,16 +75,14 @@ def validate(tree: exp.Expression, view: str | None = None) -> None:
             raise unsupported(f"non-deterministic function {node.sql_name().lower()}()", node, view)
         if isinstance(node, exp.Anonymous) and str(node.name).lower() in NONDETERMINISTIC_NAMES:
             raise unsupported(f"non-deterministic function {node.name}()", node, view)
-        if isinstance(node, exp.AggFunc) and kind not in AGGREGATES:
+        if isinstance(node, exp.AggFunc) and kind not in AGGREGATES and not isinstance(node.parent, exp.Window):
             raise unsupported(f"aggregate function {node.sql_name().lower()}()", node, view)
-        if isinstance(node, exp.Filter):
-            raise unsupported("aggregate FILTER (WHERE ...) clause", node, view)
         if isinstance(node, exp.Join):
             _check_join(node, view)
         if isinstance(node, exp.Select):
             _check_select(node, view)
-        if isinstance(node, (exp.Select, exp.SetOperation)) and _in_expression(node):
-            raise unsupported("subquery in an expression (IN / scalar subquery)", node, view)
+        if isinstance(node, (exp.Select, exp.SetOperation)) and _misplaced(node):
+            raise unsupported("subquery outside WHERE, HAVING and the SELECT list", node, view)
         if isinstance(node, exp.Distinct) and node.args.get("on"):
             raise unsupported("DISTINCT ON", node, view)
         if kind in AGGREGATES and isinstance(node.this, exp.Distinct) and len(node.this.expressions) > 1:
@@ -100,11 +91,14 @@ def validate(tree: exp.Expression, view: str | None = None) -> None:
 
 def _check_join(join: exp.Join, view: str | None) -> None:
     side, kind = (join.side or "").upper(), (join.kind or "").upper()
-    if side or kind not in ("", "INNER", "CROSS"):
-        name = " ".join(p for p in (side, kind) if p) + " JOIN"
-        if side and not kind:
-            name = f"{side} OUTER JOIN"
-        raise unsupported(name, join, view)
+    if (join.method or "").upper() == "NATURAL":
+        raise unsupported("NATURAL JOIN", join, view)
+    if kind not in ("", "INNER", "CROSS", "OUTER", "SEMI", "ANTI"):
+        raise unsupported(f"{kind} JOIN", join, view)
+    if kind in ("SEMI", "ANTI") and side not in ("", "LEFT"):
+        raise unsupported(f"{side} {kind} JOIN", join, view)
+    if join.args.get("using") is None and _subquery_in(join.args.get("on")):
+        raise unsupported("subquery in a JOIN condition", join, view)
 
 
 def _check_select(select: exp.Select, view: str | None) -> None:
@@ -113,11 +107,20 @@ def _check_select(select: exp.Select, view: str | None) -> None:
             raise unsupported(f"{clause.upper()} clause", select, view)
 
 
-def _in_expression(query: exp.Expression) -> bool:
-    """A query nested in an expression rather than in FROM / JOIN / WITH / a set operation."""
+def _misplaced(query: exp.Expression) -> bool:
+    """A query nested in an expression other than a WHERE / HAVING condition or a SELECT
+    item (where the planner decorrelates it into joins)."""
     parent = query.parent
     while isinstance(parent, exp.Subquery):
         query, parent = parent, parent.parent
     if parent is None or isinstance(parent, (exp.From, exp.Join, exp.CTE, exp.SetOperation)):
         return False
-    return True
+    while parent is not None and not isinstance(parent, (exp.Where, exp.Having, exp.Select)):
+        if isinstance(parent, (exp.Group, exp.Order, exp.Join, exp.Window, exp.AggFunc)):
+            return True
+        parent = parent.parent
+    return parent is None
+
+
+def _subquery_in(e: exp.Expression | None) -> bool:
+    return e is not None and any(True for _ in e.find_all(exp.Select))

@@ -59,6 +59,67 @@ GROUPS: dict[str, dict[str, str]] = {
         "agg_of_agg": "SELECT n, COUNT(*) AS groups FROM (SELECT cust, COUNT(*) AS n FROM orders GROUP BY cust) "
                       "GROUP BY n",
     },
+    "outer_joins": {
+        "left": "SELECT o.id, o.cust, c.name FROM orders o LEFT JOIN customers c ON o.cust = c.id",
+        "left_on_filters": "SELECT o.id, c.region FROM orders o LEFT OUTER JOIN customers c "
+                           "ON o.cust = c.id AND c.region = 'eu' AND o.qty > 1",
+        "right": "SELECT c.id, c.name, o.amount FROM orders o RIGHT JOIN customers c ON o.cust = c.id",
+        "full": "SELECT o.id AS oid, o.status, c.id AS cid FROM orders o FULL OUTER JOIN customers c ON o.cust = c.id",
+        "left_non_equi": "SELECT o.id, i.sku FROM orders o LEFT JOIN items i ON i.order_id = o.id AND i.price > o.qty",
+        "left_then_inner": "SELECT o.id, c.name, i.sku FROM orders o LEFT JOIN customers c ON o.cust = c.id "
+                           "JOIN items i ON i.order_id = o.id WHERE o.status <> 'paid'",
+        "left_agg": "SELECT c.id, COUNT(o.id) AS n, SUM(o.amount) AS s FROM customers c "
+                    "LEFT JOIN orders o ON o.cust = c.id GROUP BY c.id",
+        "semi_anti": "SELECT o.id FROM orders o LEFT SEMI JOIN customers c ON o.cust = c.id "
+                     "UNION ALL SELECT o.id FROM orders o LEFT ANTI JOIN items i ON i.order_id = o.id",
+        "cross_small": "SELECT c.id, s.n FROM customers c CROSS JOIN (SELECT COUNT(*) AS n FROM items) s",
+    },
+    "subqueries": {
+        "exists": "SELECT o.id, o.amount FROM orders o WHERE EXISTS "
+                  "(SELECT 1 FROM items i WHERE i.order_id = o.id AND i.price > 10)",
+        "not_exists": "SELECT c.id, c.name FROM customers c WHERE NOT EXISTS (SELECT * FROM orders o WHERE o.cust = c.id)",
+        "in": "SELECT id, status FROM orders WHERE cust IN (SELECT id FROM customers WHERE region = 'eu')",
+        "not_in_nulls": "SELECT c.id FROM customers c WHERE c.id NOT IN (SELECT qty FROM orders WHERE status = 'open')",
+        "not_in_correlated": "SELECT o.id FROM orders o WHERE o.qty NOT IN "
+                             "(SELECT o2.qty FROM orders o2 WHERE o2.cust = o.cust AND o2.id <> o.id)",
+        "scalar": "SELECT id, amount FROM orders WHERE amount > (SELECT AVG(amount) FROM orders)",
+        "scalar_count": "SELECT o.id FROM orders o WHERE o.qty > (SELECT COUNT(*) FROM items i WHERE i.order_id = o.id)",
+        "exists_non_equi": "SELECT o.id, o.cust FROM orders o WHERE EXISTS "
+                           "(SELECT * FROM orders o2 WHERE o2.cust = o.cust AND o2.id <> o.id)",
+        "in_select_list": "SELECT c.id, c.id IN (SELECT cust FROM orders) AS has_orders, "
+                          "(SELECT MAX(price) FROM items) AS top FROM customers c",
+        "or_exists": "SELECT id FROM orders o WHERE o.qty = 0 OR "
+                     "EXISTS (SELECT 1 FROM customers c WHERE c.id = o.cust AND c.region = 'us')",
+        "having_scalar": "SELECT cust, SUM(qty) AS q FROM orders GROUP BY cust "
+                         "HAVING SUM(qty) > (SELECT AVG(qty) FROM orders)",
+    },
+    "set_operations": {
+        "intersect": "SELECT cust FROM orders INTERSECT SELECT id FROM customers",
+        "intersect_all": "SELECT cust FROM orders INTERSECT ALL SELECT id FROM customers",
+        "except": "SELECT id FROM customers EXCEPT SELECT cust FROM orders",
+        "except_all": "SELECT cust FROM orders EXCEPT ALL SELECT id FROM customers",
+        "filter_clause": "SELECT cust, COUNT(*) FILTER (WHERE qty > 2) AS big, "
+                         "SUM(amount) FILTER (WHERE status = 'open') AS open_amt FROM orders GROUP BY cust",
+        "case_in_agg": "SELECT status, SUM(CASE WHEN qty > 1 THEN amount ELSE 0 END) / SUM(amount) AS share "
+                       "FROM orders GROUP BY status",
+    },
+    "windows": {
+        "rank": "SELECT cust, id, amount, RANK() OVER (PARTITION BY cust ORDER BY amount DESC) AS r, "
+                "DENSE_RANK() OVER (PARTITION BY cust ORDER BY qty) AS d FROM orders",
+        "running": "SELECT id, cust, SUM(qty) OVER (PARTITION BY cust ORDER BY id) AS run, "
+                   "COUNT(*) OVER (PARTITION BY cust) AS n, AVG(amount) OVER (PARTITION BY cust) AS a, "
+                   "MIN(qty) OVER (PARTITION BY status) AS m FROM orders",
+        "lag_lead": "SELECT id, status, LAG(amount) OVER (PARTITION BY status ORDER BY id, cust, amount, qty) AS prev, "
+                    "LEAD(id, 1) OVER (PARTITION BY status ORDER BY id, cust, amount, qty) AS nxt FROM orders",
+        "first_last": "SELECT id, cust, FIRST_VALUE(amount) OVER (PARTITION BY cust ORDER BY id, amount, qty, status) "
+                      "AS f, LAST_VALUE(qty) OVER (PARTITION BY cust ORDER BY id, amount, qty, status ROWS BETWEEN "
+                      "UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS l FROM orders",
+        "top_k": "SELECT id, amount FROM orders ORDER BY amount DESC LIMIT 3",
+        "top_k_agg": "SELECT cust, SUM(qty) AS q FROM orders GROUP BY cust ORDER BY q DESC, cust LIMIT 2 OFFSET 1",
+        "top_per_group": "SELECT * FROM (SELECT cust, id, amount, ROW_NUMBER() OVER (PARTITION BY cust "
+                         "ORDER BY amount DESC, id, qty, status) AS rn FROM orders) t WHERE rn <= 2",
+        "qualify": "SELECT cust, id FROM orders QUALIFY RANK() OVER (PARTITION BY cust ORDER BY id DESC) = 1",
+    },
 }
 
 
