@@ -20,7 +20,7 @@ from pyspark.sql.types import StructType
 
 from .runtime.pipeline import Pipeline, coerce_row
 from .runtime.zsets import pack
-from .sql.planner import total_order
+from .sql.planner import CLOCK, total_order, with_clock
 
 Row = tuple[Any, ...]
 Change = tuple[Sequence[Any], int]
@@ -46,7 +46,7 @@ class Oracle:
         self._load()
 
     def add_view(self, name: str, sql: str) -> None:
-        duck_sql = total_order(sqlglot.parse_one(sql, read="spark")).sql("duckdb")
+        duck_sql = total_order(with_clock(sqlglot.parse_one(sql, read="spark"))).sql("duckdb")
         self.con.execute(f'CREATE VIEW "{name}" AS {duck_sql}')
 
     def apply(self, source: str, changes: Iterable[Change]) -> None:
@@ -55,6 +55,10 @@ class Oracle:
             rows[tuple(row)] += weight
             if rows[tuple(row)] == 0:
                 del rows[tuple(row)]
+        self._dirty.add(source)
+
+    def replace(self, source: str, rows: Iterable[Row]) -> None:
+        self.inputs[source] = Counter(tuple(r) for r in rows)
         self._dirty.add(source)
 
     def query(self, sql: str) -> list[Row]:
@@ -105,15 +109,20 @@ class Differential:
     def add_view(self, name: str, sql: str) -> None:
         self.views = {**self.views, name: sql}
         self.pipeline.add_view(name, sql)
+        if CLOCK in self.pipeline._schemas and CLOCK not in self.oracle.inputs:
+            self.oracle.add_source(CLOCK, self.pipeline._schemas[CLOCK])
         self.oracle.add_view(name, sql)
 
     def rows(self, source: str) -> list[Row]:
         """The source's current contents as a list (with repeats)."""
         return list(self.oracle.inputs[source].elements())
 
-    def step(self, changes: Mapping[str, Sequence[Change]], check: bool = True) -> None:
+    def step(self, changes: Mapping[str, Sequence[Change]], check: bool = True, now: datetime | None = None) -> None:
+        """One tick of ``changes`` on both sides; ``now`` is the time views read."""
         coerced = {s: [(self._coerce(s, r), w) for r, w in c] for s, c in changes.items()}
-        self.pipeline.step({s: c for s, c in coerced.items() if c})
+        self.pipeline.step({s: c for s, c in coerced.items() if c}, now=now)
+        if CLOCK in self.oracle.inputs:
+            self.oracle.replace(CLOCK, [(self.pipeline.now,)])
         for source, c in coerced.items():
             self.oracle.apply(source, c)
         if check:

@@ -2,15 +2,15 @@
 
 Every node's value is its delta for this tick (None when it is statically empty, so
 untouched inputs cost nothing); ``Integral`` nodes read as z⁻¹I + Δ and ``Delay`` as the
-stored spine. Deltas consumed more than once are persisted for the tick so Spark
-computes them once.
+stored spine. A delta consumed more than once is cut out of its consumers' plans as a
+lazily checkpointed RDD: Spark computes it once, and plans stay linear in the circuit's
+size instead of repeating shared subtrees (a join's delta reads each input twice).
 """
 from __future__ import annotations
 
 from functools import singledispatchmethod
 from typing import Callable, Mapping
 
-from pyspark import StorageLevel
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -59,14 +59,15 @@ class Tick:
         if op.id not in self._memo:
             df = self._eval(op)
             if df is not None and op.id in self._shared:
-                df = df.persist(StorageLevel.MEMORY_AND_DISK)
+                df = df.localCheckpoint(eager=False)
                 self.persisted.append(df)
             self._memo[op.id] = df
         return self._memo[op.id]
 
     def release(self) -> None:
+        """Drop the blocks of this tick's shared values."""
         for df in self.persisted:
-            df.unpersist()
+            df._jdf.queryExecution().analyzed().rdd().unpersist(False)
         self.persisted.clear()
 
     @singledispatchmethod

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -26,7 +27,7 @@ from pyspark.sql.types import DataType, DecimalType, DoubleType, FloatType, Stru
 from ..circuit.incremental import Incrementalizer
 from ..circuit.operators import WEIGHT, Input, Integral, Map, Operator, Partials, Recompute, explain, quote, walk
 from ..errors import CompileError, StateError, StreamError
-from ..sql.planner import plan
+from ..sql.planner import CLOCK, CLOCK_COLUMN, parse, plan, uses_clock
 from . import zsets
 from .evaluate import Tick, empty_tick
 from .state import Batch, StateStore
@@ -76,6 +77,8 @@ class Pipeline:
         self._views: dict[str, View] = {}
         self._incremental = Incrementalizer()
         self._empty: Tick | None = None
+        now = self.store.meta.get("now")
+        self._now: datetime | None = datetime.fromisoformat(now) if now else None
 
     # --- definition --------------------------------------------------------------------
 
@@ -83,6 +86,11 @@ class Pipeline:
     def tick(self) -> int:
         """The last committed tick (0: none yet)."""
         return self.store.tick
+
+    @property
+    def now(self) -> datetime | None:
+        """The time of the last committed tick, for views that read the time."""
+        return self._now
 
     def add_source(self, name: str, schema: str | StructType) -> None:
         """Declare an input relation; ``schema`` is a StructType or DDL like ``"id INT, v STRING"``."""
@@ -103,6 +111,8 @@ class Pipeline:
         """Declare a view over sources and earlier views, maintained incrementally."""
         name = name.lower()
         self._check_new(name)
+        if CLOCK not in self._schemas and uses_clock(parse(sql, name)):
+            self.add_source(CLOCK, f"{CLOCK_COLUMN} TIMESTAMP")  # the time, fed by step()
         try:
             schema = self._analysis.sql(sql).schema  # Spark's own verdict and output types
         except (AnalysisException, ParseException) as e:
@@ -143,19 +153,27 @@ class Pipeline:
         data = [coerce_row(st, r) + (int(w),) for r, w in rows]
         return self.spark.createDataFrame(data, schema)
 
-    def step(self, deltas: Mapping[str, DataFrame | Rows | None]) -> dict[str, DataFrame]:
+    def step(self, deltas: Mapping[str, DataFrame | Rows | None], now: datetime | None = None) -> dict[str, DataFrame]:
         """Apply one tick of input changes, commit it, and return each view's change.
 
+        ``now`` is the tick's time for views that read it (default: the clock, in UTC).
         The returned DataFrames (consolidated, with ``_w``) stay readable until the next step.
         """
         inputs: dict[str, DataFrame | None] = {}
         for source, d in deltas.items():
             source = source.lower()
-            if source not in self._schemas:
+            if source not in self._schemas or source == CLOCK:
                 raise StreamError(f"no source named {source!r}")
             if d is not None and not isinstance(d, DataFrame):
                 d = self.delta(source, d)
             inputs[source] = None if d is None else self._conform(source, d)
+
+        clock = self._now
+        if CLOCK in self._schemas:
+            clock = now or datetime.now(timezone.utc).replace(tzinfo=None)
+            if clock != self._now:
+                moved = [((clock,), 1)] + ([((self._now,), -1)] if self._now is not None else [])
+                inputs[CLOCK] = self.delta(CLOCK, moved)
 
         states = self._states()
         tick = self.store.tick + 1
@@ -176,7 +194,8 @@ class Pipeline:
             for node, batch in batches.items():
                 written[node].append(batch)
             by_id = {s.id: s for s in states}
-            self.store.commit(tick, written, lambda node, df: self._merge(by_id[node], df), self._meta())
+            self.store.commit(tick, written, lambda node, df: self._merge(by_id[node], df), self._meta(clock))
+            self._now = clock
         finally:
             run.release()
         return {v.name: batches[v.state.id].open(self.spark) if v.state.id in batches
@@ -247,8 +266,9 @@ class Pipeline:
     def _with_weight(schema: StructType) -> StructType:
         return StructType(list(schema.fields) + [StructField(WEIGHT, zsets.LONG, False)])
 
-    def _meta(self) -> dict[str, Any]:
+    def _meta(self, now: datetime | None) -> dict[str, Any]:
         return {
+            "now": now.isoformat() if now else None,
             "sources": {n: json.loads(s.json()) for n, s in self._schemas.items()},
             "views": {n: {"sql": v.sql, "state": v.state.id} for n, v in self._views.items()},
         }

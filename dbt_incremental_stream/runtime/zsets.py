@@ -35,14 +35,9 @@ def pack(frames: Mapping[str, DataFrame], columns: Mapping[str, str], tag: str) 
     """Frames of different schemas as one DataFrame, so one Spark job computes them all:
     column ``tag`` names each row's frame, whose row sits in the struct column
     ``columns[frame]`` (the other frames' struct columns are NULL)."""
-    types = {key: df.schema for key, df in frames.items()}
-    parts = [
-        df.select(F.lit(key).alias(tag), *(
-            F.struct(*map(col, df.columns)).alias(columns[k]) if k == key
-            else F.lit(None).cast(types[k]).alias(columns[k]) for k in frames))
-        for key, df in frames.items()
-    ]
-    return reduce(lambda a, b: a.union(b), parts)
+    parts = [df.selectExpr(f"'{key}' AS {quote(tag)}", f"struct(*) AS {quote(columns[key])}")
+             for key, df in frames.items()]
+    return reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts)
 
 
 def consolidate(df: DataFrame) -> DataFrame:

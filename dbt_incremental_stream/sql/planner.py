@@ -39,6 +39,8 @@ from ..errors import CompileError
 from .validate import AGGREGATES, position, unsupported, validate
 
 DIALECT = "spark"
+#: the one-row relation holding the tick's time, which current_timestamp() and friends read
+CLOCK, CLOCK_COLUMN = "__now", "__now_ts"
 
 Env = Mapping[str, Operator]
 Render = Callable[[exp.Expression], str]
@@ -62,7 +64,7 @@ def parse(sql: str, view: str | None = None) -> exp.Query:
 
 def plan(sql: str, catalog: Mapping[str, Operator], view: str | None = None) -> Operator:
     """The logical plan of ``sql``; ``catalog`` maps relation names to their operators."""
-    tree = parse(sql, view).transform(_filter_clause)
+    tree = with_clock(parse(sql, view).transform(_filter_clause))
     schema = {name: {c: "string" for c in op.columns} for name, op in catalog.items()}
     try:
         tree = qualify(tree, schema=schema, dialect=DIALECT, validate_qualify_columns=True,
@@ -70,6 +72,37 @@ def plan(sql: str, catalog: Mapping[str, Operator], view: str | None = None) -> 
     except OptimizeError as e:
         raise CompileError(str(e), view=view) from e
     return _Planner(catalog, view).query(tree.transform(_factor_or), {})
+
+
+def _clock_calls(select: exp.Select) -> list[exp.Expression]:
+    calls = select.find_all(exp.CurrentTimestamp, exp.CurrentDate, exp.Anonymous)
+    return [n for n in calls if n.parent_select is select
+            and (not isinstance(n, exp.Anonymous) or str(n.name).lower() == "now")]
+
+
+def uses_clock(tree: exp.Expression) -> bool:
+    """Whether the query reads the time (current_timestamp(), now(), current_date())."""
+    return any(_clock_calls(s) for s in tree.find_all(exp.Select))
+
+
+def with_clock(tree: exp.Expression) -> exp.Expression:
+    """The time as an input: every SELECT that reads it cross-joins :data:`CLOCK` and reads
+    its column :data:`CLOCK_COLUMN`, so a tick with a new time retracts and re-derives what depends on
+    it (a filter ``ts > current_timestamp() - INTERVAL 1 HOUR`` drops rows as time passes)."""
+    tree = tree.copy()
+    for select in list(tree.find_all(exp.Select)):
+        calls = _clock_calls(select)
+        if not calls:
+            continue
+        for n in calls:
+            ts = exp.column(CLOCK_COLUMN, table=CLOCK)
+            n.replace(exp.cast(ts, "date") if isinstance(n, exp.CurrentDate) else ts)
+        clock = exp.Table(this=exp.to_identifier(CLOCK))
+        if select.args.get("from_") is None:
+            select.set("from_", exp.From(this=clock))
+        else:
+            select.append("joins", exp.Join(this=clock, kind="CROSS"))
+    return tree
 
 
 def total_order(tree: exp.Expression) -> exp.Expression:

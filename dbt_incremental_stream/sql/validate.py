@@ -22,13 +22,11 @@ NONDETERMINISTIC: dict[type[exp.Expression], str] = {
     exp.Rand: "rand()",
     exp.Randn: "randn()",
     exp.Uuid: "uuid()",
-    exp.CurrentTimestamp: "current_timestamp()",
-    exp.CurrentDate: "current_date()",
     exp.CurrentTime: "current_time()",
 }
 NONDETERMINISTIC_NAMES = {
     "monotonically_increasing_id", "spark_partition_id", "input_file_name", "shuffle",
-    "random", "now", "localtimestamp", "unix_timestamp", "current_timezone",
+    "random", "localtimestamp", "unix_timestamp", "current_timezone",
 }
 
 STRUCTURES: dict[type[exp.Expression], str] = {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
+from datetime import datetime, timedelta
 
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
@@ -195,3 +196,26 @@ def test_update_inside_a_group_in_one_tick(spark, tmp_path):
     rows = diff.pipeline.snapshot("prices", weights=True).collect()
     assert [r["_w"] for r in rows] == [1], rows  # one row for the group, no stale leftovers
     diff.close()
+
+
+def test_time_is_an_input(spark, tmp_path):
+    """current_timestamp() / now() / current_date() read the tick's time: as it passes,
+    rows leave a sliding window and calendar days roll over with no input change."""
+    views = {
+        "last_hour": "SELECT id, ts FROM events WHERE ts > current_timestamp() - INTERVAL 1 HOUR",
+        "today": "SELECT COUNT(*) AS n, SUM(v) AS s FROM events WHERE CAST(ts AS DATE) = current_date()",
+        "per_hour": "SELECT date_trunc('HOUR', ts) AS hour, COUNT(*) AS n FROM events "
+                    "WHERE ts <= now() GROUP BY date_trunc('HOUR', ts)",
+    }
+    diff = Differential(spark, str(tmp_path), {"events": "id INT, ts TIMESTAMP, v INT"}, views)
+    t0 = datetime(2026, 3, 1, 22, 0)
+    try:
+        diff.step({"events": [((1, t0 - timedelta(minutes=30), 1), 1), ((2, t0 - timedelta(hours=2), 2), 1),
+                              ((3, t0 + timedelta(minutes=20), 3), 1)]}, now=t0)
+        diff.step({}, now=t0 + timedelta(minutes=45))  # event 1 leaves the last hour, event 3 arrives
+        diff.step({"events": [((4, t0 + timedelta(minutes=50), 4), 1), ((2, t0 - timedelta(hours=2), 2), -1)]},
+                  now=t0 + timedelta(minutes=55))
+        diff.step({}, now=t0 + timedelta(hours=3))  # a new day: today is empty
+        assert diff.pipeline.snapshot("last_hour").count() == 0
+    finally:
+        diff.close()

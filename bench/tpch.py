@@ -1,0 +1,158 @@
+"""TPC-H: incremental tick vs Spark batch recompute, per query, in the same run.
+
+    python bench/tpch.py [--sf 1] [--queries 1,3,6] [--ticks 3] [--batch-runs 3]
+
+For each query: a pipeline with just that view is loaded with the data, then ``--ticks``
+refresh ticks each insert 0.1% new orders (with their lineitems), delete 0.1% of the
+orders (with theirs) and update a few rows of orders, lineitem, customer and partsupp;
+the median tick time is compared with the median time Spark takes to run the same
+query in batch (adaptive execution and code generation on, result computed in full)
+over the same final data, whose result the view must equal. Prints a table and saves
+bench/results/tpch.png.
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pyspark.sql import functions as F  # noqa: E402
+
+from bench.tpch_workload import TABLES, Refresh, connect, queries, schemas  # noqa: E402
+from dbt_incremental_stream import Pipeline  # noqa: E402
+from dbt_incremental_stream.differential import compare  # noqa: E402
+from dbt_incremental_stream.runtime.session import TICK_CONF, session  # noqa: E402
+
+BATCH_CONF = {"spark.sql.adaptive.enabled": "true", "spark.sql.shuffle.partitions": "8",
+              "spark.sql.codegen.wholeStage": "true"}
+
+
+def configure(spark, conf: dict[str, str]) -> None:
+    for key, value in conf.items():
+        if key.startswith("spark.sql."):
+            spark.conf.set(key, value)
+
+
+def export(con, directory: Path) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    for t in TABLES:
+        con.execute(f"COPY {t} TO '{directory / t}.parquet' (FORMAT PARQUET)")
+
+
+def used_tables(sql: str) -> list[str]:
+    return [t for t in TABLES if t in sql]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sf", type=float, default=1.0)
+    ap.add_argument("--queries", default=",".join(str(i) for i in range(1, 23)))
+    ap.add_argument("--ticks", type=int, default=3)
+    ap.add_argument("--batch-runs", type=int, default=3)
+    ap.add_argument("--refresh", type=float, default=0.001, help="share of orders inserted and deleted per tick")
+    ap.add_argument("--memory", default="12g", help="Spark driver memory (local mode runs in the driver)")
+    args = ap.parse_args()
+    chosen = [int(q) for q in args.queries.split(",")]
+
+    work = Path(tempfile.mkdtemp(prefix="tpch-bench-"))
+    try:
+        t = time.perf_counter()
+        con = connect(args.sf)
+        sqls, ddl = queries(con), schemas(con)
+        refresh = Refresh(con)
+        export(con, work / "initial")
+        n_orders = con.execute("SELECT COUNT(*) FROM orders").fetchone()[0]
+        per_tick = max(1, round(n_orders * args.refresh))
+        ticks = [refresh.tick(orders=per_tick, updates=max(1, per_tick // 10)) for _ in range(args.ticks + 1)]
+        export(con, work / "final")
+        changed = statistics.median(sum(len(v) for v in tick.values()) for tick in ticks)
+        print(f"TPC-H SF {args.sf}: {n_orders:,} orders; {per_tick:,} orders in and out per tick, "
+              f"{changed:,.0f} changed rows per tick (data ready in {time.perf_counter() - t:.0f} s)", flush=True)
+
+        spark = session(app_name="tpch-bench", conf={"spark.driver.memory": args.memory})
+        rows = []
+        for q in chosen:
+            rows.append(run_query(spark, work, q, sqls[q], ddl, ticks, args.batch_runs))
+            r = rows[-1]
+            print(f"  q{q:02d}: tick {r['tick']:.2f} s, batch {r['batch']:.2f} s, load {r['load']:.1f} s, "
+                  f"{'equal' if r['equal'] else 'DIFFERENT'}", flush=True)
+        report(rows, args)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def run_query(spark, work: Path, q: int, sql: str, ddl: dict[str, str], ticks: list, batch_runs: int) -> dict:
+    tables = used_tables(sql)
+    configure(spark, TICK_CONF)
+    pipe = Pipeline(spark, str(work / f"state-q{q}"))
+    for t in tables:
+        pipe.add_source(t, ddl[t])
+    pipe.add_view("q", sql)
+    start = time.perf_counter()
+    pipe.step({t: spark.read.parquet(str(work / "initial" / f"{t}.parquet")).withColumn("_w", F.lit(1))
+               for t in tables})
+    load = time.perf_counter() - start
+    times = []
+    for i, tick in enumerate(ticks):
+        deltas = {t: pipe.delta(t, tick[t]) for t in tables if tick[t]}
+        start = time.perf_counter()
+        pipe.step(deltas)
+        if i:  # the first tick after loading warms caches
+            times.append(time.perf_counter() - start)
+    got = [tuple(r) for r in pipe.snapshot("q").collect()]
+    pipe.close()
+
+    configure(spark, BATCH_CONF)
+    batch_times = []
+    for _ in range(batch_runs):
+        batch = spark.newSession()
+        for t in tables:
+            batch.read.parquet(str(work / "final" / f"{t}.parquet")).createOrReplaceTempView(t)
+        start = time.perf_counter()
+        batch.sql(sql).write.format("noop").mode("overwrite").save()
+        batch_times.append(time.perf_counter() - start)
+    want = [tuple(r) for r in batch.sql(sql).collect()]
+    shutil.rmtree(work / f"state-q{q}", ignore_errors=True)
+    return {"q": q, "tick": statistics.median(times), "ticks": times, "batch": statistics.median(batch_times),
+            "load": load, "equal": compare(got, want) is None}
+
+
+def report(rows: list[dict], args: argparse.Namespace) -> None:
+    print(f"\n| query | tick median (s) | batch median (s) | batch/tick | equal |\n|---|---|---|---|---|")
+    for r in rows:
+        print(f"| q{r['q']:02d} | {r['tick']:.2f} | {r['batch']:.2f} | {r['batch'] / r['tick']:.2f}x | "
+              f"{'yes' if r['equal'] else 'NO'} |")
+    ratios = [r["batch"] / r["tick"] for r in rows]
+    print(f"\nmedian batch/tick over {len(rows)} queries: {statistics.median(ratios):.2f}x "
+          f"(goal 50x); ticks {statistics.median(r['tick'] for r in rows):.2f} s, "
+          f"batch {statistics.median(r['batch'] for r in rows):.2f} s median")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    out = Path(__file__).parent / "results"
+    out.mkdir(exist_ok=True)
+    fig, ax = plt.subplots(figsize=(11, 4))
+    xs = range(len(rows))
+    ax.bar([x - 0.2 for x in xs], [r["batch"] for r in rows], 0.4, label="Spark batch recompute")
+    ax.bar([x + 0.2 for x in xs], [r["tick"] for r in rows], 0.4, label="incremental tick")
+    ax.set_xticks(list(xs), [f"q{r['q']}" for r in rows])
+    ax.set_ylabel("seconds")
+    ax.set_title(f"TPC-H SF {args.sf}, {args.refresh:.1%} refresh per tick")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "tpch.png", dpi=120)
+    print(f"plot: {out / 'tpch.png'}")
+
+
+if __name__ == "__main__":
+    main()
