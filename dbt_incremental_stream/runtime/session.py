@@ -20,6 +20,9 @@ TICK_CONF: dict[str, str] = {
     "spark.sql.session.timeZone": "UTC",
     # tasks commit their files directly: a tick's atomicity comes from its manifest
     "spark.hadoop.mapreduce.fileoutputcommitter.algorithm.version": "2",
+    # recording the Python call site of every DataFrame call costs several JVM round trips
+    # each; a tick builds hundreds of them
+    "spark.python.sql.dataFrameDebugging.enabled": "false",
 }
 
 

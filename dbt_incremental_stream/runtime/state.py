@@ -30,6 +30,10 @@ from .zsets import pack
 
 MANIFEST_DIR = "_manifest"
 STATE_DIR = "state"
+#: nodes written per Spark job: analysing the packed plan grows faster than linearly with
+#: the number of frames (each union pads the others' columns), so beyond a few dozen
+#: nodes several jobs cost less than one
+PACK = 24
 KEEP_MANIFESTS = 3
 #: batches at least this large are kept in Spark's cache; smaller ones are cheaper to
 #: re-read than to match against every cached plan while a tick's query is planned
@@ -214,20 +218,21 @@ class StateStore:
         return spine.frame(self.spark) if spine else None
 
     def write(self, tick: int, frames: dict[str, DataFrame]) -> dict[str, Batch]:
-        """Write one batch per node in one Spark job (not yet committed); nodes whose
-        frame has no rows get none."""
-        if not frames:
-            return {}
-        columns = {node: f"n_{node}" for node in frames}
-        base = self.fs.path(STATE_DIR, f"{tick:012d}-{uuid.uuid4().hex[:8]}")
-        # few files per batch: every file is a task for each later tick that reads it
-        files = self.spark.sparkContext.defaultParallelism
-        pack(frames, columns, "_node").coalesce(files).write.partitionBy("_node").parquet(base)
-        written = {}
-        for name in self.fs.list(base):
-            if name.startswith("_node="):
-                node, path = name[len("_node="):], f"{base}/{name}"
-                written[node] = Batch(path, self.fs.size(path), columns[node], frames[node].schema.json())
+        """Write one batch per node (not yet committed), :data:`PACK` nodes per Spark job;
+        nodes whose frame has no rows get none."""
+        written: dict[str, Batch] = {}
+        nodes = list(frames)
+        for start in range(0, len(nodes), PACK):
+            chunk = {n: frames[n] for n in nodes[start:start + PACK]}
+            columns = {node: f"n_{node}" for node in chunk}
+            base = self.fs.path(STATE_DIR, f"{tick:012d}-{uuid.uuid4().hex[:8]}")
+            # few files per batch: every file is a task for each later tick that reads it
+            files = self.spark.sparkContext.defaultParallelism
+            pack(chunk, columns, "_node").coalesce(files).write.partitionBy("_node").parquet(base)
+            for name in self.fs.list(base):
+                if name.startswith("_node="):
+                    node, path = name[len("_node="):], f"{base}/{name}"
+                    written[node] = Batch(path, self.fs.size(path), columns[node], chunk[node].schema.json())
         return written
 
     def commit(self, tick: int, appended: dict[str, list[Batch]], merge: Callable[[str, DataFrame], DataFrame],
