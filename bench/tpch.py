@@ -124,7 +124,7 @@ def run_query(spark, work: Path, q: int, sql: str, ddl: dict[str, str], ticks: l
 
 
 def report(rows: list[dict], args: argparse.Namespace) -> None:
-    print(f"\n| query | tick median (s) | batch median (s) | batch/tick | equal |\n|---|---|---|---|---|")
+    print("\n| query | tick median (s) | batch median (s) | batch/tick | equal |\n|---|---|---|---|---|")
     for r in rows:
         print(f"| q{r['q']:02d} | {r['tick']:.2f} | {r['batch']:.2f} | {r['batch'] / r['tick']:.2f}x | "
               f"{'yes' if r['equal'] else 'NO'} |")

@@ -53,6 +53,21 @@ class Operator:
 
 
 @dataclass(frozen=True, eq=False)
+class Unary(Operator):
+    """An operator over one input, whose columns it keeps unless it says otherwise."""
+
+    input: Operator
+
+    @property
+    def inputs(self) -> tuple[Operator, ...]:
+        return (self.input,)
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return self.input.columns
+
+
+@dataclass(frozen=True, eq=False)
 class Input(Operator):
     """The change stream of a source relation."""
 
@@ -68,15 +83,10 @@ class Input(Operator):
 
 
 @dataclass(frozen=True, eq=False)
-class Map(Operator):
+class Map(Unary):
     """Projection with expressions (linear)."""
 
-    input: Operator
     exprs: tuple[tuple[str, str], ...]  # (output name, Spark SQL over input columns)
-
-    @property
-    def inputs(self) -> tuple[Operator, ...]:
-        return (self.input,)
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -93,19 +103,10 @@ class Map(Operator):
 
 
 @dataclass(frozen=True, eq=False)
-class Filter(Operator):
+class Filter(Unary):
     """Keeps rows whose predicate is true (linear)."""
 
-    input: Operator
     predicate: str
-
-    @property
-    def inputs(self) -> tuple[Operator, ...]:
-        return (self.input,)
-
-    @property
-    def columns(self) -> tuple[str, ...]:
-        return self.input.columns
 
     def label(self) -> str:
         return f"Filter {self.predicate}"
@@ -130,31 +131,21 @@ class Plus(Operator):
 
 
 @dataclass(frozen=True, eq=False)
-class Scale(Operator):
+class Scale(Unary):
     """Multiplies each row's weight by an integer Spark SQL expression over its columns
     (linear): ``"-1"`` negates, a count column turns one row into that many."""
 
-    input: Operator
     factor: str
-
-    @property
-    def inputs(self) -> tuple[Operator, ...]:
-        return (self.input,)
-
-    @property
-    def columns(self) -> tuple[str, ...]:
-        return self.input.columns
 
     def label(self) -> str:
         return f"Scale by {self.factor}"
 
 
 @dataclass(frozen=True, eq=False)
-class Pad(Operator):
+class Pad(Unary):
     """The input's rows extended by NULLs in the columns of ``like`` (linear): the
     unmatched side of an outer join. ``like`` only lends its column names and types."""
 
-    input: Operator
     like: Operator
 
     @property
@@ -215,16 +206,11 @@ class AggCall:
 
 
 @dataclass(frozen=True, eq=False)
-class Grouping(Operator):
+class Grouping(Unary):
     """An operator over groups of its input by ``keys`` with aggregates ``aggs``."""
 
-    input: Operator
     keys: tuple[str, ...]
     aggs: tuple[AggCall, ...]
-
-    @property
-    def inputs(self) -> tuple[Operator, ...]:
-        return (self.input,)
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -240,7 +226,7 @@ class Aggregate(Grouping):
 
 
 @dataclass(frozen=True, eq=False)
-class Window(Operator):
+class Window(Unary):
     """Window functions: the input's rows, each with one more column per function.
 
     ``funcs`` are Spark SQL window expressions over the input's columns, all partitioned
@@ -249,14 +235,9 @@ class Window(Operator):
     stores only the k rows it keeps.
     """
 
-    input: Operator
     partition: tuple[str, ...]
     funcs: tuple[tuple[str, str], ...]
     keep: str | None = None
-
-    @property
-    def inputs(self) -> tuple[Operator, ...]:
-        return (self.input,)
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -280,41 +261,24 @@ def distinct(op: Operator) -> Aggregate:
 
 
 @dataclass(frozen=True, eq=False)
-class Integral(Operator):
+class Integral(Unary):
     """I: the running sum of its input over all ticks so far — the persisted state.
 
     With ``key`` None the input is a Z-set; otherwise it is an additive table keyed by
     ``key`` (possibly no columns: one global group) whose other columns are summed.
     """
 
-    input: Operator
     key: tuple[str, ...] | None = None
-
-    @property
-    def inputs(self) -> tuple[Operator, ...]:
-        return (self.input,)
-
-    @property
-    def columns(self) -> tuple[str, ...]:
-        return self.input.columns
 
     def label(self) -> str:
         return "I" + ("" if self.key is None else f" (sums by [{', '.join(self.key)}])")
 
 
 @dataclass(frozen=True, eq=False)
-class Delay(Operator):
+class Delay(Unary):
     """z⁻¹ of an integral: its value at the end of the previous tick."""
 
     input: Integral
-
-    @property
-    def inputs(self) -> tuple[Operator, ...]:
-        return (self.input,)
-
-    @property
-    def columns(self) -> tuple[str, ...]:
-        return self.input.columns
 
     def label(self) -> str:
         return "z⁻¹"

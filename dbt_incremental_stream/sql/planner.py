@@ -19,6 +19,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import OptimizeError, ParseError
 from sqlglot.optimizer.qualify import qualify
+from sqlglot.tokens import TokenType
 
 from ..circuit.operators import (
     AggCall,
@@ -35,7 +36,7 @@ from ..circuit.operators import (
     minus,
     quote,
 )
-from ..errors import CompileError
+from ..errors import CompileError, UnsupportedSqlError
 from .validate import AGGREGATES, position, unsupported, validate
 
 DIALECT = "spark"
@@ -50,6 +51,7 @@ Pair = tuple[str, str, bool]
 
 def parse(sql: str, view: str | None = None) -> exp.Query:
     """One query statement, validated against the supported set."""
+    _check_tokens(sql, view)
     try:
         statements = [s for s in sqlglot.parse(sql, read=DIALECT) if s is not None]
     except ParseError as e:
@@ -60,6 +62,18 @@ def parse(sql: str, view: str | None = None) -> exp.Query:
         raise CompileError("a view is exactly one SELECT query", view=view)
     validate(statements[0], view)
     return statements[0]
+
+
+def _check_tokens(sql: str, view: str | None) -> None:
+    """Constructs the parser does not know, named before it fails on them."""
+    try:
+        tokens = sqlglot.tokenize(sql, read=DIALECT)
+    except sqlglot.errors.TokenError:
+        return  # the parser reports it
+    for token, after in zip(tokens, tokens[1:]):
+        if token.token_type == TokenType.WINDOW and after.token_type == TokenType.L_PAREN:
+            raise UnsupportedSqlError("time-window function window(); group by date_trunc(...) for tumbling windows",
+                                      view=view, line=token.line, col=token.col)
 
 
 def plan(sql: str, catalog: Mapping[str, Operator], view: str | None = None) -> Operator:
@@ -365,7 +379,7 @@ class _Planner:
 
     def left_join(self, left: Operator, right: Operator, pairs: list[Pair], residual: list[str]) -> Operator:
         """Every match, plus each left row without one padded with NULLs."""
-        inner = Join(left, right, _on(pairs, residual), tuple((a, b) for a, b, _ in pairs))
+        inner = _join(left, right, pairs, residual)
         return Plus((inner, Pad(minus(left, self.semi(left, right, pairs, residual)), right)))
 
     def semi(self, left: Operator, right: Operator, pairs: list[Pair], residual: list[str]) -> Operator:
@@ -373,13 +387,12 @@ class _Planner:
         keep = tuple((c, quote(c)) for c in left.columns)
         if residual:  # the left rows that occur in the join, as a set
             names = [self.fresh("d") for _ in left.columns]
-            inner = Join(left, right, _on(pairs, residual), tuple((a, b) for a, b, _ in pairs))
+            inner = _join(left, right, pairs, residual)
             found = distinct(Map(inner, tuple((n, quote(c)) for n, c in zip(names, left.columns))))
-            return Map(Join(left, found, _on([(quote(c), quote(n), True) for c, n in zip(left.columns, names)], [])),
-                       keep)
+            return Map(_join(left, found, [(quote(c), quote(n), True) for c, n in zip(left.columns, names)], []), keep)
         names = [self.fresh("k") for _ in pairs] or [self.fresh("k")]
         found = distinct(Map(right, tuple(zip(names, [b for _, b, _ in pairs] or ["1"]))))
-        return Map(Join(left, found, _on([(a, quote(n), ns) for (a, _, ns), n in zip(pairs, names)], [])), keep)
+        return Map(_join(left, found, [(a, quote(n), ns) for (a, _, ns), n in zip(pairs, names)], []), keep)
 
     # --- subqueries ----------------------------------------------------------------------
 
@@ -391,7 +404,7 @@ class _Planner:
         if isinstance(test, exp.Exists) or (isinstance(test, exp.In) and test.args.get("query")):
             value = render(test.this) if isinstance(test, exp.In) else None
             sub = self.decorrelate(test.args.get("query") or test.this, node, aliases, env, render, value)
-            matched = Map(Join(node, sub.op, _on(sub.pairs, [])), tuple((c, quote(c)) for c in node.columns))
+            matched = Map(_join(node, sub.op, sub.pairs, []), tuple((c, quote(c)) for c in node.columns))
             if not negated:
                 return matched
             unmatched = minus(node, matched)
@@ -664,6 +677,10 @@ def _render(e: exp.Expression) -> str:
         return n
 
     return e.copy().transform(swap, copy=False).sql(DIALECT)
+
+
+def _join(left: Operator, right: Operator, pairs: list[Pair], residual: list[str]) -> Join:
+    return Join(left, right, _on(pairs, residual), tuple((a, b) for a, b, _ in pairs))
 
 
 def _on(pairs: list[Pair], residual: list[str]) -> str:

@@ -5,7 +5,7 @@ import pytest
 
 from dbt_incremental_stream.circuit.incremental import Incrementalizer
 from dbt_incremental_stream.circuit.operators import (
-    Filter, GroupDiff, Input, Integral, Join, Partials, explain, walk,
+    Filter, GroupDiff, Input, Integral, Join, Pad, Partials, explain, walk,
 )
 from dbt_incremental_stream.errors import CompileError, UnsupportedSqlError
 from dbt_incremental_stream.sql.planner import plan
@@ -33,6 +33,7 @@ CATALOG = {
      "LIMIT in a subquery"),
     ("SELECT id FROM orders LATERAL VIEW explode(array(1)) t AS x", "LATERAL"),
     ("SELECT * FROM VALUES (1, 2) AS t(a, b)", "VALUES"),
+    ("SELECT window(id, '10 minutes') AS w, COUNT(*) FROM orders GROUP BY 1", "window()"),
 ])
 def test_unsupported_constructs_are_named_with_position(sql, construct):
     with pytest.raises(UnsupportedSqlError) as err:
@@ -95,3 +96,24 @@ def test_node_ids_are_stable_and_structural():
     b = plan("select CUST, count(*) as n from ORDERS group by cust", CATALOG)
     c = plan("SELECT cust, COUNT(*) AS n FROM orders WHERE id > 0 GROUP BY cust", CATALOG)
     assert a.id == b.id and a.id != c.id
+
+
+def test_a_join_key_repeated_in_every_or_branch_is_a_join_key():
+    p = plan("SELECT o.id FROM orders o, customers c WHERE (o.cust = c.id AND c.region = 'eu') "
+             "OR (o.cust = c.id AND o.amount > 5)", CATALOG)
+    joins = [op for op in walk(p) if isinstance(op, Join)]
+    assert len(joins) == 1 and joins[0].keys
+
+
+def test_correlated_subqueries_become_keyed_joins_not_cross_products():
+    p = plan("SELECT id FROM orders o WHERE EXISTS (SELECT 1 FROM items i WHERE i.order_id = o.id) "
+             "AND o.amount > (SELECT AVG(price) FROM items i WHERE i.order_id = o.id) "
+             "AND o.cust NOT IN (SELECT c.id FROM customers c WHERE c.name = o.status)", CATALOG)
+    joins = [op for op in walk(p) if isinstance(op, Join)]
+    assert len(joins) >= 3 and all(j.keys for j in joins)
+
+
+def test_outer_join_pads_the_unmatched_rows():
+    p = plan("SELECT o.id, c.name FROM orders o LEFT JOIN customers c ON o.cust = c.id", CATALOG)
+    pads = [op for op in walk(p) if isinstance(op, Pad)]
+    assert len(pads) == 1 and pads[0].like.columns == ("c__id", "c__name")
