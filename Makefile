@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: setup test demo bench clean
+.PHONY: setup test demo bench bench-tpch clean
 
 setup: $(VENV)/.installed
 
@@ -23,6 +23,10 @@ demo: setup
 
 bench: setup
 	$(PY) bench/join_aggregate.py
+
+# TPC-H at scale factor 1 by default: make bench-tpch ARGS="--sf 0.1 --queries 1,3,6"
+bench-tpch: setup
+	$(PY) bench/tpch.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache .hypothesis spark-warehouse metastore_db

@@ -8,6 +8,7 @@ the partitions a delta touches.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import singledispatch
 
 from .operators import (
@@ -23,6 +24,7 @@ from .operators import (
     Pad,
     Partials,
     Plus,
+    Recompute,
     Scale,
     Window,
     WindowDiff,
@@ -30,17 +32,28 @@ from .operators import (
 
 
 def integral(op: Operator) -> Operator:
-    """I(op), sharing state: integration commutes with a pure projection, so
-    I(Map(x)) is Map(I(x)) and one stored integral serves every projection of x."""
-    if isinstance(op, Map) and op.is_projection:
+    """I(op), sharing state. Integration commutes with row-wise linear operators, so
+    I(Map(x)) is Map(I(x)): one stored integral serves every projection of x, and the
+    output a recompute stores anyway serves as the integral of whatever is computed row
+    by row from it."""
+    if isinstance(op, Map) and (op.is_projection or _stored(op.input)):
         return Map(integral(op.input), op.exprs)
+    if isinstance(op, Filter) and _stored(op.input):
+        return Filter(integral(op.input), op.predicate)
     return Integral(op)
+
+
+def _stored(op: Operator) -> bool:
+    """Whether ``op`` is computed row by row from a recompute's output."""
+    while isinstance(op, (Map, Filter)):
+        op = op.input
+    return isinstance(op, Recompute)
 
 
 def delayed(op: Operator) -> Operator:
     """z⁻¹ of an integral built by :func:`integral`."""
-    if isinstance(op, Map):
-        return Map(delayed(op.input), op.exprs)
+    if isinstance(op, (Map, Filter)):
+        return replace(op, input=delayed(op.input))
     assert isinstance(op, Integral)
     return Delay(op)
 

@@ -186,7 +186,8 @@ class Pipeline:
         before = {s.id: zsets.union([self.store.before(s.id)] + [b.open(self.spark) for b in written[s.id]])
                   for s in states}
         first = {s.id for s in states if not self.store.has(s.id) and not written[s.id]}
-        run = Tick(inputs, before.__getitem__, first.__contains__, self._shared(),
+        same = self._same_state()
+        run = Tick(inputs, lambda node: before[same.get(node, node)], first.__contains__, self._shared(),
                    empty=self._typed_empty())
         try:
             frames = {s.id: self._fold(s, d) for s in states if (d := _state_delta(run, s)) is not None}
@@ -245,7 +246,13 @@ class Pipeline:
 
     def _states(self) -> list[State]:
         """Every node with persisted state, inputs before consumers."""
-        return [op for op in walk(*self._roots()) if isinstance(op, (Integral, Recompute))]
+        same = self._same_state()
+        return [op for op in walk(*self._roots()) if isinstance(op, (Integral, Recompute)) and op.id not in same]
+
+    def _same_state(self) -> dict[str, str]:
+        """Integrals of a recompute's output: the recompute's own state is that integral."""
+        return {op.id: op.input.id for op in walk(*self._roots())
+                if isinstance(op, Integral) and isinstance(op.input, Recompute)}
 
     def _shared(self) -> set[str]:
         """Nodes read by more than one consumer within a tick: persisted once computed."""
