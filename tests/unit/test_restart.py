@@ -20,6 +20,9 @@ VIEWS = {
     "by_region": "SELECT c.region, COUNT(*) AS n, SUM(o.amount) AS s, MAX(o.amount) AS m "
                  "FROM orders o JOIN customers c ON o.cust = c.id GROUP BY c.region",
     "total": "SELECT COUNT(*) AS n FROM by_region",
+    "ranked": "SELECT o.id, c.region, RANK() OVER (PARTITION BY o.cust ORDER BY o.amount DESC) AS r "
+              "FROM orders o LEFT JOIN customers c ON o.cust = c.id",
+    "top2": "SELECT id, amount FROM orders ORDER BY amount DESC LIMIT 2",
 }
 TICKS = [
     {"orders": [((i, i % 3, i * 2.5), 1) for i in range(10)], "customers": [((0, "eu"), 1), ((1, "us"), 1)]},
