@@ -12,7 +12,7 @@ window functions and ORDER BY … LIMIT become ``Window`` nodes.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
 import sqlglot
@@ -33,6 +33,7 @@ from ..circuit.operators import (
     Scale,
     Window,
     distinct,
+    is_identifier,
     minus,
     quote,
 )
@@ -259,8 +260,8 @@ class _Planner:
             for c in _conjuncts(having.this) if having is not None else []:
                 node = self.filter(node, c, aliases, env, render)
         node, render = self.windows(q, node, render)
-        if q.args.get("qualify"):
-            node = Filter(node, render(q.args["qualify"].this))
+        for c in _conjuncts(q.args["qualify"].this) if q.args.get("qualify") else []:
+            node = _filter(node, render(c))
 
         outputs: list[tuple[str, str]] = []
         for e in q.expressions:
@@ -328,7 +329,7 @@ class _Planner:
             aliases = _aliases(c)
             home = next((i for i, u in enumerate(units) if aliases and aliases <= u.aliases), None)
             if home is not None:
-                units[home] = _Unit(units[home].aliases, Filter(units[home].op, _render(c)))
+                units[home] = _Unit(units[home].aliases, _filter(units[home].op, _render(c)))
             elif aliases:
                 pending.append(c)
             else:
@@ -677,6 +678,38 @@ def _render(e: exp.Expression) -> str:
         return n
 
     return e.copy().transform(swap, copy=False).sql(DIALECT)
+
+
+RANKINGS = ("ROW_NUMBER()", "RANK()", "DENSE_RANK()")
+
+
+def _filter(node: Operator, predicate: str) -> Operator:
+    """``Filter(node, predicate)``; a filter on a ranking window function's value (the
+    per-group top-k ``WHERE rn <= 3`` over ``ROW_NUMBER() OVER (…)``) moves into the
+    Window's ``keep``, so its state holds only the kept rows."""
+    cond = sqlglot.parse_one(predicate, read=DIALECT)
+    names = {c.name for c in cond.find_all(exp.Column)}
+    maps: list[Map] = []
+    op = node
+    while isinstance(op, Map) and len(names) == 1:
+        (name,) = names
+        source = dict(op.exprs).get(name, "")
+        if not is_identifier(source):
+            break
+        names = {exp.to_identifier(source[1:-1].replace("``", "`")).name}
+        maps.append(op)
+        op = op.input
+    funcs = dict(op.funcs) if isinstance(op, Window) else {}
+    (name,) = names if len(names) == 1 else ("",)
+    if not funcs.get(name, "").upper().startswith(RANKINGS):
+        return Filter(node, predicate)
+    for c in cond.find_all(exp.Column):
+        c.replace(exp.column(name, quoted=True))
+    keep = cond.sql(DIALECT) if op.keep is None else f"({op.keep}) AND ({cond.sql(DIALECT)})"
+    out: Operator = replace(op, keep=keep)
+    for m in reversed(maps):
+        out = Map(out, m.exprs)
+    return out
 
 
 def _join(left: Operator, right: Operator, pairs: list[Pair], residual: list[str]) -> Join:

@@ -5,7 +5,7 @@ import pytest
 
 from dbt_incremental_stream.circuit.incremental import Incrementalizer
 from dbt_incremental_stream.circuit.operators import (
-    Filter, GroupDiff, Input, Integral, Join, Pad, Partials, explain, walk,
+    Filter, GroupDiff, Input, Integral, Join, Pad, Partials, Window, explain, walk,
 )
 from dbt_incremental_stream.errors import CompileError, UnsupportedSqlError
 from dbt_incremental_stream.sql.planner import plan
@@ -117,3 +117,13 @@ def test_outer_join_pads_the_unmatched_rows():
     p = plan("SELECT o.id, c.name FROM orders o LEFT JOIN customers c ON o.cust = c.id", CATALOG)
     pads = [op for op in walk(p) if isinstance(op, Pad)]
     assert len(pads) == 1 and pads[0].like.columns == ("c__id", "c__name")
+
+
+def test_per_group_top_k_keeps_only_the_kept_rows():
+    for sql in ["SELECT * FROM (SELECT cust, id, ROW_NUMBER() OVER (PARTITION BY cust ORDER BY id) AS rn "
+                "FROM orders) t WHERE rn <= 2",
+                "SELECT cust, id FROM orders QUALIFY RANK() OVER (PARTITION BY cust ORDER BY id DESC) = 1"]:
+        p = plan(sql, CATALOG)
+        windows = [op for op in walk(p) if isinstance(op, Window)]
+        assert len(windows) == 1 and windows[0].keep, sql
+        assert not any(isinstance(op, Filter) for op in walk(p)), sql
