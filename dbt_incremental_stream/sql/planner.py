@@ -687,6 +687,11 @@ def _filter(node: Operator, predicate: str) -> Operator:
     """``Filter(node, predicate)``; a filter on a ranking window function's value (the
     per-group top-k ``WHERE rn <= 3`` over ``ROW_NUMBER() OVER (…)``) moves into the
     Window's ``keep``, so its state holds only the kept rows."""
+    op = node
+    while isinstance(op, Map):
+        op = op.input
+    if not isinstance(op, Window):
+        return Filter(node, predicate)
     cond = sqlglot.parse_one(predicate, read=DIALECT)
     names = {c.name for c in cond.find_all(exp.Column)}
     maps: list[Map] = []
