@@ -36,6 +36,13 @@ BATCH_CONF = {"spark.sql.adaptive.enabled": "true", "spark.sql.shuffle.partition
               "spark.sql.codegen.wholeStage": "true"}
 
 
+def configure(spark, conf: dict[str, str]) -> None:
+    """Switch the running session's SQL settings (the others are fixed at start-up)."""
+    for key, value in conf.items():
+        if key.startswith("spark.sql."):
+            spark.conf.set(key, value)
+
+
 def order_rows(spark, ids):
     """Rows of orders for the given id DataFrame (column ``id``): values are a function of id."""
     return ids.select(F.col("id").cast("bigint").alias("id"), (F.col("id") % CUSTOMERS).cast("int").alias("cust"),
@@ -48,9 +55,7 @@ def run(spark, work: Path, orders: int, changes: int, ticks: int, batch_runs: in
     pipe.add_source("orders", "id BIGINT, cust INT, amount DOUBLE")
     pipe.add_source("customers", "id INT, region STRING")
     pipe.add_view("revenue", VIEW)
-    for key, value in TICK_CONF.items():  # the engine's tick settings
-        if key.startswith("spark.sql."):
-            spark.conf.set(key, value)
+    configure(spark, TICK_CONF)  # the engine's tick settings
 
     customers = spark.range(CUSTOMERS).select(F.col("id").cast("int").alias("id"),
                                              F.concat(F.lit("r"), (F.col("id") % 50).cast("string")).alias("region"))
@@ -77,8 +82,7 @@ def run(spark, work: Path, orders: int, changes: int, ticks: int, batch_runs: in
     tables = work / "tables"
     pipe.snapshot("orders").write.parquet(str(tables / "orders"))
     customers.write.parquet(str(tables / "customers"))
-    for key, value in BATCH_CONF.items():
-        spark.conf.set(key, value)
+    configure(spark, BATCH_CONF)
     batch_times = []
     for i in range(batch_runs):
         spark.read.parquet(str(tables / "orders")).createOrReplaceTempView("orders")

@@ -22,21 +22,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import sqlglot  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
+from bench.join_aggregate import BATCH_CONF, configure  # noqa: E402
 from bench.tpch_workload import TABLES, Refresh, connect, queries, schemas  # noqa: E402
 from dbt_incremental_stream import Pipeline  # noqa: E402
 from dbt_incremental_stream.differential import compare  # noqa: E402
 from dbt_incremental_stream.runtime.session import TICK_CONF, session  # noqa: E402
-
-BATCH_CONF = {"spark.sql.adaptive.enabled": "true", "spark.sql.shuffle.partitions": "8",
-              "spark.sql.codegen.wholeStage": "true"}
-
-
-def configure(spark, conf: dict[str, str]) -> None:
-    for key, value in conf.items():
-        if key.startswith("spark.sql."):
-            spark.conf.set(key, value)
 
 
 def export(con, directory: Path) -> None:
@@ -46,7 +39,8 @@ def export(con, directory: Path) -> None:
 
 
 def used_tables(sql: str) -> list[str]:
-    return [t for t in TABLES if t in sql]
+    named = {t.name for t in sqlglot.parse_one(sql, read="spark").find_all(sqlglot.exp.Table)}
+    return [t for t in TABLES if t in named]
 
 
 def main() -> None:

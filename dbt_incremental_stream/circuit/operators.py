@@ -314,11 +314,6 @@ class Recompute(Operator):
     def inputs(self) -> tuple[Operator, ...]:
         return (self.delta, self.before)
 
-    @property
-    def group(self) -> tuple[str, ...]:
-        """The columns a group is identified by (none: the whole input is one group)."""
-        raise NotImplementedError
-
 
 @dataclass(frozen=True, eq=False)
 class GroupDiff(Recompute):
@@ -327,10 +322,6 @@ class GroupDiff(Recompute):
 
     keys: tuple[str, ...]
     aggs: tuple[AggCall, ...]
-
-    @property
-    def group(self) -> tuple[str, ...]:
-        return self.keys
 
     @property
     def linear(self) -> bool:
@@ -354,10 +345,6 @@ class WindowDiff(Recompute):
     keep: str | None
 
     @property
-    def group(self) -> tuple[str, ...]:
-        return self.partition
-
-    @property
     def columns(self) -> tuple[str, ...]:
         return self.delta.columns + tuple(n for n, _ in self.funcs)
 
@@ -366,6 +353,11 @@ class WindowDiff(Recompute):
 
 
 # --- helpers -------------------------------------------------------------------------
+
+
+def passthrough(columns: tuple[str, ...] | list[str]) -> tuple[tuple[str, str], ...]:
+    """``Map`` expressions that keep ``columns`` as they are (and drop the others)."""
+    return tuple((c, quote(c)) for c in columns)
 
 
 def quote(name: str) -> str:

@@ -39,14 +39,13 @@ class Tick:
     """Evaluates node deltas for one tick.
 
     ``before`` gives a state node's committed integral (None: empty) — an ``Integral``'s,
-    or a ``GroupDiff``'s own output; ``is_new`` tells whether a state node has never been
+    or a ``Recompute``'s own output; ``is_new`` tells whether a state node has never been
     committed (a global aggregate then emits its first row, typed by ``empty``: a tick
     over empty inputs, see :func:`empty_tick`).
     """
 
     def __init__(self, inputs: Mapping[str, DataFrame | None], before: Callable[[str], DataFrame | None],
-                 is_new: Callable[[str], bool], shared: set[str],
-                 empty: Tick | None = None):
+                 is_new: Callable[[str], bool], shared: set[str], empty: Tick | None = None):
         self._inputs = inputs
         self._before = before
         self._is_new = is_new

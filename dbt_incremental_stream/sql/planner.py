@@ -35,6 +35,7 @@ from ..circuit.operators import (
     distinct,
     is_identifier,
     minus,
+    passthrough,
     quote,
 )
 from ..errors import CompileError, UnsupportedSqlError
@@ -156,12 +157,16 @@ class _Sub:
     empty: str = "NULL"  # scalar: the value when no row correlates
 
     @property
+    def key_pairs(self) -> list[Pair]:
+        """The correlation equalities."""
+        return [(o, quote(k), ns) for k, (o, ns) in zip(self.keys, self.outer)]
+
+    @property
     def pairs(self) -> list[Pair]:
-        """The equalities that join it to the outer rows."""
-        pairs = [(o, quote(k), ns) for k, (o, ns) in zip(self.keys, self.outer)]
-        if self.test is not None:
-            pairs.insert(0, (self.test, quote(self.value), False))  # type: ignore[arg-type]
-        return pairs
+        """The equalities that join it to the outer rows: correlation, and IN's value."""
+        if self.test is None:
+            return self.key_pairs
+        return [(self.test, quote(self.value), False)] + self.key_pairs  # type: ignore[arg-type]
 
 
 @dataclass
@@ -204,7 +209,7 @@ class _Planner:
             return distinct(both) if q.args.get("distinct") else both
         # INTERSECT / EXCEPT: count each row's occurrences on both sides, then keep rows by the counts
         a, b = self.fresh("na"), self.fresh("nb")
-        same = tuple((c, quote(c)) for c in cols)
+        same = passthrough(cols)
         tagged = Plus((Map(left, same + ((a, "1"), (b, "0"))), Map(right, same + ((a, "0"), (b, "1")))))
         counts: Operator = Aggregate(tagged, cols, (AggCall(a, "sum", a), AggCall(b, "sum", b)))
         na, nb = quote(a), quote(b)
@@ -273,7 +278,7 @@ class _Planner:
         if q.args.get("distinct"):
             node = distinct(node)
         node = self.top_k(q, node, {k: n for k, (n, _) in hidden.items()}, names)
-        return node if node.columns == tuple(names) else Map(node, tuple((n, quote(n)) for n in names))
+        return node if node.columns == tuple(names) else Map(node, passthrough(names))
 
     # --- joins -------------------------------------------------------------------------
 
@@ -374,7 +379,7 @@ class _Planner:
         if side == "FULL":
             swapped = [(b, a, ns) for a, b, ns in pairs]
             unmatched = minus(right.op, self.semi(right.op, left.op, swapped, residual))
-            padded = Map(Pad(unmatched, left.op), tuple((c, quote(c)) for c in node.columns))
+            padded = Map(Pad(unmatched, left.op), passthrough(node.columns))
             node = Plus((node, padded))
         return _Unit(aliases, node)
 
@@ -385,7 +390,7 @@ class _Planner:
 
     def semi(self, left: Operator, right: Operator, pairs: list[Pair], residual: list[str]) -> Operator:
         """The rows of ``left``, with their multiplicities, that have a match in ``right``."""
-        keep = tuple((c, quote(c)) for c in left.columns)
+        keep = passthrough(left.columns)
         if residual:  # the left rows that occur in the join, as a set
             names = [self.fresh("d") for _ in left.columns]
             inner = _join(left, right, pairs, residual)
@@ -405,7 +410,7 @@ class _Planner:
         if isinstance(test, exp.Exists) or (isinstance(test, exp.In) and test.args.get("query")):
             value = render(test.this) if isinstance(test, exp.In) else None
             sub = self.decorrelate(test.args.get("query") or test.this, node, aliases, env, render, value)
-            matched = Map(_join(node, sub.op, sub.pairs, []), tuple((c, quote(c)) for c in node.columns))
+            matched = Map(_join(node, sub.op, sub.pairs, []), passthrough(node.columns))
             if not negated:
                 return matched
             unmatched = minus(node, matched)
@@ -414,9 +419,9 @@ class _Planner:
             # NOT IN is unknown, so false, when the subquery's rows include NULL or the value is NULL
             joined, n, nn = self.in_counts(unmatched, sub)
             kept = Filter(joined, f"COALESCE({n}, 0) = 0 OR (({value}) IS NOT NULL AND {n} = {nn})")
-            return Map(kept, tuple((c, quote(c)) for c in node.columns))
+            return Map(kept, passthrough(node.columns))
         joined, cond = self.inline(node, cond, aliases, env, render)
-        return Map(Filter(joined, render(cond)), tuple((c, quote(c)) for c in node.columns))
+        return Map(Filter(joined, render(cond)), passthrough(node.columns))
 
     def inline(self, node: Operator, e: exp.Expression, aliases: set[str], env: Env,
                render: Render) -> tuple[Operator, exp.Expression]:
@@ -456,7 +461,7 @@ class _Planner:
         correlate with each row."""
         n, nn = self.fresh("n"), self.fresh("nn")
         counts = Aggregate(sub.op, tuple(sub.keys), (AggCall(n, "count", None), AggCall(nn, "count", sub.value)))
-        pairs = [(o, quote(k), ns) for k, (o, ns) in zip(sub.keys, sub.outer)]
+        pairs = sub.key_pairs
         joined = self.left_join(node, counts, pairs, []) if pairs else Join(node, counts, "TRUE")
         return joined, quote(n), quote(nn)
 
@@ -495,14 +500,15 @@ class _Planner:
             magic = self.fresh("outer")
             refs = sorted({(c.table, c.name) for c in outer})
             names = {ref: self.fresh("o") for ref in refs}
-            env[magic] = distinct(Map(node, tuple((names[r], render(exp.column(r[1], table=r[0]))) for r in refs)))
+            outer_sql = {r: render(exp.column(r[1], table=r[0])) for r in refs}
+            env[magic] = distinct(Map(node, tuple((names[r], outer_sql[r]) for r in refs)))
             new = sub.copy()
             for c in _outer_columns(new, aliases):
                 c.replace(exp.column(names[(c.table, c.name)], table=magic, quoted=False))
             new = new.join(exp.Table(this=exp.to_identifier(magic)), copy=False)
             rest = _conjuncts(new.args["where"].this) if new.args.get("where") else []
             for r in refs:
-                keys.append((exp.column(names[r], table=magic), render(exp.column(r[1], table=r[0])), True))
+                keys.append((exp.column(names[r], table=magic), outer_sql[r], True))
         new.set("where", exp.Where(this=exp.and_(*rest)) if rest else None)
         new.set("order", None)
 
@@ -605,7 +611,7 @@ class _Planner:
             spec.set("partition_by", [exp.column(c, quoted=True) for c in cols])
             funcs[text] = (self.fresh("w"), render(spec))
         common = tuple(c for c in parts.values() if all(c in p for p in partitions))
-        pre = Map(node, tuple((c, quote(c)) for c in node.columns) + tuple((c, e) for e, c in parts.items()))
+        pre = Map(node, passthrough(node.columns) + tuple((c, e) for e, c in parts.items()))
         node = Window(pre, common, tuple(funcs.values()))
 
         def render_windows(e: exp.Expression) -> str:
@@ -661,7 +667,7 @@ class _Planner:
         if limit:
             keep += f" AND {quote(rn)} <= {low + _int(limit.expression, 'LIMIT', self)}"
         ranked = Window(node, (), ((rn, f"ROW_NUMBER() OVER (ORDER BY {', '.join(by)})"),), keep)
-        return Map(ranked, tuple((c, quote(c)) for c in node.columns))
+        return Map(ranked, passthrough(node.columns))
 
 
 def mangle(alias: str, column: str) -> str:
