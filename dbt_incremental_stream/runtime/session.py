@@ -27,11 +27,18 @@ TICK_CONF: dict[str, str] = {
 
 
 def session(master: str = "local[2]", conf: Mapping[str, str] | None = None,
-            app_name: str = "dbt-incremental-stream") -> SparkSession:
-    """Get or create the process's SparkSession with :data:`TICK_CONF` under ``conf``."""
+            app_name: str = "dbt-incremental-stream", *, hive: bool = False) -> SparkSession:
+    """Get or create the process's SparkSession with :data:`TICK_CONF` under ``conf``.
+
+    ``hive``: a persistent catalog, as dbt-spark's session method has it (by default a
+    Derby metastore in ``metastore_db/`` and tables in ``spark-warehouse/``, both in the
+    working directory; ``spark_conf`` can point Spark at any Hive metastore instead).
+    """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.master(master).appName(app_name)
+    if hive:
+        builder = builder.enableHiveSupport()
     for key, value in {**TICK_CONF, **(conf or {})}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

@@ -217,6 +217,11 @@ class StateStore:
         spine = self.spines.get(node)
         return spine.frame(self.spark) if spine else None
 
+    def forget(self, nodes: set[str]) -> None:
+        """Drop nodes' state from the open store: the next commit holds them anew."""
+        for node in nodes & set(self.spines):
+            self.spines.pop(node).release()
+
     def write(self, tick: int, frames: dict[str, DataFrame]) -> dict[str, Batch]:
         """Write one batch per node (not yet committed), :data:`PACK` nodes per Spark job;
         nodes whose frame has no rows get none."""

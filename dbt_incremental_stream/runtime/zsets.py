@@ -184,3 +184,10 @@ def expand(df: DataFrame) -> DataFrame:
     return df.where(col(WEIGHT) > 0).select(
         *map(col, cols), F.explode(F.array_repeat(F.lit(1), col(WEIGHT).cast("int"))).alias("__n")
     ).select(*map(col, cols))
+
+
+def diff(current: DataFrame, before: DataFrame | None) -> DataFrame:
+    """The Z-set that turns ``before`` (a Z-set) into ``current`` (a bag of rows): how a
+    table with no change feed is read as a source."""
+    now = current.withColumn(WEIGHT, F.lit(1).cast(LONG))
+    return consolidate(now if before is None else union([now, scale(before, "-1")]))

@@ -1,0 +1,88 @@
+"""Profile keys and the connection: dbt-spark's ``session`` method, with the SparkSession
+started by the engine (master, conf) before dbt-spark asks for it."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, Optional, Tuple
+
+from dbt.adapters.contracts.connection import Connection, ConnectionState
+from dbt.adapters.events.logging import AdapterLogger
+from dbt.adapters.exceptions import FailedToConnectError
+from dbt.adapters.spark.connections import SparkConnectionManager, SparkConnectionMethod, SparkCredentials
+from dbt_common.exceptions import DbtRuntimeError
+
+from dbt_incremental_stream.connectors.kafka import KafkaSettings
+from dbt_incremental_stream.errors import StreamError
+from dbt_incremental_stream.runtime.session import session
+
+logger = AdapterLogger("incremental_stream")
+
+MASTERS = ("local", "spark://", "yarn", "k8s://", "mesos://")
+
+
+@dataclass
+class IncrementalStreamCredentials(SparkCredentials):
+    method: SparkConnectionMethod = SparkConnectionMethod.SESSION  # type: ignore[assignment]
+    host: Optional[str] = "embedded"
+    #: Spark master: local[*] runs Spark inside dbt; spark://, yarn, k8s:// a cluster
+    master: str = "local[*]"
+    #: extra Spark settings (spark.executor.memory, spark.sql.warehouse.dir, ...)
+    spark_conf: Dict[str, str] = field(default_factory=dict)
+    #: where streaming state lives: a local path (relative to the project) or any Hadoop
+    #: file system URI (hdfs://, s3a://) every executor can reach
+    state_location: str = "stream_state"
+    #: bootstrap_servers plus librdkafka settings passed through (security.protocol, sasl.*, ssl.*)
+    kafka: Dict[str, Any] = field(default_factory=dict)
+    #: default cap on records read per source per tick (back-pressure); none when unset
+    max_records_per_tick: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.method != SparkConnectionMethod.SESSION:
+            raise DbtRuntimeError(
+                f"incremental_stream runs Spark in-process: `method` must be `session` (or left out), "
+                f"not `{self.method}`")
+        if not self.master.startswith(MASTERS):
+            raise DbtRuntimeError(
+                f"`master: {self.master}` is not a Spark master URL: use local[*] (the default), "
+                "spark://host:port, yarn or k8s://https://host:port")
+        if not self.state_location:
+            raise DbtRuntimeError("`state_location` may not be empty: it is where streaming state is kept")
+        if self.max_records_per_tick is not None and self.max_records_per_tick <= 0:
+            raise DbtRuntimeError("`max_records_per_tick` must be a positive number of records")
+        try:
+            self.kafka_settings  # noqa: B018  (validates the block)
+        except StreamError as e:
+            raise DbtRuntimeError(f"profile `kafka:` block: {e}") from e
+        self.spark_conf = {str(k): str(v) for k, v in self.spark_conf.items()}
+
+    @property
+    def kafka_settings(self) -> KafkaSettings | None:
+        return KafkaSettings.from_profile(self.kafka) if self.kafka else None
+
+    @property
+    def type(self) -> str:
+        return "incremental_stream"
+
+    @property
+    def unique_field(self) -> str:
+        return self.master
+
+    def _connection_keys(self) -> Tuple[str, ...]:
+        # what `dbt debug` prints: never the kafka block (it may hold SASL/SSL secrets)
+        return "master", "schema", "state_location", "max_records_per_tick"
+
+
+class IncrementalStreamConnectionManager(SparkConnectionManager):
+    TYPE = "incremental_stream"
+
+    @classmethod
+    def open(cls, connection: Connection) -> Connection:
+        if connection.state == ConnectionState.OPEN:
+            return connection
+        creds: IncrementalStreamCredentials = connection.credentials  # type: ignore[assignment]
+        try:
+            session(creds.master, {**creds.server_side_parameters, **creds.spark_conf}, hive=True)
+        except Exception as e:  # Spark raises several types when the master is unreachable
+            raise FailedToConnectError(f"could not start Spark with master {creds.master}: {e}") from e
+        return super().open(connection)

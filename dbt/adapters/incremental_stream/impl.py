@@ -1,0 +1,110 @@
+"""The adapter: dbt-spark's, plus the methods the streaming materializations call."""
+from __future__ import annotations
+
+import threading
+from importlib import import_module
+from typing import Any
+
+from dbt.adapters.base.meta import available
+from dbt.adapters.base.relation import AdapterTrackingRelationInfo, BaseRelation
+from dbt.adapters.contracts.relation import RelationConfig
+
+from dbt.adapters.spark.impl import SparkAdapter
+from dbt_common.exceptions import DbtRuntimeError
+from pyspark.sql import SparkSession
+
+from dbt.adapters.incremental_stream.connections import (
+    IncrementalStreamConnectionManager,
+    IncrementalStreamCredentials,
+)
+from dbt_incremental_stream.errors import StreamError
+from dbt_incremental_stream.project import KINDS, Model, Project
+
+
+def relation_name(relation: BaseRelation) -> str:
+    """``schema.identifier`` as the engine and compiled SQL name it (Spark has no database)."""
+    return ".".join(p for p in (relation.schema, relation.identifier) if p).lower()
+
+
+class IncrementalStreamAdapter(SparkAdapter):
+    ConnectionManager = IncrementalStreamConnectionManager
+
+    def __init__(self, config: Any, mp_context: Any) -> None:
+        super().__init__(config, mp_context)
+        self._project: Project | None = None
+        self._pruned = False
+        self._project_lock = threading.Lock()
+
+    @classmethod
+    def type(cls) -> str:
+        return "incremental_stream"
+
+    @classmethod
+    def get_adapter_run_info(cls, config: RelationConfig) -> AdapterTrackingRelationInfo:
+        """dbt derives the plugin module from the class name, which here has an underscore."""
+        return AdapterTrackingRelationInfo(
+            adapter_name=cls.type(),
+            base_adapter_version=import_module("dbt.adapters.__about__").version,
+            adapter_version=import_module("dbt.adapters.incremental_stream.__version__").version,
+            model_adapter_details=cls._get_adapter_specific_run_info(config),
+        )
+
+    @property
+    def _credentials(self) -> IncrementalStreamCredentials:
+        return self.config.credentials  # type: ignore[return-value]
+
+    def project(self) -> Project:
+        """The project's streaming state, opened once per dbt invocation."""
+        with self._project_lock:
+            if self._project is None:
+                self.connections.get_thread_connection()  # the SparkSession is started on open
+                spark = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
+                self._project = Project(spark, self._credentials.state_location)
+            return self._project
+
+    @available
+    def stream_deploy(self, relation: BaseRelation, sql: str, kind: str, full_refresh: bool,
+                      streaming_models: list[str]) -> dict[str, Any]:
+        """Deploy one streaming model and bring the whole project up to date: compile it into
+        the circuit (building its state from retained input if it is new or its SQL changed),
+        read every source's changes, commit one tick for all models and publish them."""
+        if kind not in KINDS:
+            raise DbtRuntimeError(f"unknown streaming materialization {kind!r}")
+        name = relation_name(relation)
+        try:
+            project = self.project()
+            if not self._pruned:  # models no longer streaming in this project leave its state
+                project.prune(set(streaming_models) | {name})
+                self._pruned = True
+            action = project.deploy(Model(name, sql, kind), full_refresh=full_refresh)
+            ticked = project.advance()
+        except StreamError as e:
+            raise DbtRuntimeError(f"streaming model {name}: {e}") from e
+        dropped = dict(project.dropped)
+        project.dropped.clear()
+        message = f"{action.upper()} at tick {project.tick}" + ("" if ticked else " (up to date)")
+        return {"action": action, "tick": project.tick, "message": message, "dropped": dropped}
+
+    @available
+    def stream_explain(self, relation: BaseRelation) -> str:
+        try:
+            return self.project().explain(relation_name(relation))
+        except (StreamError, KeyError) as e:
+            raise DbtRuntimeError(f"{relation_name(relation)} is not a deployed streaming model: {e}") from e
+
+    def debug_query(self) -> None:
+        """`dbt debug`: Spark answers a query, and Kafka (when configured) is reachable."""
+        super().debug_query()
+        kafka = self._credentials.kafka_settings
+        if kafka is not None:
+            try:
+                kafka.check()
+            except StreamError as e:
+                raise DbtRuntimeError(str(e)) from e
+
+    def cleanup_connections(self) -> None:
+        with self._project_lock:
+            if self._project is not None:
+                self._project.close()
+                self._project, self._pruned = None, False
+        super().cleanup_connections()

@@ -1,0 +1,29 @@
+{# Helpers of the streaming materializations. #}
+
+{% macro incremental_stream__models() -%}
+  {#- schema.alias of every streaming model in the project: the others leave the state -#}
+  {%- set names = [] -%}
+  {%- for node in graph.nodes.values()
+        if node.resource_type == 'model' and node.config.materialized in ('streaming_view', 'changelog_table') -%}
+    {%- do names.append((node.schema ~ '.' ~ node.alias) | lower) -%}
+  {%- endfor -%}
+  {{ return(names) }}
+{%- endmacro %}
+
+{% macro incremental_stream__drop_other_type(relation, type) -%}
+  {#- a batch table where a view goes (or the reverse): dropped, as dbt does -#}
+  {%- set existing = load_cached_relation(relation) -%}
+  {%- if existing is not none and existing.type != type -%}
+    {{ adapter.drop_relation(existing) }}
+  {%- endif -%}
+{%- endmacro %}
+
+{% macro incremental_stream__report(result) -%}
+  {%- for model, reason in result['dropped'].items() -%}
+    {{ exceptions.warn('streaming model ' ~ model ~ ' was removed from the running circuit: ' ~ reason
+                       ~ '. Run it again (dbt run -s ' ~ model.split('.')[-1] ~ ') once it compiles.') }}
+  {%- endfor -%}
+  {% call noop_statement('main', result['message'], result['action'] | upper) -%}
+    {{ sql }}
+  {%- endcall %}
+{%- endmacro %}

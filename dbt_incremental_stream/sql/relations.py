@@ -1,0 +1,66 @@
+"""Relation names in a query: which catalog relations it reads, and the same query reading
+them under other names.
+
+A dbt model reads ``schema.table`` relations; the engine names its sources and views with
+one plain identifier each (:func:`engine_name`), so compiled dbt SQL is renamed before
+planning and every name in a plan or an error is one identifier.
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ParseError
+
+from ..errors import CompileError
+
+DIALECT = "spark"
+
+
+def _tables(tree: exp.Expression) -> list[exp.Table]:
+    """Base-table references: not CTE names, not table functions."""
+    ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
+    return [t for t in tree.find_all(exp.Table)
+            if t.name and (t.db or t.name.lower() not in ctes)]
+
+
+def qualified(table: exp.Table) -> str:
+    """``schema.table`` (or ``table``) in lower case, without quotes or catalog."""
+    return ".".join(p.lower() for p in (table.db, table.name) if p)
+
+
+def _parse(sql: str, view: str | None) -> exp.Expression:
+    try:
+        return sqlglot.parse_one(sql, read=DIALECT)
+    except ParseError as e:
+        first = e.errors[0] if e.errors else {}
+        raise CompileError(f"cannot parse SQL: {first.get('description', e)}", view=view,
+                           line=first.get("line"), col=first.get("col")) from e
+
+
+def referenced(sql: str, view: str | None = None) -> list[str]:
+    """The relations ``sql`` reads, qualified, in order of first appearance."""
+    return list(dict.fromkeys(qualified(t) for t in _tables(_parse(sql, view))))
+
+
+def engine_name(relation: str) -> str:
+    """The engine's one-identifier name for ``schema.table``."""
+    return relation.lower().replace(".", "__")
+
+
+def rename(sql: str, names: Mapping[str, str], view: str | None = None) -> str:
+    """``sql`` reading ``names[relation]`` wherever it read ``relation``; the old name stays
+    usable as a qualifier (``schema.table.col`` and ``table.col``) through an alias."""
+    tree = _parse(sql, view)
+    for table in _tables(tree):
+        new = names.get(qualified(table))
+        if new is None:
+            continue
+        alias = table.alias or table.name
+        table.replace(exp.Table(this=exp.to_identifier(new), alias=exp.TableAlias(this=exp.to_identifier(alias))))
+    for column in tree.find_all(exp.Column):
+        if column.args.get("db"):  # schema.table.col → table.col
+            column.set("db", None)
+            column.set("catalog", None)
+    return tree.sql(dialect=DIALECT)
