@@ -4,10 +4,15 @@ import pytest
 
 from dbt_incremental_stream.runtime.session import session
 
+# dbt's functional-test fixtures (project, adapter, run_dbt's profile) for tests/functional
+pytest_plugins = ["dbt.tests.fixtures.project"]
+
 
 @pytest.fixture(scope="session")
-def spark():
-    """One SparkSession per test process."""
-    s = session("local[2]", {"spark.sql.shuffle.partitions": "1", "spark.sql.codegen.wholeStage": "false"})
+def spark(tmp_path_factory):
+    """One SparkSession per test process, its catalog in memory and its warehouse in a
+    temporary directory; dbt invocations in the same process reuse it."""
+    s = session("local[2]", {"spark.sql.shuffle.partitions": "1", "spark.sql.codegen.wholeStage": "false",
+                             "spark.sql.warehouse.dir": str(tmp_path_factory.mktemp("warehouse"))})
     yield s
     s.stop()

@@ -208,8 +208,8 @@ class Pipeline:
             batches = self.store.write(tick, frames)
             for node, batch in batches.items():
                 written[node].append(batch)
-            changes = {v.name: batches[v.state.id].open(self.spark) if v.state.id in batches
-                       else self.spark.createDataFrame([], self._with_weight(v.schema)) for v in self._views.values()}
+            # a view built this tick changes by all of its contents (its backfill and this delta)
+            changes = {v.name: self._change(v, written.get(v.state.id, [])) for v in self._views.values()}
             if before_commit is not None:
                 before_commit(tick, changes)
             by_id = {s.id: s for s in states}
@@ -218,6 +218,12 @@ class Pipeline:
         finally:
             run.release()
         return changes
+
+    def _change(self, view: View, batches: list[Batch]) -> DataFrame:
+        frames = [b.open(self.spark) for b in batches]
+        if not frames:
+            return self.spark.createDataFrame([], self._with_weight(view.schema))
+        return frames[0] if len(frames) == 1 else zsets.consolidate(zsets.union(frames))  # type: ignore[arg-type]
 
     def _backfill(self, new: list[State], tick: int, written: dict[str, list[Batch]]) -> None:
         """Seed state nodes that did not exist at the last commit by replaying the

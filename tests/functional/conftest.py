@@ -1,0 +1,15 @@
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _spark_first(spark):
+    """The test SparkSession exists before dbt opens a connection, so dbt reuses it."""
+    return spark
+
+
+@pytest.fixture(scope="class")
+def dbt_profile_target():
+    # state_location is relative: dbt's project fixture runs each test class in its own directory
+    return {"type": "incremental_stream", "threads": 1, "master": "local[2]", "state_location": "stream_state"}
