@@ -92,6 +92,11 @@ class IncrementalStreamAdapter(SparkAdapter):
         except (StreamError, KeyError) as e:
             raise DbtRuntimeError(f"{relation_name(relation)} is not a deployed streaming model: {e}") from e
 
+    def list_relations_without_caching(self, schema_relation: BaseRelation) -> list[BaseRelation]:
+        """Without session temporary views: `SHOW TABLE EXTENDED` lists them in every schema
+        (with no schema), and an in-process session keeps dbt's `__dbt_tmp` views around."""
+        return [r for r in super().list_relations_without_caching(schema_relation) if r.schema]
+
     def debug_query(self) -> None:
         """`dbt debug`: Spark answers a query, and Kafka (when configured) is reachable."""
         super().debug_query()
