@@ -16,10 +16,14 @@ from typing import Any, Iterable, Mapping, Sequence
 import duckdb
 import sqlglot
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from .circuit.operators import WEIGHT, quote
+from .project import CHANGELOG_COLUMNS, CHANGELOG_TABLE, Project, quote_relation
 from .runtime.pipeline import Pipeline, coerce_row
-from .runtime.zsets import pack
+from .runtime.zsets import expand, pack
+from .sql.relations import engine_name, rename
 from .sql.planner import CLOCK, total_order, with_clock
 
 Row = tuple[Any, ...]
@@ -154,6 +158,34 @@ class Differential:
 
     def close(self) -> None:
         self.pipeline.close()
+
+
+def check_project(project: Project) -> dict[str, str | None]:
+    """Every model of a project against its SQL run in batch by DuckDB over the current
+    contents of the project's table sources: per model, None or what differs.
+
+    A ``streaming_view`` is compared as published in the catalog; a ``changelog_table`` by
+    summing its changes. Meaningful right after a tick, while no source changed since.
+    """
+    spark, pipe = project.spark, project.pipe
+    oracle = Oracle()
+    for rel in project.table_sources:
+        name = engine_name(rel)
+        oracle.add_source(name, pipe.schema(name))
+        oracle.replace(name, [tuple(r) for r in spark.table(quote_relation(rel)).collect()])
+    if pipe.reads_time:
+        oracle.add_source(CLOCK, pipe.schema(CLOCK))
+        oracle.replace(CLOCK, [(pipe.now,)])
+    problems: dict[str, str | None] = {}
+    for m in project.ordered():
+        oracle.add_view(m.name, rename(m.sql, {r: engine_name(r) for r in m.reads}))
+        table = spark.table(quote_relation(m.relation))
+        if m.kind == CHANGELOG_TABLE:
+            columns = [quote(c) for c in table.columns if c not in CHANGELOG_COLUMNS]
+            integral = table.groupBy(*columns).agg(F.sum("_weight").alias(WEIGHT)).where(f"{WEIGHT} <> 0")
+            table = expand(integral)
+        problems[m.relation] = compare([tuple(r) for r in table.collect()], oracle.query(f'SELECT * FROM "{m.name}"'))
+    return problems
 
 
 # --- bag comparison with numeric tolerance -------------------------------------------

@@ -168,7 +168,7 @@ class Project:
         with self._lock:
             deltas: dict[str, DataFrame] = {}
             read: dict[str, str | None] = {}
-            for rel in self._table_sources():
+            for rel in self.table_sources:
                 table = self._table(rel)
                 fingerprint = _fingerprint(table)
                 if fingerprint is None or fingerprint != self._read.get(rel):
@@ -181,7 +181,7 @@ class Project:
                 return False
             self.pipe.notes = {
                 "models": {rel: {"sql": m.sql, "kind": m.kind} for rel, m in self.models.items()},
-                "tables": {**{r: f for r, f in self._read.items() if r in self._table_sources()}, **read},
+                "tables": {**{r: f for r, f in self._read.items() if r in self.table_sources}, **read},
             }
             self.pipe.step(deltas, now, before_commit=self._log)
             self._read = dict(self.pipe.notes["tables"])
@@ -189,7 +189,9 @@ class Project:
             self._publish()
             return True
 
-    def _table_sources(self) -> list[str]:
+    @property
+    def table_sources(self) -> list[str]:
+        """Relations models read that are not models: diffed at every tick."""
         return list(dict.fromkeys(r for m in self.models.values() for r in m.reads if r not in self.models))
 
     def _publish(self) -> None:
@@ -225,6 +227,10 @@ class Project:
     @property
     def tick(self) -> int:
         return self.pipe.tick
+
+    def ordered(self) -> list[Model]:
+        """The models, each after the models it reads."""
+        return _topological(self.models)
 
     def explain(self, relation: str) -> str:
         return self.pipe.explain(engine_name(relation))

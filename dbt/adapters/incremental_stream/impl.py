@@ -1,6 +1,7 @@
 """The adapter: dbt-spark's, plus the methods the streaming materializations call."""
 from __future__ import annotations
 
+import os
 import threading
 from importlib import import_module
 from typing import Any
@@ -59,8 +60,16 @@ class IncrementalStreamAdapter(SparkAdapter):
             if self._project is None:
                 self.connections.get_thread_connection()  # the SparkSession is started on open
                 spark = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
-                self._project = Project(spark, self._credentials.state_location)
+                self._project = Project(spark, self.state_location())
             return self._project
+
+    def state_location(self) -> str:
+        """The profile's state_location; a relative path is relative to the dbt project
+        (the JVM does not follow the Python process's working directory)."""
+        location = self._credentials.state_location
+        if "://" in location or os.path.isabs(location):
+            return location
+        return os.path.join(str(self.config.project_root), location)
 
     @available
     def stream_deploy(self, relation: BaseRelation, sql: str, kind: str, full_refresh: bool,
