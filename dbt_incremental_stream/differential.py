@@ -162,14 +162,14 @@ class Differential:
 
 def check_project(project: Project) -> dict[str, str | None]:
     """Every model of a project against its SQL run in batch by DuckDB over the current
-    contents of the project's table sources: per model, None or what differs.
+    contents of the project's sources: per model, None or what differs.
 
     A ``streaming_view`` is compared as published in the catalog; a ``changelog_table`` by
     summing its changes. Meaningful right after a tick, while no source changed since.
     """
     spark, pipe = project.spark, project.pipe
     oracle = Oracle()
-    for rel in project.table_sources:
+    for rel in project.table_sources + project.stream_sources:  # a Kafka source as published
         name = engine_name(rel)
         oracle.add_source(name, pipe.schema(name))
         oracle.replace(name, [tuple(r) for r in spark.table(quote_relation(rel)).collect()])

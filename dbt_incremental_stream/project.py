@@ -20,16 +20,18 @@ import json
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from typing import Sequence
 
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
+from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType, TimestampType
 
-from .circuit.operators import WEIGHT, Input, Integral, quote
+from .circuit.operators import WEIGHT, quote
+from .connectors.kafka import Decoded, DeadLetter, KafkaReader, KafkaSettings, KafkaSource, decode
 from .errors import CompileError, ConnectorError, StreamError
 from .runtime import zsets
-from .runtime.pipeline import Pipeline
+from .runtime.pipeline import Pipeline, coerce_row
 from .sql.relations import engine_name, referenced, rename
 
 STREAMING_VIEW = "streaming_view"
@@ -37,6 +39,11 @@ CHANGELOG_TABLE = "changelog_table"
 KINDS = (STREAMING_VIEW, CHANGELOG_TABLE)
 #: columns a changelog table has after the model's own
 CHANGELOG_COLUMNS = {"_op": "string", "_weight": "bigint", "_committed_at": "timestamp", "_tick": "bigint"}
+#: a Kafka source's records that could not be read, kept with the reason
+DEAD_LETTER_SCHEMA = StructType([StructField("topic", StringType()), StructField("partition", IntegerType()),
+                                 StructField("offset", LongType()), StructField("raw", StringType()),
+                                 StructField("reason", StringType()), StructField("_committed_at", TimestampType()),
+                                 StructField("_tick", LongType())])
 
 
 @dataclass(frozen=True)
@@ -68,31 +75,45 @@ class Project:
     shared with another running project.
     """
 
-    def __init__(self, spark: SparkSession, state_location: str):
+    def __init__(self, spark: SparkSession, state_location: str, *, kafka: KafkaSettings | None = None,
+                 max_records: int | None = None):
         self.spark = spark
         self.location = state_location
+        self.kafka, self.max_records = kafka, max_records
         self._lock = threading.RLock()
         self.pipe = Pipeline(spark, state_location)
         notes = self.pipe.notes
         self.models: dict[str, Model] = {rel: Model(rel, m["sql"], m["kind"]) for rel, m in notes.get("models", {}).items()}
+        self.streams: dict[str, KafkaSource] = {d["relation"]: KafkaSource.from_json(d) for d in notes.get("kafka", [])}
         self._read: dict[str, str | None] = dict(notes.get("tables", {}))  # table source → fingerprint last read
+        self._offsets: dict[str, dict[int, int]] = {rel: {int(p): o for p, o in parts.items()}
+                                                    for rel, parts in notes.get("offsets", {}).items()}
+        self._caught_up: set[str] = set()  # Kafka sources read to their end by this instance
+        self._reader: KafkaReader | None = None
         self._new_logs: set[str] = set()  # changelog tables to start over at the next tick
         self.dropped: dict[str, str] = {}
         self._define(self.models)
 
     # --- definition --------------------------------------------------------------------
 
-    def deploy(self, model: Model, *, full_refresh: bool = False) -> str:
+    def deploy(self, model: Model, *, streams: Sequence[KafkaSource] = (), full_refresh: bool = False) -> str:
         """Add or replace a model; its state is built at the next :meth:`advance`.
 
-        Returns what happens to it: ``created``, ``rebuilt`` (its SQL changed: its state and
-        its dependents' are rebuilt from retained input), ``reset`` (``full_refresh``: its own
-        state is rebuilt) or ``unchanged``.
+        ``streams`` declares the Kafka sources it reads (a relation read by a model that is
+        neither a model nor a stream is a table source). Returns what happens to the model:
+        ``created``, ``rebuilt`` (its SQL changed: its state and its dependents' are rebuilt
+        from retained input), ``reset`` (``full_refresh``: its own state is rebuilt) or
+        ``unchanged``.
         """
         with self._lock:
             old = self.models.get(model.relation)
             action = "created" if old is None else "unchanged" if old == model else "rebuilt"
-            if action != "unchanged":
+            changed = [s for s in streams if self.streams.get(s.relation) != s]
+            if changed or action != "unchanged":
+                for s in changed:
+                    if s.relation in self.streams and self.streams[s.relation].topic != s.topic:
+                        self._offsets.pop(s.relation, None)  # another topic: read it from its start
+                self.streams.update({s.relation: s for s in changed})
                 self._define({**self.models, model.relation: model}, deploying=model.relation)
             elif full_refresh:
                 action = "reset"
@@ -118,7 +139,9 @@ class Project:
         order = _topological(models)
         try:
             replaced, missing = set(), {}
-            for rel in dict.fromkeys(r for m in order for r in m.reads if r not in models):
+            for rel in dict.fromkeys(r for m in order for r in m.reads if r in self.streams and r not in models):
+                pipe.add_source(engine_name(rel), self.streams[rel].schema)
+            for rel in dict.fromkeys(r for m in order for r in m.reads if r not in models and r not in self.streams):
                 try:
                     schema = self._table(rel, reader=_reader(order, rel)).schema
                 except ConnectorError as e:
@@ -160,10 +183,11 @@ class Project:
     # --- running -----------------------------------------------------------------------
 
     def advance(self, now: datetime | None = None) -> bool:
-        """One tick: read every table source's changes, update all models, commit, publish.
+        """One tick: read every source's changes, update all models, commit, publish.
 
-        Returns False (and commits nothing) when there is nothing to do: no source changed,
-        no model to build, no model reading the time.
+        Kafka sources are read to their end once per Project instance (one ``dbt run``), at
+        most ``max_records`` per source and tick. Returns False (and commits nothing) when
+        there is nothing to do: no source changed, no model to build, no model reading the time.
         """
         with self._lock:
             deltas: dict[str, DataFrame] = {}
@@ -176,51 +200,116 @@ class Project:
                     current = table.toDF(*self.pipe.schema(name).fieldNames())
                     deltas[name] = zsets.diff(current, self.pipe.snapshot(name, weights=True))
                     read[rel] = fingerprint
-            if not deltas and not self.pipe.pending and not self.pipe.reads_time and self.pipe.tick > 0:
+            offsets, dead, behind = dict(self._offsets), {}, set()
+            for rel in self.stream_sources:
+                if rel in self._caught_up:
+                    continue
+                records, offsets[rel] = self._kafka().read(self.streams[rel], self._offsets.get(rel, {}),
+                                                           limit=self.max_records)
+                if self.max_records is not None and len(records) >= self.max_records:
+                    behind.add(rel)
+                decoded = decode(self.streams[rel], records)
+                if decoded.rows or decoded.upserts:
+                    deltas[engine_name(rel)] = self._stream_delta(self.streams[rel], decoded)
+                if decoded.dead:
+                    dead[rel] = decoded.dead
+            if not deltas and not dead and not self.pipe.pending and not self.pipe.reads_time and self.pipe.tick > 0:
+                self._caught_up.update(set(self.stream_sources) - behind)
                 self._publish()
                 return False
             self.pipe.notes = {
                 "models": {rel: {"sql": m.sql, "kind": m.kind} for rel, m in self.models.items()},
+                "kafka": [self.streams[rel].to_json() for rel in self.stream_sources],
+                "offsets": {rel: {str(p): o for p, o in offsets[rel].items()} for rel in self.stream_sources
+                            if rel in offsets},
                 "tables": {**{r: f for r, f in self._read.items() if r in self.table_sources}, **read},
             }
-            self.pipe.step(deltas, now, before_commit=self._log)
-            self._read = dict(self.pipe.notes["tables"])
+            self.pipe.step(deltas, now, before_commit=lambda tick, changes: self._outputs(tick, changes, dead))
+            self._read, self._offsets = dict(self.pipe.notes["tables"]), offsets
+            self._caught_up.update(set(self.stream_sources) - behind)
             self._new_logs.clear()
             self._publish()
             return True
 
+    def _kafka(self) -> KafkaReader:
+        if self.kafka is None:
+            raise ConnectorError("models read Kafka sources, but the profile has no `kafka:` block with "
+                                 "bootstrap_servers")
+        if self._reader is None:
+            self._reader = KafkaReader(self.kafka)
+        return self._reader
+
+    def _stream_delta(self, source: KafkaSource, decoded: Decoded) -> DataFrame:
+        """A batch of Kafka changes as a delta; upserts retract the rows they replace."""
+        name = engine_name(source.relation)
+        delta = self.pipe.delta(name, decoded.rows + [(row, 1) for row in decoded.upserts.values() if row is not None])
+        if not decoded.upserts:
+            return delta
+        key_fields = [self.pipe.schema(name)[k] for k in source.key]
+        keys = self.spark.createDataFrame([coerce_row(StructType(key_fields), k) for k in decoded.upserts],
+                                          StructType(key_fields))
+        replaced = zsets.restrict(self.pipe.snapshot(name, weights=True), keys, list(source.key))
+        return zsets.consolidate(zsets.union([delta, zsets.scale(replaced, "-1")]))  # type: ignore[arg-type]
+
     @property
     def table_sources(self) -> list[str]:
-        """Relations models read that are not models: diffed at every tick."""
-        return list(dict.fromkeys(r for m in self.models.values() for r in m.reads if r not in self.models))
+        """Relations models read that are neither models nor Kafka sources: diffed every tick."""
+        return list(dict.fromkeys(r for m in self.models.values() for r in m.reads
+                                  if r not in self.models and r not in self.streams))
+
+    @property
+    def stream_sources(self) -> list[str]:
+        """Kafka sources models read."""
+        return list(dict.fromkeys(r for m in self.models.values() for r in m.reads if r in self.streams))
+
+    @property
+    def behind(self) -> bool:
+        """Whether a Kafka source has records left this instance has not read (``max_records``)."""
+        return any(rel not in self._caught_up for rel in self.stream_sources)
 
     def _publish(self) -> None:
-        """Point every streaming view's catalog view at the committed state."""
+        """Point every streaming view's and Kafka source's catalog view at the committed state."""
+        for rel in self.stream_sources:
+            self._schema_of(rel)
+            self.spark.sql(f"CREATE OR REPLACE VIEW {quote_relation(rel)} AS {self.pipe.relation_sql(engine_name(rel))}")
         for m in self.models.values():
             if m.kind == STREAMING_VIEW:
                 self.spark.sql(f"CREATE OR REPLACE VIEW {quote_relation(m.relation)} AS {self.pipe.relation_sql(m.name)}")
 
-    def _log(self, tick: int, changes: dict[str, DataFrame]) -> None:
-        """Append the tick's changes to each changelog table, idempotently: a tick redone
-        after a crash replaces its partition instead of adding to it."""
+    def _outputs(self, tick: int, changes: dict[str, DataFrame], dead: dict[str, list[DeadLetter]]) -> None:
+        """The tick's appends, written before it commits: the changes of each changelog
+        table, and each Kafka source's dead letters (in ``<source>__dead_letters``)."""
         at = datetime.now(timezone.utc).replace(tzinfo=None)
         for m in self.models.values():
             if m.kind != CHANGELOG_TABLE:
                 continue
-            table = quote_relation(m.relation)
             if m.relation in self._new_logs:
-                self.spark.sql(f"DROP TABLE IF EXISTS {table}")
-            columns = [f"{quote(f.name)} {f.dataType.simpleString()}" for f in self.pipe.schema(m.name)]
-            columns += [f"{quote(c)} {t}" for c, t in CHANGELOG_COLUMNS.items()]
-            self.spark.sql(f"CREATE TABLE IF NOT EXISTS {table} ({', '.join(columns)}) USING parquet "
-                           f"PARTITIONED BY (_tick)")
-            self.spark.sql(f"ALTER TABLE {table} DROP IF EXISTS PARTITION (_tick = {tick})")
+                self.spark.sql(f"DROP TABLE IF EXISTS {quote_relation(m.relation)}")
             delta = changes[m.name]
             rows = delta.select(*(zsets.col(c) for c in zsets.data_columns(delta)),
                                 F.when(zsets.col(WEIGHT) > 0, "insert").otherwise("delete").alias("_op"),
                                 zsets.col(WEIGHT).alias("_weight"), F.lit(at).alias("_committed_at"),
                                 F.lit(tick).cast("bigint").alias("_tick"))
-            rows.write.insertInto(table)
+            self._append(m.relation, rows, tick)
+        for rel, letters in dead.items():
+            rows = self.spark.createDataFrame([(d.topic, d.partition, d.offset, d.raw, d.reason, at, tick)
+                                               for d in letters], DEAD_LETTER_SCHEMA)
+            self._append(f"{rel}__dead_letters", rows, tick)
+
+    def _schema_of(self, relation: str) -> str:
+        """The relation, quoted, once its schema exists (dbt does not create sources' schemas)."""
+        if "." in relation:
+            self.spark.sql(f"CREATE SCHEMA IF NOT EXISTS {quote(relation.split('.')[0])}")
+        return quote_relation(relation)
+
+    def _append(self, relation: str, rows: DataFrame, tick: int) -> None:
+        """Append a tick's rows to a table partitioned by ``_tick``, idempotently: a tick
+        redone after a crash replaces its partition instead of adding to it."""
+        table = self._schema_of(relation)
+        columns = ", ".join(f"{quote(f.name)} {f.dataType.simpleString()}" for f in rows.schema)
+        self.spark.sql(f"CREATE TABLE IF NOT EXISTS {table} ({columns}) USING parquet PARTITIONED BY (_tick)")
+        self.spark.sql(f"ALTER TABLE {table} DROP IF EXISTS PARTITION (_tick = {tick})")
+        rows.write.insertInto(table)
 
     # --- reading -----------------------------------------------------------------------
 
@@ -240,6 +329,9 @@ class Project:
 
     def close(self) -> None:
         self.pipe.close()
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
 
 
 def _fingerprint(table: DataFrame) -> str | None:

@@ -16,3 +16,12 @@ def spark(tmp_path_factory):
                              "spark.sql.warehouse.dir": str(tmp_path_factory.mktemp("warehouse"))})
     yield s
     s.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka():
+    """A Kafka-protocol broker for the test process: its bootstrap address."""
+    from dbt_incremental_stream.connectors.broker import LocalBroker
+
+    with LocalBroker() as bootstrap:
+        yield bootstrap

@@ -312,27 +312,31 @@ class Pipeline:
         As a bag of rows, like the batch query returns; ``weights=True`` gives one row per
         distinct tuple with its multiplicity in ``_w`` instead.
         """
-        name = name.lower()
-        if name in self._views:
-            node, schema = self._views[name].state.id, self._views[name].schema
-        elif name in self._schemas:
-            node, schema = self._source_state(name).id, self._schemas[name]
-        else:
-            raise StreamError(f"no view or source named {name!r}")
+        node, schema = self._contents(name)
         df = self.store.before(node)
         df = self.spark.createDataFrame([], self._with_weight(schema)) if df is None else zsets.consolidate(df)
         return df if weights else zsets.expand(df)
 
+    def _contents(self, name: str) -> tuple[str, StructType]:
+        """The state node holding a view's contents or a source's retained input, and its columns."""
+        name = name.lower()
+        if name in self._views:
+            view = self._views[name]
+            return self._same_state().get(view.state.id, view.state.id), view.schema
+        if name in self._schemas:
+            return self._source_state(name).id, self._schemas[name]
+        raise StreamError(f"no view or source named {name!r}")
+
     def relation_sql(self, name: str) -> str:
-        """A Spark SQL query of the view's contents at the last committed tick, reading the
-        committed state files: a catalog view defined by it shows exactly that tick to any
-        client of the same catalog, and is redefined after every commit."""
-        view = self._views[name.lower()]
-        node = self._same_state().get(view.state.id, view.state.id)
+        """A Spark SQL query of a view's contents (or a source's retained input) at the last
+        committed tick, reading the committed state files: a catalog view defined by it
+        shows exactly that tick to any client of the same catalog, and is redefined after
+        every commit."""
+        node, schema = self._contents(name)
         spine = self.store.spines.get(node)
-        columns = ", ".join(quote(f.name) for f in view.schema)
+        columns = ", ".join(quote(f.name) for f in schema)
         if spine is None or not spine.batches:
-            nulls = ", ".join(f"CAST(NULL AS {f.dataType.simpleString()}) AS {quote(f.name)}" for f in view.schema)
+            nulls = ", ".join(f"CAST(NULL AS {f.dataType.simpleString()}) AS {quote(f.name)}" for f in schema)
             return f"SELECT {nulls} WHERE 1 = 0"
         scans = " UNION ALL ".join(f"SELECT {quote(b.column)}.* FROM parquet.`{b.path}`" for b in spine.batches)
         return (f"SELECT {columns} FROM (SELECT {columns}, SUM({WEIGHT}) AS {WEIGHT} FROM ({scans}) "

@@ -18,6 +18,7 @@ from dbt.adapters.incremental_stream.connections import (
     IncrementalStreamConnectionManager,
     IncrementalStreamCredentials,
 )
+from dbt_incremental_stream.connectors.kafka import KafkaSource
 from dbt_incremental_stream.errors import StreamError
 from dbt_incremental_stream.project import KINDS, Model, Project
 
@@ -60,7 +61,9 @@ class IncrementalStreamAdapter(SparkAdapter):
             if self._project is None:
                 self.connections.get_thread_connection()  # the SparkSession is started on open
                 spark = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
-                self._project = Project(spark, self.state_location())
+                creds = self._credentials
+                self._project = Project(spark, self.state_location(), kafka=creds.kafka_settings,
+                                        max_records=creds.max_records_per_tick)
             return self._project
 
     def state_location(self) -> str:
@@ -73,7 +76,7 @@ class IncrementalStreamAdapter(SparkAdapter):
 
     @available
     def stream_deploy(self, relation: BaseRelation, sql: str, kind: str, full_refresh: bool,
-                      streaming_models: list[str]) -> dict[str, Any]:
+                      streaming_models: list[str], streams: list[dict[str, Any]]) -> dict[str, Any]:
         """Deploy one streaming model and bring the whole project up to date: compile it into
         the circuit (building its state from retained input if it is new or its SQL changed),
         read every source's changes, commit one tick for all models and publish them."""
@@ -85,8 +88,13 @@ class IncrementalStreamAdapter(SparkAdapter):
             if not self._pruned:  # models no longer streaming in this project leave its state
                 project.prune(set(streaming_models) | {name})
                 self._pruned = True
-            action = project.deploy(Model(name, sql, kind), full_refresh=full_refresh)
+            model = Model(name, sql, kind)
+            sources = [KafkaSource.from_config(s["relation"], s["kafka"], s["columns"])
+                       for s in streams if s["relation"] in model.reads]
+            action = project.deploy(model, streams=sources, full_refresh=full_refresh)
             ticked = project.advance()
+            while project.behind:  # max_records_per_tick: as many ticks as it takes to catch up
+                project.advance()
         except StreamError as e:
             raise DbtRuntimeError(f"streaming model {name}: {e}") from e
         dropped = dict(project.dropped)

@@ -10,6 +10,25 @@
   {{ return(names) }}
 {%- endmacro %}
 
+{% macro incremental_stream__streams() -%}
+  {#- every source declared as a Kafka topic: meta.kafka of the table over that of its source -#}
+  {%- set streams = [] -%}
+  {%- for src in graph.sources.values() -%}
+    {%- set kafka = {} -%}
+    {%- do kafka.update(src.source_meta.get('kafka', {})) -%}
+    {%- do kafka.update(src.meta.get('kafka', {})) -%}
+    {%- if kafka -%}
+      {%- set columns = {} -%}
+      {%- for column in src.columns.values() -%}
+        {%- do columns.update({column.name: column.data_type}) -%}
+      {%- endfor -%}
+      {%- do streams.append({'relation': (src.schema ~ '.' ~ src.identifier) | lower, 'kafka': kafka,
+                             'columns': columns}) -%}
+    {%- endif -%}
+  {%- endfor -%}
+  {{ return(streams) }}
+{%- endmacro %}
+
 {% macro incremental_stream__drop_other_type(relation, type) -%}
   {#- a batch table where a view goes (or the reverse): dropped, as dbt does -#}
   {%- set existing = load_cached_relation(relation) -%}

