@@ -1,0 +1,91 @@
+"""The integration project (integration_tests/) end to end: Kafka sources with append,
+upsert and debezium envelopes plus a seed, a chain of streaming models, a changelog, a
+batch model over a streaming one, generic and singular tests. Several rounds of new events,
+each followed by `dbt build`; after each, every model equals DuckDB over all input so far."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from dbt.cli.main import dbtRunner
+
+from dbt_incremental_stream.differential import check_project
+from dbt_incremental_stream.project import Project
+from tests.kafka import create_topics, produce
+from tests.shop_events import TOPICS, ShopEvents
+
+SOURCE = Path(__file__).resolve().parents[2] / "integration_tests"
+STREAMING = {"order_lines", "revenue_by_category", "customer_ltv", "region_revenue", "top_products",
+             "revenue_changes"}
+
+
+def copy_project(dest: Path) -> Path:
+    shutil.copytree(SOURCE, dest, ignore=shutil.ignore_patterns("target", "logs", "stream_state", "metastore_db",
+                                                                "spark-warehouse", "dbt_packages"))
+    return dest
+
+
+def dbt(root: Path, *args: str):
+    res = dbtRunner().invoke([*args, "--project-dir", str(root), "--profiles-dir", str(root)])
+    assert res.success, f"dbt {' '.join(args)} failed: {res.exception or res.result}"
+    return res.result
+
+
+@pytest.fixture(scope="module")
+def shop(tmp_path_factory, kafka, monkeypatch_module):
+    monkeypatch_module.setenv("KAFKA_BOOTSTRAP_SERVERS", kafka)
+    create_topics(kafka, *TOPICS)
+    return copy_project(tmp_path_factory.mktemp("shop") / "integration_tests")
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    mp = pytest.MonkeyPatch()
+    yield mp
+    mp.undo()
+
+
+def test_rounds_of_events_through_dbt_build(shop, kafka, spark):
+    events = ShopEvents(seed=4)
+    for round_ in range(3):
+        for topic, records in events.round().items():
+            produce(kafka, topic, records)
+        results = dbt(shop, "build")
+        statuses = {r.node.name: str(r.status) for r in results}
+        assert all(s in ("success", "pass") for s in statuses.values()), statuses
+        codes = {r.node.name: r.adapter_response.get("code") for r in results if r.node.name in STREAMING}
+        assert set(codes.values()) == ({"CREATED"} if round_ == 0 else {"UNCHANGED"}), codes
+        project = Project(spark, str(shop / "stream_state"))
+        try:
+            problems = {m: d for m, d in check_project(project).items() if d}
+        finally:
+            project.close()
+        assert not problems, f"round {round_}: {problems}"
+        report = sorted(tuple(r)[:3] for r in spark.table("shop.region_report").collect())
+        assert report == sorted(tuple(r) for r in spark.table("shop.region_revenue").collect())
+
+
+@pytest.mark.slow
+def test_dbt_build_from_the_command_line(tmp_path, kafka):
+    """The real CLI in its own process: Spark with a Hive catalog (Derby) in the project
+    directory, as dbt-spark's session method has it; a second build catches up."""
+    root = copy_project(tmp_path / "integration_tests")
+    create_topics(kafka, *(f"cli.{t}" for t in TOPICS))
+    sources = root / "models" / "sources.yml"
+    sources.write_text(sources.read_text().replace("topic: shop.", "topic: cli.shop."))
+    events = ShopEvents(seed=9)
+    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka}
+    dbt_cli = [str(Path(sys.executable).with_name("dbt"))]
+    for _ in range(2):
+        for topic, records in events.round(orders=20).items():
+            produce(kafka, f"cli.{topic}", records)
+        run = subprocess.run([*dbt_cli, "build"], cwd=root, env=env, capture_output=True, text=True, timeout=600)
+        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "UNCHANGED at tick" in run.stdout
+    show = subprocess.run([*dbt_cli, "show", "--inline", "select count(*) as n from shop.customer_ltv"], cwd=root,
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert show.returncode == 0, show.stdout[-3000:]
