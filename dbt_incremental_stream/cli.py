@@ -1,15 +1,22 @@
 """``dbt-stream``: the engine from the command line.
 
-    dbt-stream explain --source "orders=id INT, cust INT, amount DOUBLE" view.sql
-    dbt-stream check   --source "orders=id INT, cust INT, amount DOUBLE" view.sql   # exit 1 if unsupported
+On a dbt project (after ``dbt compile`` / ``run`` / ``build``; run from the project directory
+or pass ``--project-dir``)::
 
-``explain`` prints the logical plan and the incremental circuit of a SQL file (no Spark
-needed); ``check`` only says whether it can run incrementally and, if not, why.
+    dbt-stream models                 # every model: can it be a streaming_view? if not, why
+    dbt-stream explain revenue        # a model's plan and incremental circuit
+    dbt-stream equivalence revenue    # run it in batch and incrementally over the same changes
+
+On a SQL file::
+
+    dbt-stream explain view.sql --source "orders=id INT, cust INT, amount DOUBLE"
+    dbt-stream check   view.sql --source "orders=id INT, cust INT, amount DOUBLE"   # exit 1 if unsupported
 """
 from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 from pathlib import Path
 
 import sqlglot
@@ -39,25 +46,106 @@ def _sources(specs: list[str]) -> dict[str, Operator]:
     return catalog
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="dbt-stream", description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=["explain", "check"])
-    parser.add_argument("sql", type=Path, help="a file with one SELECT query")
-    parser.add_argument("--source", action="append", default=[], metavar="NAME=COLUMNS",
-                        help='a relation the query reads, e.g. "orders=id INT, amount DOUBLE" (repeatable)')
-    args = parser.parse_args(argv)
-    view = args.sql.stem
+def _print_circuit(name: str, logical: Operator) -> None:
+    print(f"-- {name}: plan\n{explain(logical)}\n-- {name}: incremental circuit")
+    print(explain(Integral(Incrementalizer()(logical))))
+
+
+def _is_file(target: str) -> bool:
+    return target.endswith(".sql") and Path(target).is_file()
+
+
+def _file(args: argparse.Namespace) -> int:
+    path = Path(args.target)
     try:
-        logical = plan(args.sql.read_text(), _sources(args.source), view=view)
+        logical = plan(path.read_text(), _sources(args.source), view=path.stem)
     except StreamError as e:
-        print(f"{args.sql}: {e}", file=sys.stderr)
+        print(f"{path}: {e}", file=sys.stderr)
         return 1
     if args.command == "check":
-        print(f"{args.sql}: can run incrementally")
-        return 0
-    print(f"-- {view}: plan\n{explain(logical)}\n-- {view}: incremental circuit")
-    print(explain(Integral(Incrementalizer()(logical))))
+        print(f"{path}: can run incrementally")
+    else:
+        _print_circuit(path.stem, logical)
     return 0
+
+
+def _models(args: argparse.Namespace) -> int:
+    from .manifest import DbtProject
+
+    project = DbtProject(args.project_dir, args.target_path)
+    width = max((len(n) for n in project.models), default=5)
+    print(f"{'model':<{width}}  {'materialized':<16} {'incremental':<11} why not")
+    blocked = 0
+    for name in sorted(project.models):
+        v = project.verdict(name)
+        blocked += v.model.streaming and not v.ok
+        print(f"{name:<{width}}  {v.model.materialized:<16} {'yes' if v.ok else 'no':<11} {v.reason or ''}")
+    return 1 if blocked else 0  # a streaming model that cannot run is an error
+
+
+def _explain_model(args: argparse.Namespace) -> int:
+    from .manifest import DbtProject
+
+    v = DbtProject(args.project_dir, args.target_path).verdict(args.target)
+    if not v.ok:
+        print(f"{args.target}: {v.reason}", file=sys.stderr)
+        return 1
+    _print_circuit(args.target, v.plan)  # type: ignore[arg-type]
+    return 0
+
+
+def _equivalence(args: argparse.Namespace) -> int:
+    from .differential import Mismatch, replay
+    from .manifest import DbtProject
+    from .project import quote_relation
+    from .runtime.session import session
+    from .sql.relations import engine_name, referenced, rename
+
+    v = DbtProject(args.project_dir, args.target_path).verdict(args.target)
+    if not v.ok:
+        print(f"{args.target}: {v.reason}", file=sys.stderr)
+        return 1
+    spark = session(args.master, dict(c.split("=", 1) for c in args.conf), hive=True)
+    sql = v.model.sql or ""
+    reads = referenced(sql)
+    inputs = {engine_name(r): spark.table(quote_relation(r)) for r in reads}
+    with tempfile.TemporaryDirectory() as state:
+        try:
+            ticks = replay(spark, state, inputs, args.target, rename(sql, {r: engine_name(r) for r in reads}),
+                           ticks=args.ticks, seed=args.seed)
+        except Mismatch as e:
+            print(f"{args.target}: incremental and batch results differ: {e}", file=sys.stderr)
+            return 1
+    print(f"{args.target}: equal to batch after each of {ticks} ticks (inserts, deletes and updates of its "
+          f"inputs' current rows: {', '.join(reads)})")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="dbt-stream", description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    parser.add_argument("command", choices=["models", "explain", "check", "equivalence"])
+    parser.add_argument("target", nargs="?", help="a model name, or a .sql file with one SELECT query")
+    parser.add_argument("--source", action="append", default=[], metavar="NAME=COLUMNS",
+                        help='for a .sql file: a relation it reads, e.g. "orders=id INT, amount DOUBLE" (repeatable)')
+    parser.add_argument("--project-dir", default=".", help="the dbt project (default: the current directory)")
+    parser.add_argument("--target-path", default="target", help="dbt's target directory within the project")
+    parser.add_argument("--ticks", type=int, default=4, help="equivalence: ticks to split the input into")
+    parser.add_argument("--seed", type=int, default=0, help="equivalence: random seed for the changes")
+    parser.add_argument("--master", default="local[2]", help="equivalence: Spark master")
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="equivalence: Spark setting")
+    args = parser.parse_args(argv)
+    if args.command != "models" and not args.target:
+        parser.error(f"{args.command} needs a model name or a .sql file")
+    try:
+        if args.command in ("explain", "check") and _is_file(args.target):
+            return _file(args)
+        if args.command == "check":
+            parser.error("check takes a .sql file; for a project's models use `dbt-stream models`")
+        return {"models": _models, "explain": _explain_model, "equivalence": _equivalence}[args.command](args)
+    except StreamError as e:
+        print(f"dbt-stream: {e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ test suite on random workloads, and usable on any pipeline to check a model.
 from __future__ import annotations
 
 import math
+import random
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import date, datetime
@@ -15,7 +16,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import duckdb
 import sqlglot
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
@@ -95,7 +96,7 @@ class Differential:
 
     spark: SparkSession
     state_location: str
-    sources: Mapping[str, str]
+    sources: Mapping[str, str | StructType]
     views: Mapping[str, str]
     max_batches: int = 8
     pipeline: Pipeline = field(init=False)
@@ -158,6 +159,35 @@ class Differential:
 
     def close(self) -> None:
         self.pipeline.close()
+
+
+def replay(spark: SparkSession, state_location: str, inputs: Mapping[str, DataFrame], name: str, sql: str, *,
+           ticks: int = 4, seed: int = 0) -> int:
+    """Run ``sql`` incrementally over its inputs' current rows, fed in ``ticks`` ticks with
+    some rows deleted and put back a tick later (an update, seen as a delete and an
+    insert), and compare it with DuckDB after every tick; the last tick leaves every input
+    complete. Returns the number of ticks; raises :class:`Mismatch`."""
+    rng = random.Random(seed)
+    diff = Differential(spark, state_location, sources={n: df.schema for n, df in inputs.items()}, views={name: sql})
+    try:
+        pending = {n: [tuple(r) for r in df.collect()] for n, df in inputs.items()}
+        for rows in pending.values():
+            rng.shuffle(rows)
+        present: dict[str, list[Row]] = {n: [] for n in inputs}
+        held: dict[str, list[Row]] = {n: [] for n in inputs}
+        for t in range(ticks):
+            changes: dict[str, list[Change]] = {}
+            for n in inputs:
+                new = pending[n][t::ticks] + held[n]
+                present[n] += new
+                held[n] = [] if t == ticks - 1 else rng.sample(present[n], k=len(present[n]) // 10)
+                for r in held[n]:
+                    present[n].remove(r)
+                changes[n] = [(r, 1) for r in new] + [(r, -1) for r in held[n]]
+            diff.step(changes)
+    finally:
+        diff.close()
+    return ticks
 
 
 def check_project(project: Project) -> dict[str, str | None]:

@@ -1,0 +1,110 @@
+"""A compiled dbt project as the engine sees it: reads ``target/manifest.json`` (written by
+``dbt compile``, ``run`` or ``build``) without importing dbt, and says of every model whether
+it can run as a streaming model and, if not, which construct stands in the way."""
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .circuit.operators import Input, Operator
+from .errors import StreamError
+from .project import KINDS
+from .sql.planner import plan
+from .sql.relations import engine_name, referenced, rename
+
+
+@dataclass(frozen=True)
+class DbtModel:
+    name: str
+    relation: str  # schema.alias
+    materialized: str
+    sql: str | None  # compiled; None until the project is compiled
+    columns: tuple[str, ...]  # declared in YAML
+
+    @property
+    def streaming(self) -> bool:
+        return self.materialized in KINDS
+
+
+@dataclass(frozen=True)
+class Verdict:
+    model: DbtModel
+    plan: Operator | None
+    reason: str | None  # why it cannot run incrementally
+
+    @property
+    def ok(self) -> bool:
+        return self.plan is not None
+
+
+class DbtProject:
+    """Models, seeds and sources of a compiled dbt project, with the columns of each relation
+    (declared, from a seed's header, or planned from a model's SQL)."""
+
+    def __init__(self, project_dir: str | Path, target_path: str = "target"):
+        self.root = Path(project_dir)
+        path = self.root / target_path / "manifest.json"
+        if not path.exists():
+            raise StreamError(f"no {path}: run `dbt compile` (or `dbt run`) in {self.root} first")
+        doc = json.loads(path.read_text())
+        self.models: dict[str, DbtModel] = {}
+        self._columns: dict[str, tuple[str, ...]] = {}
+        for node in doc["nodes"].values():
+            relation = f"{node['schema']}.{node.get('alias') or node['name']}".lower()
+            declared = tuple(c.lower() for c in node.get("columns", {}))
+            if node["resource_type"] == "model":
+                self.models[node["name"]] = DbtModel(node["name"], relation, node["config"].get("materialized", ""),
+                                                     node.get("compiled_code"), declared)
+            elif node["resource_type"] == "seed":
+                self._columns[relation] = self._seed_header(node) or declared
+        for src in doc.get("sources", {}).values():
+            relation = f"{src['schema']}.{src.get('identifier') or src['name']}".lower()
+            self._columns[relation] = tuple(c.lower() for c in src.get("columns", {}))
+        self._verdicts: dict[str, Verdict] = {}
+
+    def _seed_header(self, node: dict[str, Any]) -> tuple[str, ...]:
+        path = self.root / node.get("original_file_path", "")
+        if not path.is_file():
+            return ()
+        with path.open(newline="") as f:
+            return tuple(c.strip().lower() for c in next(csv.reader(f), []))
+
+    def verdict(self, name: str) -> Verdict:
+        """Whether model ``name`` can run incrementally: its plan, or the reason it cannot."""
+        if name not in self.models:
+            raise StreamError(f"no model named {name!r} in {self.root}")
+        if name not in self._verdicts:
+            self._verdicts[name] = Verdict(self.models[name], None, "(being checked: models read each other)")
+            self._verdicts[name] = self._check(self.models[name])
+        return self._verdicts[name]
+
+    def _check(self, model: DbtModel) -> Verdict:
+        if model.materialized == "ephemeral":
+            return Verdict(model, None, "ephemeral: inlined into the models that read it")
+        if model.sql is None:
+            return Verdict(model, None, "not compiled: run `dbt compile`")
+        try:
+            reads = referenced(model.sql, view=model.name)
+            catalog = {engine_name(r): self._relation(r, model) for r in reads}
+            return Verdict(model, plan(rename(model.sql, {r: engine_name(r) for r in reads}, view=model.name),
+                                       catalog, view=model.name), None)
+        except StreamError as e:
+            return Verdict(model, None, str(e))
+
+    def _relation(self, relation: str, reader: DbtModel) -> Operator:
+        """A relation the model reads, as an input with its columns."""
+        by_relation = {m.relation: m for m in self.models.values()}
+        if relation in by_relation:
+            upstream = by_relation[relation]
+            v = self.verdict(upstream.name)
+            columns = v.plan.columns if v.plan is not None else upstream.columns
+            if not columns:
+                raise StreamError(f"reads {upstream.name}, whose columns are unknown: {v.reason}")
+        else:
+            columns = self._columns.get(relation, ())
+            if not columns:
+                raise StreamError(f"reads {relation}, whose columns are not declared (add them to its YAML)")
+        return Input(engine_name(relation), tuple(columns))
