@@ -28,7 +28,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType, TimestampType
 
 from .circuit.operators import WEIGHT, quote
-from .connectors.kafka import Decoded, DeadLetter, KafkaReader, KafkaSettings, KafkaSource, decode
+from .connectors.kafka import (Decoded, DeadLetter, KafkaReader, KafkaSettings, KafkaSink, KafkaSource,
+                               KafkaWriter, decode)
 from .errors import CompileError, ConnectorError, StreamError
 from .runtime import zsets
 from .runtime.pipeline import Pipeline, coerce_row
@@ -51,6 +52,7 @@ class Model:
     relation: str  # schema.identifier where the result is published
     sql: str  # reads other relations by their catalog names
     kind: str = STREAMING_VIEW
+    sink: KafkaSink | None = None  # its changes mirrored to a Kafka topic
     reads: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
@@ -83,13 +85,15 @@ class Project:
         self._lock = threading.RLock()
         self.pipe = Pipeline(spark, state_location)
         notes = self.pipe.notes
-        self.models: dict[str, Model] = {rel: Model(rel, m["sql"], m["kind"]) for rel, m in notes.get("models", {}).items()}
+        self.models: dict[str, Model] = {rel: Model(rel, m["sql"], m["kind"], KafkaSink.from_config(m.get("sink")))
+                                         for rel, m in notes.get("models", {}).items()}
         self.streams: dict[str, KafkaSource] = {d["relation"]: KafkaSource.from_json(d) for d in notes.get("kafka", [])}
         self._read: dict[str, str | None] = dict(notes.get("tables", {}))  # table source → fingerprint last read
         self._offsets: dict[str, dict[int, int]] = {rel: {int(p): o for p, o in parts.items()}
                                                     for rel, parts in notes.get("offsets", {}).items()}
         self._caught_up: set[str] = set()  # Kafka sources read to their end by this instance
         self._reader: KafkaReader | None = None
+        self._writers: dict[str, KafkaWriter] = {}
         self._new_logs: set[str] = set()  # changelog tables to start over at the next tick
         self.dropped: dict[str, str] = {}
         self._define(self.models)
@@ -218,7 +222,8 @@ class Project:
                 self._publish()
                 return False
             self.pipe.notes = {
-                "models": {rel: {"sql": m.sql, "kind": m.kind} for rel, m in self.models.items()},
+                "models": {rel: {"sql": m.sql, "kind": m.kind, "sink": m.sink and m.sink.to_json()}
+                           for rel, m in self.models.items()},
                 "kafka": [self.streams[rel].to_json() for rel in self.stream_sources],
                 "offsets": {rel: {str(p): o for p, o in offsets[rel].items()} for rel in self.stream_sources
                             if rel in offsets},
@@ -231,6 +236,12 @@ class Project:
             self._publish()
             return True
 
+    def new_frontier(self) -> None:
+        """Let the next :meth:`advance` read Kafka sources up to their new end (by default an
+        instance reads each to its end once: one ``dbt run`` sees one frontier)."""
+        with self._lock:
+            self._caught_up.clear()
+
     def _kafka(self) -> KafkaReader:
         if self.kafka is None:
             raise ConnectorError("models read Kafka sources, but the profile has no `kafka:` block with "
@@ -238,6 +249,14 @@ class Project:
         if self._reader is None:
             self._reader = KafkaReader(self.kafka)
         return self._reader
+
+    def _writer(self, model: Model) -> KafkaWriter:
+        if model.relation not in self._writers:
+            if self.kafka is None:
+                raise ConnectorError(f"model {model.relation!r} has a Kafka sink, but the profile has no `kafka:` "
+                                     "block with bootstrap_servers")
+            self._writers[model.relation] = KafkaWriter(self.kafka, model.relation)
+        return self._writers[model.relation]
 
     def _stream_delta(self, source: KafkaSource, decoded: Decoded) -> DataFrame:
         """A batch of Kafka changes as a delta; upserts retract the rows they replace."""
@@ -277,8 +296,9 @@ class Project:
                 self.spark.sql(f"CREATE OR REPLACE VIEW {quote_relation(m.relation)} AS {self.pipe.relation_sql(m.name)}")
 
     def _outputs(self, tick: int, changes: dict[str, DataFrame], dead: dict[str, list[DeadLetter]]) -> None:
-        """The tick's appends, written before it commits: the changes of each changelog
-        table, and each Kafka source's dead letters (in ``<source>__dead_letters``)."""
+        """The tick's outputs, written before it commits and once per tick: the changes of
+        each changelog table and Kafka sink, and each Kafka source's dead letters (in
+        ``<source>__dead_letters``)."""
         at = datetime.now(timezone.utc).replace(tzinfo=None)
         for m in self.models.values():
             if m.kind != CHANGELOG_TABLE:
@@ -291,6 +311,12 @@ class Project:
                                 zsets.col(WEIGHT).alias("_weight"), F.lit(at).alias("_committed_at"),
                                 F.lit(tick).cast("bigint").alias("_tick"))
             self._append(m.relation, rows, tick)
+        for m in self.models.values():
+            if m.sink is not None:
+                delta = changes[m.name]
+                columns = zsets.data_columns(delta)
+                rows = [(tuple(r[:-1]), int(r[-1])) for r in delta.select(*map(zsets.col, columns), WEIGHT).collect()]
+                self._writer(m).write(m.sink.topic, tick, m.sink.messages(columns, rows))
         for rel, letters in dead.items():
             rows = self.spark.createDataFrame([(d.topic, d.partition, d.offset, d.raw, d.reason, at, tick)
                                                for d in letters], DEAD_LETTER_SCHEMA)
@@ -332,6 +358,9 @@ class Project:
         if self._reader is not None:
             self._reader.close()
             self._reader = None
+        for w in self._writers.values():
+            w.close()
+        self._writers.clear()
 
 
 def _fingerprint(table: DataFrame) -> str | None:

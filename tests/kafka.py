@@ -4,14 +4,18 @@ from __future__ import annotations
 import json
 from typing import Any, Iterable
 
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 
 def create_topics(bootstrap: str, *topics: str, partitions: int = 2) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for f in admin.create_topics([NewTopic(t, num_partitions=partitions, replication_factor=1) for t in topics]).values():
-        f.result(10)
+        try:
+            f.result(10)
+        except KafkaException as e:
+            if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise
 
 
 def produce(bootstrap: str, topic: str, records: Iterable[tuple[Any, Any]]) -> None:

@@ -347,3 +347,113 @@ class KafkaReader:
 
     def close(self) -> None:
         self._consumer.close()
+
+
+SINK_ENVELOPES = ("insert_delete", "upsert")
+TICK_HEADER = "dbt_stream_tick"
+
+
+@dataclass(frozen=True)
+class KafkaSink:
+    """A model's changes mirrored to a topic, as JSON: ``insert_delete`` writes
+    ``{"insert": row}`` / ``{"delete": row}`` (once per copy); ``upsert`` writes each changed
+    row under its ``key`` columns, and a null value for a key whose row went away."""
+
+    topic: str
+    envelope: str = "insert_delete"
+    key: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.topic:
+            raise StreamError("sink: `topic` is required")
+        if self.envelope not in SINK_ENVELOPES:
+            raise StreamError(f"sink: envelope {self.envelope!r} is not one of {SINK_ENVELOPES}")
+        if self.envelope == "upsert" and not self.key:
+            raise StreamError("sink: the upsert envelope needs `key` columns")
+
+    @staticmethod
+    def from_config(config: Mapping[str, Any] | None) -> KafkaSink | None:
+        if not config:
+            return None
+        if str(config.get("format", "json")) != "json":
+            raise StreamError(f"sink: format {config.get('format')!r} is not supported (json)")
+        key = config.get("key") or ()
+        return KafkaSink(str(config.get("topic") or ""), str(config.get("envelope", "insert_delete")),
+                         tuple(k.lower() for k in ([key] if isinstance(key, str) else key)))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"topic": self.topic, "envelope": self.envelope, "key": list(self.key)}
+
+    def messages(self, columns: Sequence[str], changes: Sequence[tuple[Row, int]]) -> list[tuple[Any, Any]]:
+        """(key, value) documents for one tick's consolidated changes (row, weight)."""
+        docs = [(dict(zip(columns, row)), w) for row, w in changes]
+        if self.envelope == "insert_delete":
+            return [(None, {"insert" if w > 0 else "delete": d}) for d, w in docs for _ in range(abs(w))]
+        out: dict[tuple[Any, ...], tuple[Any, Any]] = {}
+        for d, w in sorted(docs, key=lambda dw: dw[1]):  # deletes first: an update's insert wins
+            k = tuple(d[c] for c in self.key)
+            out[k] = (dict(zip(self.key, k)), d if w > 0 else None)
+        return list(out.values())
+
+
+class KafkaWriter:
+    """Writes a tick's messages to a sink topic in one Kafka transaction, once: every
+    message carries its tick in a header, and a tick the topic already holds (written before
+    a crash, then redone) is not written again."""
+
+    def __init__(self, settings: KafkaSettings, relation: str, *, timeout: float = 30.0):
+        from confluent_kafka import Producer
+
+        self.settings, self.timeout = settings, timeout
+        self._producer = Producer({**settings.config, "transactional.id": f"dbt-incremental-stream.{relation}",
+                                   "linger.ms": 5})
+        self._producer.init_transactions(timeout)
+        self._last: dict[str, int] = {}
+
+    def last_tick(self, topic: str) -> int:
+        """The newest tick a topic holds (0: none), from the last message of each partition."""
+        from confluent_kafka import Consumer, TopicPartition
+
+        if topic in self._last:
+            return self._last[topic]
+        consumer = Consumer({**self.settings.config, "group.id": f"dbt-incremental-stream-{uuid.uuid4().hex}",
+                             "enable.auto.commit": False, "isolation.level": "read_committed",
+                             "enable.partition.eof": True, "fetch.wait.max.ms": 10})
+        try:
+            meta = consumer.list_topics(topic, timeout=self.timeout).topics.get(topic)
+            if meta is None or meta.error is not None or not meta.partitions:
+                raise ConnectorError(f"sink topic {topic!r} does not exist at {self.settings.bootstrap_servers}; "
+                                     "create it or fix the model's `sink.topic`")
+            last = 0
+            for p in meta.partitions:
+                low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=self.timeout)
+                # the tail is enough: a tick is one transaction, and its commit marker takes an offset
+                consumer.assign([TopicPartition(topic, p, max(low, high - 8))])
+                while (msg := consumer.poll(self.timeout)) is not None and msg.error() is None:
+                    last = max([last, *(int(v) for k, v in (msg.headers() or []) if k == TICK_HEADER)])
+            self._last[topic] = last
+            return last
+        finally:
+            consumer.close()
+
+    def write(self, topic: str, tick: int, messages: Sequence[tuple[Any, Any]]) -> bool:
+        """Write one tick's messages atomically unless the topic has the tick already."""
+        if self.last_tick(topic) >= tick:
+            return False
+        headers = [(TICK_HEADER, str(tick).encode())]
+        self._producer.begin_transaction()
+        try:
+            for key, value in messages:
+                self._producer.produce(topic, key=None if key is None else json.dumps(key, default=str).encode(),
+                                       value=None if value is None else json.dumps(value, default=str).encode(),
+                                       headers=headers)
+                self._producer.poll(0)
+            self._producer.commit_transaction(self.timeout)
+        except Exception:
+            self._producer.abort_transaction(self.timeout)
+            raise
+        self._last[topic] = tick
+        return True
+
+    def close(self) -> None:
+        self._producer.flush(self.timeout)

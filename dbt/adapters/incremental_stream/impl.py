@@ -18,7 +18,7 @@ from dbt.adapters.incremental_stream.connections import (
     IncrementalStreamConnectionManager,
     IncrementalStreamCredentials,
 )
-from dbt_incremental_stream.connectors.kafka import KafkaSource
+from dbt_incremental_stream.connectors.kafka import KafkaSink, KafkaSource
 from dbt_incremental_stream.errors import StreamError
 from dbt_incremental_stream.project import KINDS, Model, Project
 
@@ -76,7 +76,8 @@ class IncrementalStreamAdapter(SparkAdapter):
 
     @available
     def stream_deploy(self, relation: BaseRelation, sql: str, kind: str, full_refresh: bool,
-                      streaming_models: list[str], streams: list[dict[str, Any]]) -> dict[str, Any]:
+                      streaming_models: list[str], streams: list[dict[str, Any]],
+                      sink: dict[str, Any] | None = None) -> dict[str, Any]:
         """Deploy one streaming model and bring the whole project up to date: compile it into
         the circuit (building its state from retained input if it is new or its SQL changed),
         read every source's changes, commit one tick for all models and publish them."""
@@ -88,7 +89,7 @@ class IncrementalStreamAdapter(SparkAdapter):
             if not self._pruned:  # models no longer streaming in this project leave its state
                 project.prune(set(streaming_models) | {name})
                 self._pruned = True
-            model = Model(name, sql, kind)
+            model = Model(name, sql, kind, KafkaSink.from_config(sink))
             sources = [KafkaSource.from_config(s["relation"], s["kafka"], s["columns"])
                        for s in streams if s["relation"] in model.reads]
             action = project.deploy(model, streams=sources, full_refresh=full_refresh)
