@@ -31,7 +31,9 @@ def copy_project(dest: Path) -> Path:
 
 def dbt(root: Path, *args: str):
     res = dbtRunner().invoke([*args, "--project-dir", str(root), "--profiles-dir", str(root)])
-    assert res.success, f"dbt {' '.join(args)} failed: {res.exception or res.result}"
+    failed = [f"{r.node.name}: {r.message}" for r in getattr(res.result, "results", []) if str(r.status) in
+              ("error", "fail")]
+    assert res.success, f"dbt {' '.join(args)} failed: {res.exception or failed}"
     return res.result
 
 
