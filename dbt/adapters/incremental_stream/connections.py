@@ -17,7 +17,7 @@ from dbt_incremental_stream.runtime.session import session
 
 logger = AdapterLogger("incremental_stream")
 
-MASTERS = ("local", "spark://", "yarn", "k8s://", "mesos://")
+MASTERS = ("local[", "spark://", "yarn", "k8s://", "mesos://")
 
 
 @dataclass
@@ -37,12 +37,12 @@ class IncrementalStreamCredentials(SparkCredentials):
     max_records_per_tick: Optional[int] = None
 
     def __post_init__(self) -> None:
-        super().__post_init__()
         if self.method != SparkConnectionMethod.SESSION:
             raise DbtRuntimeError(
                 f"incremental_stream runs Spark in-process: `method` must be `session` (or left out), "
                 f"not `{self.method}`")
-        if not self.master.startswith(MASTERS):
+        super().__post_init__()
+        if self.master != "local" and not self.master.startswith(MASTERS):
             raise DbtRuntimeError(
                 f"`master: {self.master}` is not a Spark master URL: use local[*] (the default), "
                 "spark://host:port, yarn or k8s://https://host:port")

@@ -1,0 +1,56 @@
+"""Profile keys: `dbt debug` checks Spark and Kafka, says what to fix when Kafka is not
+reachable or a key is wrong, and never prints or stores a Kafka secret."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from dbt.tests.util import run_dbt_and_capture
+
+SECRET = "s3cret-Kafka-pa55word"
+
+
+def files_mention(root: Path, text: str) -> list[str]:
+    return [str(p) for p in root.rglob("*") if p.is_file() and text in p.read_text(errors="ignore")]
+
+
+class TestDebugWithKafka:
+    @pytest.fixture(scope="class")
+    def dbt_profile_target(self, kafka):
+        return {"type": "incremental_stream", "threads": 1, "master": "local[2]",
+                "kafka": {"bootstrap_servers": kafka, "sasl.username": "analytics", "sasl.password": SECRET}}
+
+    def test_debug_passes_and_hides_secrets(self, project):
+        _, log = run_dbt_and_capture(["debug"])
+        assert "All checks passed" in log and "master: local[2]" in log
+        assert SECRET not in log
+        assert not files_mention(Path(project.project_root), SECRET)  # target/, logs/
+
+
+class TestDebugKafkaUnreachable:
+    @pytest.fixture(scope="class")
+    def dbt_profile_target(self):
+        return {"type": "incremental_stream", "threads": 1, "master": "local[2]",
+                "kafka": {"bootstrap_servers": "127.0.0.1:9", "socket.connection.setup.timeout.ms": "2000"}}
+
+    def test_debug_names_the_setting(self, project):
+        _, log = run_dbt_and_capture(["debug"], expect_pass=False)
+        assert "Kafka at 127.0.0.1:9 is not reachable" in log and "kafka.bootstrap_servers" in log
+
+
+def test_profile_errors_say_what_to_fix():
+    from dbt_common.exceptions import DbtRuntimeError
+
+    from dbt.adapters.incremental_stream.connections import IncrementalStreamCredentials
+
+    with pytest.raises(DbtRuntimeError, match="is not a Spark master URL"):
+        IncrementalStreamCredentials(schema="s", master="localhost")
+    with pytest.raises(DbtRuntimeError, match="`bootstrap_servers` is required"):
+        IncrementalStreamCredentials(schema="s", kafka={"security.protocol": "SSL"})
+    with pytest.raises(DbtRuntimeError, match="method` must be `session"):
+        IncrementalStreamCredentials(schema="s", method="thrift")
+    creds = IncrementalStreamCredentials(schema="s", kafka={"bootstrap_servers": "b:9092", "sasl.password": "x"})
+    assert creds.kafka_settings.redacted()["sasl.password"] == "****"
+    assert "kafka" not in creds._connection_keys()
+    assert os.sep not in creds.state_location  # relative: resolved against the project
