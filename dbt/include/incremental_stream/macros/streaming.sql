@@ -1,4 +1,17 @@
-{# Helpers of the streaming materializations. #}
+{# The streaming materializations and their helpers. #}
+
+{% macro incremental_stream__materialize(kind, relation_type) -%}
+  {#- deploy the model, advance the project one tick, report what happened to the model -#}
+  {%- set target_relation = this.incorporate(type=relation_type) -%}
+  {{ incremental_stream__drop_other_type(this, relation_type) }}
+  {{ run_hooks(pre_hooks) }}
+  {%- set result = adapter.stream_deploy(target_relation, sql, kind, should_full_refresh(),
+                                         incremental_stream__models(), incremental_stream__streams(),
+                                         config.get('sink')) -%}
+  {{ incremental_stream__report(result) }}
+  {{ run_hooks(post_hooks) }}
+  {{ return({'relations': [target_relation]}) }}
+{%- endmacro %}
 
 {% macro incremental_stream__models() -%}
   {#- schema.alias of every streaming model in the project: the others leave the state -#}
