@@ -20,7 +20,7 @@ import json
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Sequence
+from typing import AbstractSet, Sequence
 
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
@@ -30,7 +30,7 @@ from pyspark.sql.types import IntegerType, LongType, StringType, StructField, St
 from .circuit.operators import WEIGHT, quote
 from .connectors.kafka import (Decoded, DeadLetter, KafkaReader, KafkaSettings, KafkaSink, KafkaSource,
                                KafkaWriter, decode)
-from .errors import CompileError, ConnectorError, StreamError
+from .errors import CompileError, ConnectorError, StateError, StreamError
 from .runtime import zsets
 from .runtime.pipeline import Pipeline, coerce_row
 from .sql.relations import engine_name, referenced, rename
@@ -114,12 +114,18 @@ class Project:
             action = "created" if old is None else "unchanged" if old == model else "rebuilt"
             changed = [s for s in streams if self.streams.get(s.relation) != s]
             if changed or action != "unchanged":
-                for s in changed:
-                    if s.relation in self.streams and self.streams[s.relation].topic != s.topic:
-                        self._offsets.pop(s.relation, None)  # another topic: read it from its start
+                before = dict(self.streams)
                 self.streams.update({s.relation: s for s in changed})
-                self._define({**self.models, model.relation: model}, deploying=model.relation)
-            elif full_refresh:
+                try:
+                    self._define({**self.models, model.relation: model}, deploying=model.relation,
+                                 reread={s.relation for s in changed} if full_refresh else set())
+                except BaseException:
+                    self.streams = before
+                    raise
+                for s in changed:
+                    if s.relation in before and before[s.relation].topic != s.topic:
+                        self._offsets.pop(s.relation, None)  # another topic: read it from its start
+            if full_refresh and action == "unchanged":
                 action = "reset"
                 self.pipe.reset(model.name)
             if model.kind == CHANGELOG_TABLE and action != "unchanged":
@@ -135,16 +141,26 @@ class Project:
                 self._define({rel: m for rel, m in self.models.items() if rel not in gone})
             return gone
 
-    def _define(self, models: dict[str, Model], deploying: str | None = None) -> None:
+    def _define(self, models: dict[str, Model], deploying: str | None = None,
+                reread: AbstractSet[str] = frozenset()) -> None:
         """Rebuild the pipeline for ``models``. A model other than ``deploying`` that no longer
-        compiles (a model it reads changed) is dropped and named in :attr:`dropped`."""
+        compiles (a model it reads changed) is dropped and named in :attr:`dropped`. A Kafka
+        source in ``reread`` whose columns changed starts over from its topic's start."""
         pipe = Pipeline(self.spark, self.location)
         pipe.notes = self.pipe.notes
         order = _topological(models)
         try:
             replaced, missing = set(), {}
             for rel in dict.fromkeys(r for m in order for r in m.reads if r in self.streams and r not in models):
-                pipe.add_source(engine_name(rel), self.streams[rel].schema)
+                try:
+                    if pipe.add_source(engine_name(rel), self.streams[rel].schema, replace=rel in reread):
+                        replaced.add(engine_name(rel))
+                        self._offsets.pop(rel, None)
+                        self._caught_up.discard(rel)
+                except StateError as e:
+                    raise StreamError(f"the columns of Kafka source {rel!r} changed, and its retained input has the "
+                                      f"old ones: run with --full-refresh to read topic {self.streams[rel].topic!r} "
+                                      f"again from its start ({e})") from e
             for rel in dict.fromkeys(r for m in order for r in m.reads if r not in models and r not in self.streams):
                 try:
                     schema = self._table(rel, reader=_reader(order, rel)).schema

@@ -182,6 +182,11 @@ class TestStreamingModels:
                                                       fetch="all")}
         assert report == totals  # a batch model reading a streaming one sees the committed tick
 
+    def test_empty_flag_deploys_nothing(self, built, spark):
+        results = run_dbt(["run", "--empty"])
+        assert set(actions(results).values()) == {"SKIPPED"}
+        assert_equal_to_batch(spark, built.project_root)
+
     def test_full_refresh_resets_only_the_selected_model(self, built, spark):
         results = run_dbt(["run", "--full-refresh", "-s", "customer_totals"])
         assert actions(results) == {"customer_totals": "RESET"}

@@ -3,6 +3,7 @@ offsets committed with the tick (a new Project resumes after them)."""
 from __future__ import annotations
 
 from collections import Counter
+from decimal import Decimal
 
 import pytest
 from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
@@ -162,4 +163,28 @@ def test_sinks_mirror_changes_once(spark, kafka, tmp_path):
     # a tick redone after a crash between the sink's commit and the state's finds it written
     writer = project._writer(project.models["k_sink.log"])
     assert writer.write("s_log", project.tick, [(None, {"insert": {"name": "dup"}})]) is False
+    project.close()
+
+
+def test_changed_source_columns_need_a_full_refresh(spark, kafka, tmp_path):
+    from pyspark.sql.types import DecimalType
+
+    from dbt_incremental_stream.errors import StreamError
+
+    create_topics(kafka, "t_retype", partitions=1)
+    src, settings = "raw_retype.orders", KafkaSettings({"bootstrap.servers": kafka})
+    spark.sql("CREATE SCHEMA IF NOT EXISTS k_retype")
+    model = Model("k_retype.totals", VIEW.format(src=src))
+    project = Project(spark, str(tmp_path / "state"), kafka=settings)
+    project.deploy(model, streams=[KafkaSource(src, "t_retype", SCHEMA)])
+    produce(kafka, "t_retype", [(None, {"id": 1, "name": "a", "amount": 1.25}), (None, {"id": 2, "name": "a",
+                                                                                         "amount": 2})])
+    project.advance()
+    retyped = KafkaSource(src, "t_retype", StructType(SCHEMA.fields[:2] + [StructField("amount", DecimalType(10, 2))]))
+    with pytest.raises(StreamError, match="run with --full-refresh to read topic 't_retype' again"):
+        project.deploy(model, streams=[retyped])
+    assert project.deploy(model, streams=[retyped], full_refresh=True) == "reset"
+    project.advance()
+    assert [tuple(r) for r in spark.table("k_retype.totals").collect()] == [("a", 2, Decimal("3.25"))]
+    assert not any(check_project(project).values())
     project.close()

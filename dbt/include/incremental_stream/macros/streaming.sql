@@ -3,6 +3,9 @@
 {% macro incremental_stream__materialize(kind, relation_type) -%}
   {#- deploy the model, advance the project one tick, report what happened to the model -#}
   {%- set target_relation = this.incorporate(type=relation_type) -%}
+  {%- if flags.EMPTY -%}
+    {{ return(incremental_stream__empty(target_relation)) }}
+  {%- endif -%}
   {{ incremental_stream__drop_other_type(this, relation_type) }}
   {{ run_hooks(pre_hooks) }}
   {%- set result = adapter.stream_deploy(target_relation, sql, kind, should_full_refresh(),
@@ -11,6 +14,23 @@
   {{ incremental_stream__report(result) }}
   {{ run_hooks(post_hooks) }}
   {{ return({'relations': [target_relation]}) }}
+{%- endmacro %}
+
+{% macro incremental_stream__empty(relation) -%}
+  {#- dbt run --empty: nothing is deployed; a relation that does not exist yet is created
+      with the model's columns and no rows, so the models after it can run -#}
+  {%- if load_cached_relation(this) is none -%}
+    {% call statement('main') -%}
+      {%- if relation.type == 'view' -%}
+        {{ get_create_view_as_sql(relation, sql) }}
+      {%- else -%}
+        {{ get_create_table_as_sql(False, relation, sql) }}
+      {%- endif -%}
+    {%- endcall %}
+  {%- else -%}
+    {% call noop_statement('main', 'SKIPPED (--empty)', 'SKIPPED') -%} {{ sql }} {%- endcall %}
+  {%- endif -%}
+  {{ return({'relations': [relation]}) }}
 {%- endmacro %}
 
 {% macro incremental_stream__models() -%}
