@@ -95,6 +95,7 @@ class Project:
         self._reader: KafkaReader | None = None
         self._writers: dict[str, KafkaWriter] = {}
         self._new_logs: set[str] = set()  # changelog tables to start over at the next tick
+        self._published = -1  # the tick the catalog views show, as far as this instance knows
         self.dropped: dict[str, str] = {}
         self._define(self.models)
 
@@ -235,7 +236,8 @@ class Project:
                     dead[rel] = decoded.dead
             if not deltas and not dead and not self.pipe.pending and not self.pipe.reads_time and self.pipe.tick > 0:
                 self._caught_up.update(set(self.stream_sources) - behind)
-                self._publish()
+                if self._published != self.tick:
+                    self._publish()
                 return False
             self.pipe.notes = {
                 "models": {rel: {"sql": m.sql, "kind": m.kind, "sink": m.sink and m.sink.to_json()}
@@ -303,7 +305,9 @@ class Project:
         return any(rel not in self._caught_up for rel in self.stream_sources)
 
     def _publish(self) -> None:
-        """Point every streaming view's and Kafka source's catalog view at the committed state."""
+        """Point every streaming view's and Kafka source's catalog view at the committed state
+        (once per tick: a catalog write costs a metastore round trip each)."""
+        self._published = self.tick
         for rel in self.stream_sources:
             self._schema_of(rel)
             self.spark.sql(f"CREATE OR REPLACE VIEW {quote_relation(rel)} AS {self.pipe.relation_sql(engine_name(rel))}")
