@@ -96,6 +96,7 @@ class Project:
         self._writers: dict[str, KafkaWriter] = {}
         self._new_logs: set[str] = set()  # changelog tables to start over at the next tick
         self._published = -1  # the tick the catalog views show, as far as this instance knows
+        self._replay = self._intent(self.pipe.tick + 1)  # offsets a crashed tick had read: read them again
         self.dropped: dict[str, str] = {}
         self._define(self.models)
 
@@ -225,10 +226,12 @@ class Project:
             for rel in self.stream_sources:
                 if rel in self._caught_up:
                     continue
+                until = None if self._replay is None else self._replay.get(rel, {})
                 records, offsets[rel] = self._kafka().read(self.streams[rel], self._offsets.get(rel, {}),
-                                                           limit=self.max_records)
-                if self.max_records is not None and len(records) >= self.max_records:
-                    behind.add(rel)
+                                                           limit=None if until is not None else self.max_records,
+                                                           until=until)
+                if until is not None or (self.max_records is not None and len(records) >= self.max_records):
+                    behind.add(rel)  # more may have come since: the next tick reads on
                 decoded = decode(self.streams[rel], records)
                 if decoded.rows or decoded.upserts:
                     deltas[engine_name(rel)] = self._stream_delta(self.streams[rel], decoded)
@@ -247,12 +250,32 @@ class Project:
                             if rel in offsets},
                 "tables": {**{r: f for r, f in self._read.items() if r in self.table_sources}, **read},
             }
+            tick = self.pipe.tick + 1
+            if self.stream_sources and self._replay is None:  # a replayed tick has its intent already
+                self._intend(tick, self.pipe.notes["offsets"])
             self.pipe.step(deltas, now, before_commit=lambda tick, changes: self._outputs(tick, changes, dead))
-            self._read, self._offsets = dict(self.pipe.notes["tables"]), offsets
+            self._read, self._offsets, self._replay = dict(self.pipe.notes["tables"]), offsets, None
+            self.pipe.store.fs.delete(self._intent_path(tick))
             self._caught_up.update(set(self.stream_sources) - behind)
             self._new_logs.clear()
             self._publish()
             return True
+
+    def _intent_path(self, tick: int) -> str:
+        return self.pipe.store.fs.path("_manifest", f"intent-{tick:012d}.json")
+
+    def _intend(self, tick: int, offsets: dict[str, dict[str, int]]) -> None:
+        """Record the Kafka offsets a tick reads up to before any of its output is written: a
+        tick redone after a crash reads exactly the same records, so outputs it had already
+        written (a sink's transaction) are the same tick."""
+        self.pipe.store.fs.write_atomic(self._intent_path(tick), json.dumps({"tick": tick, "offsets": offsets}))
+
+    def _intent(self, tick: int) -> dict[str, dict[int, int]] | None:
+        path = self._intent_path(tick)
+        if not self.pipe.store.fs.exists(path):
+            return None
+        doc = json.loads(self.pipe.store.fs.read_text(path))
+        return {rel: {int(p): o for p, o in parts.items()} for rel, parts in doc["offsets"].items()}
 
     def new_frontier(self) -> None:
         """Let the next :meth:`advance` read Kafka sources up to their new end (by default an

@@ -312,20 +312,23 @@ class KafkaReader:
             ends[p] = high
         return ends
 
-    def read(self, source: KafkaSource, start: Mapping[int, int], *, limit: int | None = None
-             ) -> tuple[list[Record], dict[int, int]]:
+    def read(self, source: KafkaSource, start: Mapping[int, int], *, limit: int | None = None,
+             until: Mapping[int, int] | None = None) -> tuple[list[Record], dict[int, int]]:
         """Records from ``start`` (next offset per partition; a missing partition starts at
         the source's ``start``) up to the end of each partition as the consumer finds it
-        (end-of-partition events, not the watermark, which can lag), at most ``limit``.
+        (end-of-partition events, not the watermark, which can lag), at most ``limit``; or,
+        given ``until``, exactly up to those offsets (a tick read again after a crash).
         Returns the records and the next offset per partition."""
         from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaError, TopicPartition
 
         default = OFFSET_BEGINNING if source.start == "earliest" else OFFSET_END
         partitions = self.partitions(source)
         position = {p: start.get(p, default) for p in partitions}
-        self._consumer.assign([TopicPartition(source.topic, p, position[p]) for p in partitions])
         records: list[Record] = []
-        open_ = set(partitions)
+        open_ = {p for p in partitions if until is None or until.get(p, 0) > max(position[p], 0)}
+        if not open_:
+            return records, {p: o for p, o in position.items() if o >= 0}
+        self._consumer.assign([TopicPartition(source.topic, p, position[p]) for p in partitions])
         try:
             while open_ and (limit is None or len(records) < limit):
                 msg = self._consumer.poll(self.timeout)
@@ -339,8 +342,13 @@ class KafkaReader:
                         position[msg.partition()] = msg.offset()
                         continue
                     raise ConnectorError(f"Kafka source {source.relation!r}: {msg.error()}")
-                records.append(Record(msg.partition(), msg.offset(), msg.key(), msg.value()))
-                position[msg.partition()] = msg.offset() + 1
+                p = msg.partition()
+                if p not in open_:
+                    continue
+                records.append(Record(p, msg.offset(), msg.key(), msg.value()))
+                position[p] = msg.offset() + 1
+                if until is not None and position[p] >= until.get(p, 0):
+                    open_.discard(p)
         finally:
             self._consumer.unassign()
         return records, {p: o for p, o in position.items() if o >= 0}

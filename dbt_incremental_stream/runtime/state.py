@@ -135,6 +135,9 @@ class FileSystem:
             return []
         return [str(s.getPath().getName()) for s in self._fs.listStatus(p)]
 
+    def exists(self, path: str) -> bool:
+        return bool(self._fs.exists(self._Path(path)))
+
     def size(self, path: str) -> int:
         return int(self._fs.getContentSummary(self._Path(path)).getLength())
 
