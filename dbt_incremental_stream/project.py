@@ -237,8 +237,11 @@ class Project:
                     deltas[engine_name(rel)] = self._stream_delta(self.streams[rel], decoded)
                 if decoded.dead:
                     dead[rel] = decoded.dead
+            tick, replaying, self._replay = self.pipe.tick + 1, self._replay is not None, None
             if not deltas and not dead and not self.pipe.pending and not self.pipe.reads_time and self.pipe.tick > 0:
                 self._caught_up.update(set(self.stream_sources) - behind)
+                if replaying:  # the crashed tick had read nothing new
+                    self.pipe.store.fs.delete(self._intent_path(tick))
                 if self._published != self.tick:
                     self._publish()
                 return False
@@ -250,11 +253,10 @@ class Project:
                             if rel in offsets},
                 "tables": {**{r: f for r, f in self._read.items() if r in self.table_sources}, **read},
             }
-            tick = self.pipe.tick + 1
-            if self.stream_sources and self._replay is None:  # a replayed tick has its intent already
+            if self.stream_sources and not replaying:  # a replayed tick keeps its intent
                 self._intend(tick, self.pipe.notes["offsets"])
             self.pipe.step(deltas, now, before_commit=lambda tick, changes: self._outputs(tick, changes, dead))
-            self._read, self._offsets, self._replay = dict(self.pipe.notes["tables"]), offsets, None
+            self._read, self._offsets = dict(self.pipe.notes["tables"]), offsets
             self.pipe.store.fs.delete(self._intent_path(tick))
             self._caught_up.update(set(self.stream_sources) - behind)
             self._new_logs.clear()
@@ -268,7 +270,9 @@ class Project:
         """Record the Kafka offsets a tick reads up to before any of its output is written: a
         tick redone after a crash reads exactly the same records, so outputs it had already
         written (a sink's transaction) are the same tick."""
-        self.pipe.store.fs.write_atomic(self._intent_path(tick), json.dumps({"tick": tick, "offsets": offsets}))
+        path = self._intent_path(tick)
+        self.pipe.store.fs.delete(path)  # one left by a tick that failed in this process, not replayed
+        self.pipe.store.fs.write_atomic(path, json.dumps({"tick": tick, "offsets": offsets}))
 
     def _intent(self, tick: int) -> dict[str, dict[int, int]] | None:
         path = self._intent_path(tick)
