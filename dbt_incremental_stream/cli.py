@@ -18,6 +18,7 @@ import argparse
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import sqlglot
 from sqlglot import exp
@@ -27,6 +28,9 @@ from .circuit.incremental import Incrementalizer
 from .circuit.operators import Input, Integral, Operator, explain
 from .errors import StreamError
 from .sql.planner import plan
+
+if TYPE_CHECKING:
+    from .manifest import Verdict
 
 
 def _sources(specs: list[str]) -> dict[str, Operator]:
@@ -83,28 +87,29 @@ def _models(args: argparse.Namespace) -> int:
     return 1 if blocked else 0  # a streaming model that cannot run is an error
 
 
-def _explain_model(args: argparse.Namespace) -> int:
+def _streamable(args: argparse.Namespace) -> Verdict:
+    """The target model's verdict, if it can run incrementally."""
     from .manifest import DbtProject
 
     v = DbtProject(args.project_dir, args.target_path).verdict(args.target)
     if not v.ok:
-        print(f"{args.target}: {v.reason}", file=sys.stderr)
-        return 1
+        raise StreamError(f"{args.target}: {v.reason}")
+    return v
+
+
+def _explain_model(args: argparse.Namespace) -> int:
+    v = _streamable(args)
     _print_circuit(args.target, v.plan)  # type: ignore[arg-type]
     return 0
 
 
 def _equivalence(args: argparse.Namespace) -> int:
     from .differential import Mismatch, replay
-    from .manifest import DbtProject
     from .project import quote_relation
     from .runtime.session import session
     from .sql.relations import engine_name, referenced, rename
 
-    v = DbtProject(args.project_dir, args.target_path).verdict(args.target)
-    if not v.ok:
-        print(f"{args.target}: {v.reason}", file=sys.stderr)
-        return 1
+    v = _streamable(args)
     spark = session(args.master, dict(c.split("=", 1) for c in args.conf), hive=True)
     sql = v.model.sql or ""
     reads = referenced(sql)

@@ -63,6 +63,7 @@ class DbtProject:
         for src in doc.get("sources", {}).values():
             relation = f"{src['schema']}.{src.get('identifier') or src['name']}".lower()
             self._columns[relation] = tuple(c.lower() for c in src.get("columns", {}))
+        self._by_relation = {m.relation: m for m in self.models.values()}
         self._verdicts: dict[str, Verdict] = {}
 
     def _seed_header(self, node: dict[str, Any]) -> tuple[str, ...]:
@@ -96,9 +97,8 @@ class DbtProject:
 
     def _relation(self, relation: str, reader: DbtModel) -> Operator:
         """A relation the model reads, as an input with its columns."""
-        by_relation = {m.relation: m for m in self.models.values()}
-        if relation in by_relation:
-            upstream = by_relation[relation]
+        if relation in self._by_relation:
+            upstream = self._by_relation[relation]
             v = self.verdict(upstream.name)
             columns = v.plan.columns if v.plan is not None else upstream.columns
             if not columns:

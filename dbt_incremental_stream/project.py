@@ -335,12 +335,10 @@ class Project:
         """Point every streaming view's and Kafka source's catalog view at the committed state
         (once per tick: a catalog write costs a metastore round trip each)."""
         self._published = self.tick
-        for rel in self.stream_sources:
-            self._schema_of(rel)
+        views = [self._schema_of(rel) for rel in self.stream_sources]  # dbt creates only models' schemas
+        views += [m.relation for m in self.models.values() if m.kind == STREAMING_VIEW]
+        for rel in views:
             self.spark.sql(f"CREATE OR REPLACE VIEW {quote_relation(rel)} AS {self.pipe.relation_sql(engine_name(rel))}")
-        for m in self.models.values():
-            if m.kind == STREAMING_VIEW:
-                self.spark.sql(f"CREATE OR REPLACE VIEW {quote_relation(m.relation)} AS {self.pipe.relation_sql(m.name)}")
 
     def _outputs(self, tick: int, changes: dict[str, DataFrame], dead: dict[str, list[DeadLetter]]) -> None:
         """The tick's outputs, written before it commits and once per tick: the changes of
@@ -370,15 +368,15 @@ class Project:
             self._append(f"{rel}__dead_letters", rows, tick)
 
     def _schema_of(self, relation: str) -> str:
-        """The relation, quoted, once its schema exists (dbt does not create sources' schemas)."""
+        """The relation, once its schema exists (dbt does not create sources' schemas)."""
         if "." in relation:
             self.spark.sql(f"CREATE SCHEMA IF NOT EXISTS {quote(relation.split('.')[0])}")
-        return quote_relation(relation)
+        return relation
 
     def _append(self, relation: str, rows: DataFrame, tick: int) -> None:
         """Append a tick's rows to a table partitioned by ``_tick``, idempotently: a tick
         redone after a crash replaces its partition instead of adding to it."""
-        table = self._schema_of(relation)
+        table = quote_relation(self._schema_of(relation))
         columns = ", ".join(f"{quote(f.name)} {f.dataType.simpleString()}" for f in rows.schema)
         self.spark.sql(f"CREATE TABLE IF NOT EXISTS {table} ({columns}) USING parquet PARTITIONED BY (_tick)")
         self.spark.sql(f"ALTER TABLE {table} DROP IF EXISTS PARTITION (_tick = {tick})")
@@ -393,12 +391,6 @@ class Project:
     def ordered(self) -> list[Model]:
         """The models, each after the models it reads."""
         return _topological(self.models)
-
-    def explain(self, relation: str) -> str:
-        return self.pipe.explain(engine_name(relation))
-
-    def snapshot(self, relation: str) -> DataFrame:
-        return self.pipe.snapshot(engine_name(relation))
 
     def close(self) -> None:
         self.pipe.close()

@@ -59,6 +59,15 @@ class KafkaSettings:
         """The settings fit to print."""
         return {k: "****" if any(p in k.lower() for p in SECRET_PARTS) else v for k, v in self.config.items()}
 
+    def consumer(self, extra: Mapping[str, Any]) -> Any:
+        """A consumer that commits nothing to Kafka (offsets live in the pipeline's state) and
+        reports the end of each partition without waiting for more."""
+        from confluent_kafka import Consumer
+
+        return Consumer({**self.config, "group.id": f"dbt-incremental-stream-{uuid.uuid4().hex}",
+                         "enable.auto.commit": False, "enable.partition.eof": True, "fetch.wait.max.ms": 10,
+                         **extra})
+
     def check(self, timeout: float = 10.0) -> int:
         """Connect and list topics; the number of topics, or a ConnectorError saying what to fix."""
         from confluent_kafka import KafkaException
@@ -274,19 +283,10 @@ class KafkaReader:
     """Reads topics from given offsets to their current end, on the driver."""
 
     def __init__(self, settings: KafkaSettings, *, timeout: float = 10.0):
-        from confluent_kafka import Consumer
-
         self.settings, self.timeout = settings, timeout
         self._errors: list[str] = []
-        self._consumer = Consumer({
-            **settings.config,
-            "group.id": f"dbt-incremental-stream-{uuid.uuid4().hex}",  # offsets live in our state, not Kafka
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "auto.offset.reset": "earliest",
-            "fetch.wait.max.ms": 10,
-            "error_cb": lambda e: self._errors.append(str(e)),
-        })
+        self._consumer = settings.consumer({"auto.offset.reset": "earliest",
+                                            "error_cb": lambda e: self._errors.append(str(e))})
 
     def partitions(self, source: KafkaSource) -> list[int]:
         from confluent_kafka import KafkaException
@@ -420,13 +420,11 @@ class KafkaWriter:
 
     def last_tick(self, topic: str) -> int:
         """The newest tick a topic holds (0: none), from the last message of each partition."""
-        from confluent_kafka import Consumer, TopicPartition
+        from confluent_kafka import TopicPartition
 
         if topic in self._last:
             return self._last[topic]
-        consumer = Consumer({**self.settings.config, "group.id": f"dbt-incremental-stream-{uuid.uuid4().hex}",
-                             "enable.auto.commit": False, "isolation.level": "read_committed",
-                             "enable.partition.eof": True, "fetch.wait.max.ms": 10})
+        consumer = self.settings.consumer({"isolation.level": "read_committed"})
         try:
             meta = consumer.list_topics(topic, timeout=self.timeout).topics.get(topic)
             if meta is None or meta.error is not None or not meta.partitions:

@@ -373,10 +373,6 @@ class Pipeline:
         name = name.lower()
         return self._views[name].schema if name in self._views else self._schemas[name]
 
-    @property
-    def sources(self) -> list[str]:
-        return list(self._schemas)
-
     def explain(self, name: str) -> str:
         """The view's logical plan and its incremental circuit, as text."""
         view = self._views[name.lower()]

@@ -130,10 +130,9 @@ class FileSystem:
         return "/".join((self.root,) + parts)
 
     def list(self, path: str) -> list[str]:
-        p = self._Path(path)
-        if not self._fs.exists(p):
+        if not self.exists(path):
             return []
-        return [str(s.getPath().getName()) for s in self._fs.listStatus(p)]
+        return [str(s.getPath().getName()) for s in self._fs.listStatus(self._Path(path))]
 
     def exists(self, path: str) -> bool:
         return bool(self._fs.exists(self._Path(path)))

@@ -103,13 +103,6 @@ class IncrementalStreamAdapter(SparkAdapter):
         message = f"{action.upper()} at tick {project.tick}" + ("" if ticked else " (up to date)")
         return {"action": action, "tick": project.tick, "message": message, "dropped": dropped}
 
-    @available
-    def stream_explain(self, relation: BaseRelation) -> str:
-        try:
-            return self.project().explain(relation_name(relation))
-        except (StreamError, KeyError) as e:
-            raise DbtRuntimeError(f"{relation_name(relation)} is not a deployed streaming model: {e}") from e
-
     def list_relations_without_caching(self, schema_relation: BaseRelation) -> list[BaseRelation]:
         """Without session temporary views: `SHOW TABLE EXTENDED` lists them in every schema
         (with no schema), and an in-process session keeps dbt's `__dbt_tmp` views around."""
