@@ -23,6 +23,11 @@ setup(
         "dbt-adapters==1.24.5",
         "dbt-spark[session]==1.11.0",
         "confluent-kafka==2.16.1",
+        # Avro sources and sinks; the schema registry is spoken to over its REST API with
+        # requests (confluent-kafka's own registry client needs a newer certifi than installs)
+        "fastavro==1.13.1",
+        "requests==2.34.2",
+        "prometheus-client==0.26.0",  # dbt-stream serve's /metrics
     ],
     extras_require={
         "dev": [

@@ -18,21 +18,22 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import AbstractSet, Sequence
 
 from pyspark.errors import AnalysisException
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType, TimestampType
+from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType, TimestampType
 
 from .circuit.operators import WEIGHT, quote
-from .connectors.kafka import (Decoded, DeadLetter, KafkaReader, KafkaSettings, KafkaSink, KafkaSource,
-                               KafkaWriter, decode)
+from .connectors.datasource import kafka_frame
+from .connectors.kafka import KafkaSettings, KafkaSink, KafkaSource, KafkaTopics, KafkaWriter, Ranges
 from .errors import CompileError, ConnectorError, StateError, StreamError
 from .runtime import zsets
-from .runtime.pipeline import Pipeline, coerce_row
+from .runtime.pipeline import Pipeline
 from .sql.relations import engine_name, referenced, rename
 
 STREAMING_VIEW = "streaming_view"
@@ -42,7 +43,7 @@ KINDS = (STREAMING_VIEW, CHANGELOG_TABLE)
 CHANGELOG_COLUMNS = {"_op": "string", "_weight": "bigint", "_committed_at": "timestamp", "_tick": "bigint"}
 #: a Kafka source's records that could not be read, kept with the reason
 DEAD_LETTER_SCHEMA = StructType([StructField("topic", StringType()), StructField("partition", IntegerType()),
-                                 StructField("offset", LongType()), StructField("raw", StringType()),
+                                 StructField("offset", LongType()), StructField("raw", BinaryType()),
                                  StructField("reason", StringType()), StructField("_committed_at", TimestampType()),
                                  StructField("_tick", LongType())])
 
@@ -92,11 +93,12 @@ class Project:
         self._offsets: dict[str, dict[int, int]] = {rel: {int(p): o for p, o in parts.items()}
                                                     for rel, parts in notes.get("offsets", {}).items()}
         self._caught_up: set[str] = set()  # Kafka sources read to their end by this instance
-        self._reader: KafkaReader | None = None
+        self._topics: KafkaTopics | None = None
         self._writers: dict[str, KafkaWriter] = {}
         self._new_logs: set[str] = set()  # changelog tables to start over at the next tick
         self._published = -1  # the tick the catalog views show, as far as this instance knows
-        self._replay = self._intent(self.pipe.tick + 1)  # offsets a crashed tick had read: read them again
+        self._replay = self._intent(self.pipe.tick + 1)  # offset ranges a crashed tick had read: read them again
+        self.last: TickReport | None = None
         self.dropped: dict[str, str] = {}
         self._define(self.models)
 
@@ -155,7 +157,7 @@ class Project:
             replaced, missing = set(), {}
             for rel in dict.fromkeys(r for m in order for r in m.reads if r in self.streams and r not in models):
                 try:
-                    if pipe.add_source(engine_name(rel), self.streams[rel].schema, replace=rel in reread):
+                    if pipe.add_source(engine_name(rel), self.streams[rel].columns, replace=rel in reread):
                         replaced.add(engine_name(rel))
                         self._offsets.pop(rel, None)
                         self._caught_up.discard(rel)
@@ -208,78 +210,117 @@ class Project:
         """One tick: read every source's changes, update all models, commit, publish.
 
         Kafka sources are read to their end once per Project instance (one ``dbt run``), at
-        most ``max_records`` per source and tick. Returns False (and commits nothing) when
-        there is nothing to do: no source changed, no model to build, no model reading the time.
+        most ``max_records`` offsets per source and tick. Returns False (and commits nothing)
+        when there is nothing to do: no source changed, no model to build, no model reading
+        the time. :attr:`last` tells what the tick read and wrote.
         """
         with self._lock:
-            deltas: dict[str, DataFrame] = {}
-            read: dict[str, str | None] = {}
-            for rel in self.table_sources:
-                table = self._table(rel)
-                fingerprint = _fingerprint(table)
-                if fingerprint is None or fingerprint != self._read.get(rel):
-                    name = engine_name(rel)
-                    current = table.toDF(*self.pipe.schema(name).fieldNames())
-                    deltas[name] = zsets.diff(current, self.pipe.snapshot(name, weights=True))
-                    read[rel] = fingerprint
-            offsets, dead, behind = dict(self._offsets), {}, set()
-            for rel in self.stream_sources:
-                if rel in self._caught_up:
-                    continue
-                until = None if self._replay is None else self._replay.get(rel, {})
-                records, offsets[rel] = self._kafka().read(self.streams[rel], self._offsets.get(rel, {}),
-                                                           limit=None if until is not None else self.max_records,
-                                                           until=until)
-                if until is not None or (self.max_records is not None and len(records) >= self.max_records):
-                    behind.add(rel)  # more may have come since: the next tick reads on
-                decoded = decode(self.streams[rel], records)
-                if decoded.rows or decoded.upserts:
-                    deltas[engine_name(rel)] = self._stream_delta(self.streams[rel], decoded)
-                if decoded.dead:
-                    dead[rel] = decoded.dead
-            tick, replaying, self._replay = self.pipe.tick + 1, self._replay is not None, None
-            if not deltas and not dead and not self.pipe.pending and not self.pipe.reads_time and self.pipe.tick > 0:
-                self._caught_up.update(set(self.stream_sources) - behind)
-                if replaying:  # the crashed tick had read nothing new
-                    self.pipe.store.fs.delete(self._intent_path(tick))
-                if self._published != self.tick:
-                    self._publish()
-                return False
-            self.pipe.notes = {
-                "models": {rel: {"sql": m.sql, "kind": m.kind, "sink": m.sink and m.sink.to_json()}
-                           for rel, m in self.models.items()},
-                "kafka": [self.streams[rel].to_json() for rel in self.stream_sources],
-                "offsets": {rel: {str(p): o for p, o in offsets[rel].items()} for rel in self.stream_sources
-                            if rel in offsets},
-                "tables": {**{r: f for r, f in self._read.items() if r in self.table_sources}, **read},
-            }
-            if self.stream_sources and not replaying:  # a replayed tick keeps its intent
-                self._intend(tick, self.pipe.notes["offsets"])
-            self.pipe.step(deltas, now, before_commit=lambda tick, changes: self._outputs(tick, changes, dead))
+            started = time.monotonic()
+            report = TickReport(self.pipe.tick + 1)
+            deltas, read = self._read_tables()
+            frames: list[DataFrame] = []
+            try:
+                ranges, behind, dead = self._read_streams(deltas, frames, report)
+                tick, replaying, self._replay = self.pipe.tick + 1, self._replay is not None, None
+                idle = not deltas and not dead and not self.pipe.pending and not self.pipe.reads_time
+                if idle and self.pipe.tick > 0:
+                    self._caught_up.update(set(self.stream_sources) - behind)
+                    if replaying:  # the crashed tick had read nothing new
+                        self.pipe.store.fs.delete(self._intent_path(tick))
+                    if self._published != self.tick:
+                        self._publish()
+                    return False
+                offsets = {rel: {**self._offsets.get(rel, {}), **{p: e for p, (_, e) in r.items()}}
+                           for rel, r in ranges.items()}
+                offsets = {**self._offsets, **offsets}
+                self.pipe.notes = {
+                    "models": {rel: {"sql": m.sql, "kind": m.kind, "sink": m.sink and m.sink.to_json()}
+                               for rel, m in self.models.items()},
+                    "kafka": [self.streams[rel].to_json() for rel in self.stream_sources],
+                    "offsets": {rel: {str(p): o for p, o in offsets[rel].items()} for rel in self.stream_sources
+                                if rel in offsets},
+                    "tables": {**{r: f for r, f in self._read.items() if r in self.table_sources}, **read},
+                }
+                if ranges and not replaying:  # a replayed tick keeps its intent
+                    self._intend(tick, ranges)
+                self.pipe.step(deltas, now,
+                               before_commit=lambda tick, changes: self._outputs(tick, changes, dead, report))
+            finally:
+                for frame in frames:
+                    frame.unpersist()
             self._read, self._offsets = dict(self.pipe.notes["tables"]), offsets
             self.pipe.store.fs.delete(self._intent_path(tick))
             self._caught_up.update(set(self.stream_sources) - behind)
             self._new_logs.clear()
             self._publish()
+            report.seconds = time.monotonic() - started
+            self.last = report
             return True
+
+    def _read_tables(self) -> tuple[dict[str, DataFrame], dict[str, str | None]]:
+        """Changes of table sources whose files changed, and their new fingerprints."""
+        deltas: dict[str, DataFrame] = {}
+        read: dict[str, str | None] = {}
+        for rel in self.table_sources:
+            table = self._table(rel)
+            fingerprint = _fingerprint(table)
+            if fingerprint is None or fingerprint != self._read.get(rel):
+                name = engine_name(rel)
+                current = table.toDF(*self.pipe.schema(name).fieldNames())
+                deltas[name] = zsets.diff(current, self.pipe.snapshot(name, weights=True))
+                read[rel] = fingerprint
+        return deltas, read
+
+    def _read_streams(self, deltas: dict[str, DataFrame], frames: list[DataFrame], report: TickReport
+                      ) -> tuple[dict[str, Ranges], set[str], dict[str, DataFrame]]:
+        """This tick's offset ranges of the Kafka sources (those of a crashed tick again, if
+        one is to be redone), their changes (into ``deltas``), the sources that have more
+        to read, and each source's dead letters."""
+        ranges: dict[str, Ranges] = {}
+        behind: set[str] = set()
+        dead: dict[str, DataFrame] = {}
+        for rel in self.stream_sources:
+            if rel in self._caught_up:
+                continue
+            source = self.streams[rel]
+            if self._replay is not None:
+                ranges[rel], report.lag[rel] = self._replay.get(rel, {}), 0
+                behind.add(rel)  # more may have come since the crash
+            else:
+                ranges[rel], report.lag[rel] = self._kafka().ranges(source, self._offsets.get(rel, {}),
+                                                                    limit=self.max_records)
+            if report.lag[rel]:
+                behind.add(rel)  # the next tick reads on
+            report.offsets[rel] = sum(e - s for s, e in ranges[rel].values())
+            if not report.offsets[rel]:
+                continue
+            frame = kafka_frame(self.spark, self._settings(), source, ranges[rel]).persist()
+            frames.append(frame)
+            report.rows_in[rel], report.dead[rel] = _counts(frame)
+            if report.rows_in[rel]:
+                deltas[engine_name(rel)] = self._stream_delta(source, frame.where(F.col("_reason").isNull()))
+            if report.dead[rel]:
+                dead[rel] = frame.where(F.col("_reason").isNotNull())
+        return ranges, behind, dead
 
     def _intent_path(self, tick: int) -> str:
         return self.pipe.store.fs.path("_manifest", f"intent-{tick:012d}.json")
 
-    def _intend(self, tick: int, offsets: dict[str, dict[str, int]]) -> None:
-        """Record the Kafka offsets a tick reads up to before any of its output is written: a
+    def _intend(self, tick: int, ranges: dict[str, Ranges]) -> None:
+        """Record the Kafka offset ranges a tick reads before any of its output is written: a
         tick redone after a crash reads exactly the same records, so outputs it had already
         written (a sink's transaction) are the same tick."""
         path = self._intent_path(tick)
         self.pipe.store.fs.delete(path)  # one left by a tick that failed in this process, not replayed
-        self.pipe.store.fs.write_atomic(path, json.dumps({"tick": tick, "offsets": offsets}))
+        doc = {rel: {str(p): list(r) for p, r in parts.items()} for rel, parts in ranges.items()}
+        self.pipe.store.fs.write_atomic(path, json.dumps({"tick": tick, "ranges": doc}))
 
-    def _intent(self, tick: int) -> dict[str, dict[int, int]] | None:
+    def _intent(self, tick: int) -> dict[str, Ranges] | None:
         path = self._intent_path(tick)
         if not self.pipe.store.fs.exists(path):
             return None
         doc = json.loads(self.pipe.store.fs.read_text(path))
-        return {rel: {int(p): o for p, o in parts.items()} for rel, parts in doc["offsets"].items()}
+        return {rel: {int(p): (s, e) for p, (s, e) in parts.items()} for rel, parts in doc["ranges"].items()}
 
     def new_frontier(self) -> None:
         """Let the next :meth:`advance` read Kafka sources up to their new end (by default an
@@ -287,33 +328,36 @@ class Project:
         with self._lock:
             self._caught_up.clear()
 
-    def _kafka(self) -> KafkaReader:
+    def _settings(self) -> KafkaSettings:
         if self.kafka is None:
-            raise ConnectorError("models read Kafka sources, but the profile has no `kafka:` block with "
+            raise ConnectorError("models read or write Kafka topics, but the profile has no `kafka:` block with "
                                  "bootstrap_servers")
-        if self._reader is None:
-            self._reader = KafkaReader(self.kafka)
-        return self._reader
+        return self.kafka
 
-    def _writer(self, model: Model) -> KafkaWriter:
-        if model.relation not in self._writers:
-            if self.kafka is None:
-                raise ConnectorError(f"model {model.relation!r} has a Kafka sink, but the profile has no `kafka:` "
-                                     "block with bootstrap_servers")
-            self._writers[model.relation] = KafkaWriter(self.kafka, model.relation)
-        return self._writers[model.relation]
+    def _kafka(self) -> KafkaTopics:
+        if self._topics is None:
+            self._topics = KafkaTopics(self._settings())
+        return self._topics
 
-    def _stream_delta(self, source: KafkaSource, decoded: Decoded) -> DataFrame:
-        """A batch of Kafka changes as a delta; upserts retract the rows they replace."""
-        name = engine_name(source.relation)
-        delta = self.pipe.delta(name, decoded.rows + [(row, 1) for row in decoded.upserts.values() if row is not None])
-        if not decoded.upserts:
-            return delta
-        key_fields = [self.pipe.schema(name)[k] for k in source.key]
-        keys = self.spark.createDataFrame([coerce_row(StructType(key_fields), k) for k in decoded.upserts],
-                                          StructType(key_fields))
-        replaced = zsets.restrict(self.pipe.snapshot(name, weights=True), keys, list(source.key))
-        return zsets.consolidate(zsets.union([delta, zsets.scale(replaced, "-1")]))  # type: ignore[arg-type]
+    def _writer(self, name: str) -> KafkaWriter:
+        """The transactional producer of a model's sink or a source's dead-letter topic."""
+        if name not in self._writers:
+            self._writers[name] = KafkaWriter(self._settings(), name)
+        return self._writers[name]
+
+    def _stream_delta(self, source: KafkaSource, rows: DataFrame) -> DataFrame:
+        """A tick's decoded records as a delta. An upsert source keeps the last record per
+        key (by partition, then offset) and retracts the rows it replaces."""
+        columns = [zsets.col(f.name) for f in source.columns.fields]
+        if source.envelope != "upsert":
+            return rows.select(*columns, zsets.col(WEIGHT))
+        key = [zsets.col(k) for k in source.key]
+        order = Window.partitionBy(*key).orderBy(F.col("_partition").desc(), F.col("_offset").desc())
+        latest = rows.withColumn("_n", F.row_number().over(order)).where(F.col("_n") == 1)
+        new = latest.where(zsets.col(WEIGHT) > 0).select(*columns, zsets.col(WEIGHT))
+        replaced = zsets.restrict(self.pipe.snapshot(engine_name(source.relation), weights=True),
+                                  latest.select(*key), list(source.key))
+        return zsets.consolidate(zsets.union([new, zsets.scale(replaced, "-1")]))  # type: ignore[arg-type]
 
     @property
     def table_sources(self) -> list[str]:
@@ -340,10 +384,11 @@ class Project:
         for rel in views:
             self.spark.sql(f"CREATE OR REPLACE VIEW {quote_relation(rel)} AS {self.pipe.relation_sql(engine_name(rel))}")
 
-    def _outputs(self, tick: int, changes: dict[str, DataFrame], dead: dict[str, list[DeadLetter]]) -> None:
+    def _outputs(self, tick: int, changes: dict[str, DataFrame], dead: dict[str, DataFrame],
+                 report: TickReport) -> None:
         """The tick's outputs, written before it commits and once per tick: the changes of
         each changelog table and Kafka sink, and each Kafka source's dead letters (in
-        ``<source>__dead_letters``)."""
+        ``<source>__dead_letters`` and its ``dead_letter_topic``)."""
         at = datetime.now(timezone.utc).replace(tzinfo=None)
         for m in self.models.values():
             if m.kind != CHANGELOG_TABLE:
@@ -359,13 +404,25 @@ class Project:
         for m in self.models.values():
             if m.sink is not None:
                 delta = changes[m.name]
-                columns = zsets.data_columns(delta)
-                rows = [(tuple(r[:-1]), int(r[-1])) for r in delta.select(*map(zsets.col, columns), WEIGHT).collect()]
-                self._writer(m).write(m.sink.topic, tick, m.sink.messages(columns, rows))
-        for rel, letters in dead.items():
-            rows = self.spark.createDataFrame([(d.topic, d.partition, d.offset, d.raw, d.reason, at, tick)
-                                               for d in letters], DEAD_LETTER_SCHEMA)
-            self._append(f"{rel}__dead_letters", rows, tick)
+                columns = StructType([f for f in delta.schema.fields if f.name != WEIGHT])
+                rows = [(tuple(r[:-1]), int(r[-1]))
+                        for r in delta.select(*map(zsets.col, columns.fieldNames()), WEIGHT).collect()]
+                payloads = m.sink.payloads(m.relation, columns, rows, self._settings().registry)
+                self._writer(m.relation).write(m.sink.topic, tick, payloads)
+                report.rows_out[m.relation] = len(payloads)
+        for rel, frame in dead.items():
+            source = self.streams[rel]
+            letters = frame.select(F.lit(source.topic).alias("topic"), F.col("_partition").alias("partition"),
+                                   F.col("_offset").alias("offset"), F.col("_raw").alias("raw"),
+                                   F.col("_reason").alias("reason"), F.lit(at).alias("_committed_at"),
+                                   F.lit(tick).cast("bigint").alias("_tick"))
+            self._append(f"{rel}__dead_letters", letters, tick)
+            if source.dead_letter_topic:
+                self._writer(f"{rel}__dead_letters").write(source.dead_letter_topic, tick, [
+                    (None, r.raw, [("dbt_stream_topic", r.topic.encode()),
+                                   ("dbt_stream_partition", str(r.partition).encode()),
+                                   ("dbt_stream_offset", str(r.offset).encode()),
+                                   ("dbt_stream_reason", r.reason.encode())]) for r in letters.collect()])
 
     def _schema_of(self, relation: str) -> str:
         """The relation, once its schema exists (dbt does not create sources' schemas)."""
@@ -394,12 +451,31 @@ class Project:
 
     def close(self) -> None:
         self.pipe.close()
-        if self._reader is not None:
-            self._reader.close()
-            self._reader = None
+        if self._topics is not None:
+            self._topics.close()
+            self._topics = None
         for w in self._writers.values():
             w.close()
         self._writers.clear()
+
+
+@dataclass
+class TickReport:
+    """What one tick read and wrote, per Kafka source and sink."""
+
+    tick: int
+    offsets: dict[str, int] = field(default_factory=dict)  # offsets read per source
+    rows_in: dict[str, int] = field(default_factory=dict)  # records that became changes
+    dead: dict[str, int] = field(default_factory=dict)  # records sent to the dead letters
+    lag: dict[str, int] = field(default_factory=dict)  # offsets left to read after the tick
+    rows_out: dict[str, int] = field(default_factory=dict)  # messages written per sink
+    seconds: float = 0.0
+
+
+def _counts(frame: DataFrame) -> tuple[int, int]:
+    """Good and dead records of a read, in one job (which also fills its cache)."""
+    got = {bool(r[0]): int(r[1]) for r in frame.groupBy(F.col("_reason").isNull()).count().collect()}
+    return got.get(True, 0), got.get(False, 0)
 
 
 def _fingerprint(table: DataFrame) -> str | None:

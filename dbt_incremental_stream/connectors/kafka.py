@@ -1,55 +1,52 @@
-"""Kafka sources: a topic's records as changes of a relation.
+"""Kafka sources and sinks: a topic's records as changes of a relation, and back.
 
-A source names a topic, a format (``json``), an envelope and typed columns:
+A source names a topic, a format (:mod:`.formats`), an envelope (:mod:`.envelopes`),
+typed columns, optional Kafka metadata columns and where to start (``earliest``,
+``latest`` or a timestamp). Offsets are not committed to Kafka: the pipeline commits them
+with each tick's state, so a restart reads exactly the records after the last committed
+tick. The driver only decides each partition's offset range for a tick
+(:class:`KafkaTopics`); executors read and decode the ranges in parallel
+(:mod:`.datasource`). A record that does not parse or does not fit the columns becomes a
+dead letter instead of stopping the pipeline.
 
-- ``append``: every record is a new row;
-- ``upsert``: the record key (``key`` columns) identifies a row; a record replaces the
-  row with that key, a record with a null value (tombstone) deletes it;
-- ``debezium``: ``{"before": row|null, "after": row|null, "op": ...}`` (optionally inside
-  ``"payload"``): ``before`` is deleted, ``after`` inserted;
-- ``insert_delete``: ``{"insert": row}`` or ``{"delete": row}``.
-
-Offsets are not committed to Kafka: the pipeline commits them with each tick's state, so a
-restart reads exactly the records after the last committed tick. A record that does not
-parse or does not fit the columns becomes a :class:`DeadLetter` instead of stopping the
-pipeline.
+A sink writes a model's changes to a topic in one Kafka transaction per tick, once.
 """
 from __future__ import annotations
 
 import json
 import uuid
-from dataclasses import dataclass, field
-from datetime import date, datetime
-from decimal import Decimal, InvalidOperation
+from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any, Mapping, Sequence
 
-from pyspark.sql.types import (BooleanType, ByteType, DataType, DateType, DecimalType, DoubleType, FloatType,
-                               IntegerType, LongType, ShortType, StringType, StructField, StructType, TimestampType)
+from pyspark.sql.types import StructField, StructType
 
 from ..errors import ConnectorError, StreamError
+from .envelopes import ENVELOPES, ENVELOPES_OF, METADATA, Record, sink_messages, sink_schemas
+from .formats import FORMATS, Decoder, Encoder, Registry, Row
 
 #: librdkafka settings whose values are secrets: never printed
-SECRET_PARTS = ("password", "secret", "token", "key.pem", "keystore", "sasl.oauthbearer.config")
-FORMATS = ("json",)
-ENVELOPES = ("append", "upsert", "debezium", "insert_delete")
-STARTS = ("earliest", "latest")
-
-Row = tuple[Any, ...]
+SECRET_PARTS = ("password", "secret", "token", "key.pem", "keystore", "sasl.oauthbearer.config", "user.info")
+STARTS = ("earliest", "latest")  # or an ISO timestamp
 
 
 @dataclass(frozen=True)
 class KafkaSettings:
-    """``bootstrap.servers`` plus any librdkafka setting (SASL, SSL, timeouts) as given."""
+    """``bootstrap.servers`` plus any librdkafka setting (SASL, SSL, timeouts) as given, and
+    the schema registry Avro topics use."""
 
     config: Mapping[str, str]
+    registry: Registry | None = None
 
     @staticmethod
     def from_profile(block: Mapping[str, Any]) -> KafkaSettings:
         """Keys as in librdkafka; ``bootstrap_servers`` may be written with underscores."""
+        block = dict(block)
+        registry = Registry.from_config(block.pop("schema_registry", None))
         config = {str(k).replace("bootstrap_servers", "bootstrap.servers"): str(v) for k, v in block.items()}
         if not config.get("bootstrap.servers"):
             raise StreamError("`bootstrap_servers` is required (host:port[,host:port...])")
-        return KafkaSettings(config)
+        return KafkaSettings(config, registry)
 
     @property
     def bootstrap_servers(self) -> str:
@@ -57,16 +54,17 @@ class KafkaSettings:
 
     def redacted(self) -> dict[str, str]:
         """The settings fit to print."""
-        return {k: "****" if any(p in k.lower() for p in SECRET_PARTS) else v for k, v in self.config.items()}
+        shown = {**self.config, **({"schema_registry.url": self.registry.url} if self.registry else {})}
+        return {k: "****" if any(p in k.lower() for p in SECRET_PARTS) else v for k, v in shown.items()}
 
     def consumer(self, extra: Mapping[str, Any]) -> Any:
-        """A consumer that commits nothing to Kafka (offsets live in the pipeline's state) and
-        reports the end of each partition without waiting for more."""
+        """A consumer that commits nothing to Kafka (offsets live in the pipeline's state),
+        reads committed transactions only and reports the end of each partition."""
         from confluent_kafka import Consumer
 
         return Consumer({**self.config, "group.id": f"dbt-incremental-stream-{uuid.uuid4().hex}",
                          "enable.auto.commit": False, "enable.partition.eof": True, "fetch.wait.max.ms": 10,
-                         **extra})
+                         "isolation.level": "read_committed", **extra})
 
     def check(self, timeout: float = 10.0) -> int:
         """Connect and list topics; the number of topics, or a ConnectorError saying what to fix."""
@@ -78,15 +76,21 @@ class KafkaSettings:
         try:
             return len(admin.list_topics(timeout=timeout).topics)
         except KafkaException as e:
-            detail = "; ".join(dict.fromkeys(errors)) or str(e)
-            raise ConnectorError(
-                f"Kafka at {self.bootstrap_servers} is not reachable within {timeout:.0f}s ({detail}); "
-                "check `kafka.bootstrap_servers` and the security settings in the profile") from e
+            raise self.unreachable(timeout, errors, e) from e
+
+    def unreachable(self, timeout: float, errors: Sequence[str], cause: Any, who: str = "") -> ConnectorError:
+        detail = "; ".join(dict.fromkeys(errors)) or str(cause)
+        auth = any(w in detail.lower() for w in ("sasl", "auth", "ssl", "certificate"))
+        fix = ("the security settings (security.protocol, sasl.*, ssl.*)" if auth
+               else "`bootstrap_servers` and the security settings")
+        return ConnectorError(f"{who}Kafka at {self.bootstrap_servers} is not reachable within {timeout:.0f}s "
+                              f"({detail}); check {fix} in the profile's `kafka:` block")
 
 
 @dataclass(frozen=True)
 class KafkaSource:
-    """A relation whose changes are a topic's records."""
+    """A relation whose changes are a topic's records. ``schema`` holds the columns read
+    from the record value; ``metadata`` adds Kafka's own (kind, column) after them."""
 
     relation: str
     topic: str
@@ -95,6 +99,9 @@ class KafkaSource:
     envelope: str = "append"
     key: tuple[str, ...] = ()
     start: str = "earliest"
+    metadata: tuple[tuple[str, str], ...] = ()
+    avro_schema: str | None = None  # the writer schema's JSON (from a schema file)
+    dead_letter_topic: str | None = None
 
     def __post_init__(self) -> None:
         where = f"Kafka source {self.relation!r}"
@@ -102,10 +109,15 @@ class KafkaSource:
             raise StreamError(f"{where}: `topic` is required")
         if self.format not in FORMATS:
             raise StreamError(f"{where}: format {self.format!r} is not one of {FORMATS}")
-        if self.envelope not in ENVELOPES:
-            raise StreamError(f"{where}: envelope {self.envelope!r} is not one of {ENVELOPES}")
+        if self.envelope not in ENVELOPES_OF[self.format]:
+            raise StreamError(f"{where}: envelope {self.envelope!r} is not one of {ENVELOPES_OF[self.format]} "
+                              f"(for format {self.format})")
         if self.start not in STARTS:
-            raise StreamError(f"{where}: start {self.start!r} is not one of {STARTS}")
+            try:
+                self.start_time
+            except ValueError:
+                raise StreamError(f"{where}: start {self.start!r} is not one of {STARTS} or an ISO timestamp") \
+                    from None
         if not self.schema.fields:
             raise StreamError(f"{where}: declare its columns with a data_type each")
         names = set(self.schema.fieldNames())
@@ -114,179 +126,88 @@ class KafkaSource:
         unknown = [k for k in self.key if k not in names]
         if unknown:
             raise StreamError(f"{where}: key columns {unknown} are not among its columns {sorted(names)}")
+        bad = [k for k, _ in self.metadata if k not in METADATA]
+        if bad:
+            raise StreamError(f"{where}: `include` {bad} is not Kafka metadata {sorted(METADATA)}")
+        clash = [c for _, c in self.metadata if c in names]
+        if clash:
+            raise StreamError(f"{where}: metadata columns {clash} clash with value columns")
+        if self.format == "avro" and self.avro_schema is not None:
+            try:
+                import fastavro
+
+                fastavro.parse_schema(json.loads(self.avro_schema))
+            except Exception as e:  # fastavro's schema errors have several types
+                raise StreamError(f"{where}: its Avro schema does not parse: {e}") from e
+
+    @property
+    def start_time(self) -> datetime:
+        return datetime.fromisoformat(self.start.replace("Z", "+00:00"))
+
+    @property
+    def columns(self) -> StructType:
+        """The relation's columns: the value's, then the metadata's."""
+        return StructType(list(self.schema.fields) + [StructField(c, _ddl_type(METADATA[k]), True)
+                                                      for k, c in self.metadata])
 
     @staticmethod
     def from_config(relation: str, config: Mapping[str, Any], columns: Mapping[str, str | None]) -> KafkaSource:
-        """From a dbt source's ``meta.kafka`` block and its columns' ``data_type``s."""
+        """From a dbt source's ``meta.kafka`` block and its columns' ``data_type``s (metadata
+        columns need none)."""
+        include = config.get("include") or ()
+        metadata = tuple((str(k), str(c).lower()) for k, c in (
+            include.items() if isinstance(include, Mapping) else ((k, f"kafka_{k}") for k in include)))
+        meta_columns = {c for _, c in metadata}
+        columns = {c.lower(): t for c, t in columns.items() if c.lower() not in meta_columns}
         untyped = [c for c, t in columns.items() if not t]
         if untyped:
             raise StreamError(f"Kafka source {relation!r}: columns {untyped} need a data_type")
         try:
-            schema = StructType.fromDDL(", ".join(f"`{c.lower()}` {t}" for c, t in columns.items()))
+            schema = StructType.fromDDL(", ".join(f"`{c}` {t}" for c, t in columns.items()))
         except Exception as e:  # Spark's DDL parser raises several types
             raise StreamError(f"Kafka source {relation!r}: bad column types: {e}") from e
         key = config.get("key") or ()
+        avro = config.get("avro_schema")
         return KafkaSource(relation.lower(), str(config.get("topic") or ""), schema,
                            str(config.get("format", "json")), str(config.get("envelope", "append")),
                            tuple(k.lower() for k in ([key] if isinstance(key, str) else key)),
-                           str(config.get("start", "earliest")))
+                           str(config.get("start", "earliest")), metadata,
+                           avro if avro is None or isinstance(avro, str) else json.dumps(avro),
+                           config.get("dead_letter_topic"))
 
     def to_json(self) -> dict[str, Any]:
         return {"relation": self.relation, "topic": self.topic, "schema": self.schema.json(), "format": self.format,
-                "envelope": self.envelope, "key": list(self.key), "start": self.start}
+                "envelope": self.envelope, "key": list(self.key), "start": self.start,
+                "metadata": [list(m) for m in self.metadata], "avro_schema": self.avro_schema,
+                "dead_letter_topic": self.dead_letter_topic}
 
     @staticmethod
     def from_json(doc: Mapping[str, Any]) -> KafkaSource:
         return KafkaSource(doc["relation"], doc["topic"], StructType.fromJson(json.loads(doc["schema"])), doc["format"],
-                           doc["envelope"], tuple(doc["key"]), doc["start"])
+                           doc["envelope"], tuple(doc["key"]), doc["start"],
+                           tuple((k, c) for k, c in doc.get("metadata", ())), doc.get("avro_schema"),
+                           doc.get("dead_letter_topic"))
+
+    def decoder(self, registry: Registry | None) -> Decoder:
+        return Decoder(self.format, self.schema, self.avro_schema, registry)
 
 
-@dataclass(frozen=True)
-class Record:
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
+def _ddl_type(name: str) -> Any:
+    return StructType.fromDDL(f"x {name}").fields[0].dataType
 
 
-@dataclass(frozen=True)
-class DeadLetter:
-    topic: str
-    partition: int
-    offset: int
-    raw: str | None
-    reason: str
+#: a partition's offsets for a tick: [start, end)
+Ranges = dict[int, tuple[int, int]]
 
 
-@dataclass
-class Decoded:
-    """A batch of records as changes: weighted rows, or (for upsert) the last value per key."""
-
-    rows: list[tuple[Row, int]] = field(default_factory=list)
-    upserts: dict[Row, Row | None] = field(default_factory=dict)
-    dead: list[DeadLetter] = field(default_factory=list)
-
-
-def decode(source: KafkaSource, records: Sequence[Record]) -> Decoded:
-    out = Decoded()
-    for r in records:
-        try:
-            _decode_one(source, r, out)
-        except _Bad as e:
-            raw = None if r.value is None else r.value.decode("utf-8", errors="replace")
-            out.dead.append(DeadLetter(source.topic, r.partition, r.offset, raw, str(e)))
-    return out
-
-
-class _Bad(Exception):
-    pass
-
-
-def _decode_one(source: KafkaSource, r: Record, out: Decoded) -> None:
-    doc = None
-    if r.value is not None:
-        try:
-            doc = json.loads(r.value)
-        except (ValueError, UnicodeDecodeError) as e:
-            raise _Bad(f"not JSON: {e}") from e
-    if source.envelope == "append":
-        out.rows.append((_row(source.schema, doc), 1))
-    elif source.envelope == "upsert":
-        row = None if doc is None else _row(source.schema, doc)
-        key = _key(source, r, row)
-        out.upserts[key] = row  # the last value per key wins
-    elif source.envelope == "debezium":
-        if not isinstance(doc, dict):
-            raise _Bad("a debezium record is an object with before/after")
-        body = doc.get("payload", doc) if isinstance(doc.get("payload"), dict) else doc
-        if "before" not in body and "after" not in body:
-            raise _Bad("a debezium record needs `before` and/or `after`")
-        for part, weight in (("before", -1), ("after", 1)):
-            if body.get(part) is not None:
-                out.rows.append((_row(source.schema, body[part]), weight))
-    else:  # insert_delete
-        if not isinstance(doc, dict) or len(doc) != 1 or next(iter(doc)) not in ("insert", "delete"):
-            raise _Bad('an insert_delete record is {"insert": row} or {"delete": row}')
-        kind, body = next(iter(doc.items()))
-        out.rows.append((_row(source.schema, body), 1 if kind == "insert" else -1))
-
-
-def _key(source: KafkaSource, r: Record, row: Row | None) -> Row:
-    """An upsert key: from the value's key columns, or for a tombstone from the record key
-    (a JSON object with the key columns, or the bare value of a single key column)."""
-    names = source.schema.fieldNames()
-    if row is not None:
-        return tuple(row[names.index(k)] for k in source.key)
-    if r.key is None:
-        raise _Bad("a tombstone (null value) needs a record key")
-    try:
-        doc = json.loads(r.key)
-    except (ValueError, UnicodeDecodeError):
-        doc = r.key.decode("utf-8", errors="replace")
-    if not isinstance(doc, dict):
-        if len(source.key) != 1:
-            raise _Bad(f"the record key must be an object with {list(source.key)}")
-        doc = {source.key[0]: doc}
-    fields = {f.name: f for f in source.schema.fields}
-    return tuple(_value(fields[k], _get(doc, k)) for k in source.key)
-
-
-def _get(doc: Mapping[str, Any], name: str) -> Any:
-    for k, v in doc.items():
-        if k.lower() == name:
-            return v
-    raise _Bad(f"missing field {name!r}")
-
-
-def _row(schema: StructType, doc: Any) -> Row:
-    if not isinstance(doc, dict):
-        raise _Bad(f"expected a JSON object, got {type(doc).__name__}")
-    return tuple(_value(f, _get(doc, f.name)) for f in schema.fields)
-
-
-def _value(f: StructField, v: Any) -> Any:
-    """``v`` as column ``f`` holds it; a value of another type is bad input, not a guess."""
-    if v is None:
-        return None
-    t: DataType = f.dataType
-    try:
-        if isinstance(t, (LongType, IntegerType, ShortType, ByteType)):
-            if isinstance(v, bool) or not isinstance(v, int):
-                raise TypeError
-            return v
-        if isinstance(t, (DoubleType, FloatType)):
-            if isinstance(v, bool) or not isinstance(v, (int, float)):
-                raise TypeError
-            return float(v)
-        if isinstance(t, DecimalType):
-            if isinstance(v, bool) or not isinstance(v, (int, float, str)):
-                raise TypeError
-            return Decimal(str(v))
-        if isinstance(t, StringType):
-            if not isinstance(v, str):
-                raise TypeError
-            return v
-        if isinstance(t, BooleanType):
-            if not isinstance(v, bool):
-                raise TypeError
-            return v
-        if isinstance(t, TimestampType):
-            return datetime.fromisoformat(str(v).replace("Z", "+00:00")).replace(tzinfo=None)
-        if isinstance(t, DateType):
-            return date.fromisoformat(str(v))
-    except (TypeError, ValueError, InvalidOperation) as e:
-        raise _Bad(f"field {f.name!r}: {v!r} is not a {t.simpleString()}") from e
-    return v  # nested types as parsed
-
-
-class KafkaReader:
-    """Reads topics from given offsets to their current end, on the driver."""
+class KafkaTopics:
+    """What the driver asks Kafka: a topic's partitions, where a source starts, and where
+    each partition ends now — enough to give each tick exact offset ranges."""
 
     def __init__(self, settings: KafkaSettings, *, timeout: float = 10.0):
         self.settings, self.timeout = settings, timeout
         self._errors: list[str] = []
-        self._consumer = settings.consumer({"auto.offset.reset": "earliest",
-                                            "error_cb": lambda e: self._errors.append(str(e))})
+        self._consumer = settings.consumer({"error_cb": lambda e: self._errors.append(str(e))})
 
     def partitions(self, source: KafkaSource) -> list[int]:
         from confluent_kafka import KafkaException
@@ -294,88 +215,139 @@ class KafkaReader:
         try:
             meta = self._consumer.list_topics(source.topic, timeout=self.timeout)
         except KafkaException as e:
-            raise ConnectorError(f"Kafka source {source.relation!r}: Kafka at {self.settings.bootstrap_servers} is not "
-                                 f"reachable ({'; '.join(self._errors) or e}); check the profile's `kafka:` block") from e
+            raise self.settings.unreachable(self.timeout, self._errors, e,
+                                            f"Kafka source {source.relation!r}: ") from e
         topic = meta.topics.get(source.topic)
         if topic is None or topic.error is not None or not topic.partitions:
             raise ConnectorError(f"Kafka source {source.relation!r}: topic {source.topic!r} does not exist "
                                  f"at {self.settings.bootstrap_servers}; create it or fix `topic` in its meta")
         return sorted(topic.partitions)
 
-    def end(self, source: KafkaSource) -> dict[int, int]:
-        """The offset after the last record of each partition, as of now."""
+    def ranges(self, source: KafkaSource, committed: Mapping[int, int], *,
+               limit: int | None = None) -> tuple[Ranges, int]:
+        """Each partition's offsets for the next tick: from the committed offset (a partition
+        not read yet starts at the source's ``start``) up to the partition's end now, at most
+        ``limit`` offsets in all. Also how many offsets the limit left for later ticks."""
+        partitions = self.partitions(source)
+        ends = self._ends(source, partitions)
+        fresh = [p for p in partitions if p not in committed]
+        starts = {**dict(committed), **self._starts(source, fresh, ends)}
+        ranges = {p: (starts[p], max(starts[p], ends[p])) for p in partitions}
+        total = sum(e - s for s, e in ranges.values())
+        if limit is None or total <= limit:
+            return ranges, 0
+        share, left = {p: 0 for p in partitions}, limit
+        while left > 0:  # equal shares; what a short partition leaves goes to the others
+            open_ = [p for p in partitions if ranges[p][0] + share[p] < ranges[p][1]]
+            each = max(1, left // len(open_))
+            for p in open_:
+                take = min(each, ranges[p][1] - ranges[p][0] - share[p], left)
+                share[p] += take
+                left -= take
+        return {p: (s, s + share[p]) for p, (s, e) in ranges.items()}, total - limit
+
+    def _starts(self, source: KafkaSource, partitions: list[int], ends: Mapping[int, int]) -> dict[int, int]:
         from confluent_kafka import TopicPartition
 
-        ends = {}
-        for p in self.partitions(source):
-            low, high = self._consumer.get_watermark_offsets(TopicPartition(source.topic, p), timeout=self.timeout)
-            ends[p] = high
-        return ends
+        if not partitions:
+            return {}
+        if source.start == "earliest":
+            return {p: self._consumer.get_watermark_offsets(TopicPartition(source.topic, p), timeout=self.timeout)[0]
+                    for p in partitions}
+        if source.start == "latest":
+            return {p: ends[p] for p in partitions}
+        at = source.start_time
+        ms = int((at if at.tzinfo else at.replace(tzinfo=timezone.utc)).timestamp() * 1000)
+        found = self._consumer.offsets_for_times([TopicPartition(source.topic, p, ms) for p in partitions],
+                                                 timeout=self.timeout)
+        return {tp.partition: ends[tp.partition] if tp.offset < 0 else tp.offset for tp in found}
 
-    def read(self, source: KafkaSource, start: Mapping[int, int], *, limit: int | None = None,
-             until: Mapping[int, int] | None = None) -> tuple[list[Record], dict[int, int]]:
-        """Records from ``start`` (next offset per partition; a missing partition starts at
-        the source's ``start``) up to the end of each partition as the consumer finds it
-        (end-of-partition events, not the watermark, which can lag), at most ``limit``; or,
-        given ``until``, exactly up to those offsets (a tick read again after a crash).
-        Returns the records and the next offset per partition."""
-        from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaError, TopicPartition
+    def _ends(self, source: KafkaSource, partitions: list[int]) -> dict[int, int]:
+        """The offset after each partition's last committed record: the high watermark, then
+        read on from there to the end-of-partition event (the watermark was seen to lag)."""
+        from confluent_kafka import KafkaError, TopicPartition
 
-        default = OFFSET_BEGINNING if source.start == "earliest" else OFFSET_END
-        partitions = self.partitions(source)
-        position = {p: start.get(p, default) for p in partitions}
-        records: list[Record] = []
-        open_ = {p for p in partitions if until is None or until.get(p, 0) > max(position[p], 0)}
-        if not open_:
-            return records, {p: o for p, o in position.items() if o >= 0}
-        self._consumer.assign([TopicPartition(source.topic, p, position[p]) for p in partitions])
+        ends = {p: self._consumer.get_watermark_offsets(TopicPartition(source.topic, p), timeout=self.timeout)[1]
+                for p in partitions}
+        self._consumer.assign([TopicPartition(source.topic, p, ends[p]) for p in partitions])
+        open_ = set(partitions)
         try:
-            while open_ and (limit is None or len(records) < limit):
+            while open_:
                 msg = self._consumer.poll(self.timeout)
                 if msg is None:
                     raise ConnectorError(f"Kafka source {source.relation!r}: no answer from "
                                          f"{self.settings.bootstrap_servers} within {self.timeout:.0f}s "
                                          f"({'; '.join(self._errors) or 'no error reported'})")
-                if msg.error() is not None:
-                    if msg.error().code() == KafkaError._PARTITION_EOF:
-                        open_.discard(msg.partition())
-                        position[msg.partition()] = msg.offset()
-                        continue
-                    raise ConnectorError(f"Kafka source {source.relation!r}: {msg.error()}")
+                err = msg.error()
+                if err is not None and err.code() != KafkaError._PARTITION_EOF:
+                    raise ConnectorError(f"Kafka source {source.relation!r}: {err}")
                 p = msg.partition()
-                if p not in open_:
-                    continue
-                records.append(Record(p, msg.offset(), msg.key(), msg.value()))
-                position[p] = msg.offset() + 1
-                if until is not None and position[p] >= until.get(p, 0):
+                if err is not None:
                     open_.discard(p)
+                    ends[p] = max(ends[p], msg.offset())
+                else:
+                    ends[p] = max(ends[p], msg.offset() + 1)
         finally:
             self._consumer.unassign()
-        return records, {p: o for p, o in position.items() if o >= 0}
+        return ends
 
     def close(self) -> None:
         self._consumer.close()
 
 
-SINK_ENVELOPES = ("insert_delete", "upsert")
+def read_range(settings: KafkaSettings, topic: str, partition: int, start: int, end: int,
+               timeout: float = 30.0) -> Any:
+    """The records of one partition in [start, end) (committed transactions only)."""
+    from confluent_kafka import KafkaError, TopicPartition
+
+    errors: list[str] = []
+    consumer = settings.consumer({"error_cb": lambda e: errors.append(str(e))})
+    try:
+        consumer.assign([TopicPartition(topic, partition, start)])
+        position = start
+        while position < end:
+            msg = consumer.poll(timeout)
+            if msg is None:
+                raise ConnectorError(f"Kafka topic {topic!r} partition {partition}: offsets {position}..{end} "
+                                     f"not readable within {timeout:.0f}s ({'; '.join(errors) or 'no error'})")
+            err = msg.error()
+            if err is not None:
+                if err.code() != KafkaError._PARTITION_EOF:
+                    raise ConnectorError(f"Kafka topic {topic!r} partition {partition}: {err}")
+                position = max(position, msg.offset())  # only aborted records or markers were left
+                continue
+            if msg.offset() >= end:
+                break
+            position = msg.offset() + 1
+            stamp = msg.timestamp()
+            yield Record(topic, partition, msg.offset(), stamp[1] if stamp[0] else None, msg.key(), msg.value(),
+                         tuple(msg.headers() or ()))
+    finally:
+        consumer.close()
+
+
+SINK_ENVELOPES = ENVELOPES
 TICK_HEADER = "dbt_stream_tick"
 
 
 @dataclass(frozen=True)
 class KafkaSink:
-    """A model's changes mirrored to a topic, as JSON: ``insert_delete`` writes
-    ``{"insert": row}`` / ``{"delete": row}`` (once per copy); ``upsert`` writes each changed
-    row under its ``key`` columns, and a null value for a key whose row went away."""
+    """A model's changes mirrored to a topic in a format and an envelope
+    (:func:`.envelopes.sink_messages`), keyed by its ``key`` columns if it has any."""
 
     topic: str
     envelope: str = "insert_delete"
     key: tuple[str, ...] = ()
+    format: str = "json"
 
     def __post_init__(self) -> None:
         if not self.topic:
             raise StreamError("sink: `topic` is required")
-        if self.envelope not in SINK_ENVELOPES:
-            raise StreamError(f"sink: envelope {self.envelope!r} is not one of {SINK_ENVELOPES}")
+        if self.format not in FORMATS:
+            raise StreamError(f"sink: format {self.format!r} is not one of {FORMATS}")
+        if self.envelope not in ENVELOPES_OF[self.format]:
+            raise StreamError(f"sink: envelope {self.envelope!r} is not one of {ENVELOPES_OF[self.format]} "
+                              f"(for format {self.format})")
         if self.envelope == "upsert" and not self.key:
             raise StreamError("sink: the upsert envelope needs `key` columns")
 
@@ -383,37 +355,46 @@ class KafkaSink:
     def from_config(config: Mapping[str, Any] | None) -> KafkaSink | None:
         if not config:
             return None
-        if str(config.get("format", "json")) != "json":
-            raise StreamError(f"sink: format {config.get('format')!r} is not supported (json)")
         key = config.get("key") or ()
         return KafkaSink(str(config.get("topic") or ""), str(config.get("envelope", "insert_delete")),
-                         tuple(k.lower() for k in ([key] if isinstance(key, str) else key)))
+                         tuple(k.lower() for k in ([key] if isinstance(key, str) else key)),
+                         str(config.get("format", "json")))
 
     def to_json(self) -> dict[str, Any]:
-        return {"topic": self.topic, "envelope": self.envelope, "key": list(self.key)}
+        return {"topic": self.topic, "envelope": self.envelope, "key": list(self.key), "format": self.format}
 
-    def messages(self, columns: Sequence[str], changes: Sequence[tuple[Row, int]]) -> list[tuple[Any, Any]]:
-        """(key, value) documents for one tick's consolidated changes (row, weight)."""
-        docs = [(dict(zip(columns, row)), w) for row, w in changes]
-        if self.envelope == "insert_delete":
-            return [(None, {"insert" if w > 0 else "delete": d}) for d, w in docs for _ in range(abs(w))]
-        out: dict[tuple[Any, ...], tuple[Any, Any]] = {}
-        for d, w in sorted(docs, key=lambda dw: dw[1]):  # deletes first: an update's insert wins
-            k = tuple(d[c] for c in self.key)
-            out[k] = (dict(zip(self.key, k)), d if w > 0 else None)
-        return list(out.values())
+    def payloads(self, model: str, columns: StructType, changes: Sequence[tuple[Row, int]],
+                 registry: Registry | None) -> list[tuple[bytes | None, bytes | None]]:
+        """One tick's consolidated changes (row, weight) as message keys and values."""
+        missing = [k for k in self.key if k not in columns.fieldNames()]
+        if missing:
+            raise ConnectorError(f"model {model!r}: sink key columns {missing} are not among its columns")
+
+        def refuse(why: str) -> ConnectorError:
+            return ConnectorError(f"model {model!r}, sink topic {self.topic!r}: {why}")
+
+        messages = sink_messages(self.envelope, self.key, columns.fieldNames(), changes, refuse)
+        encode = Encoder(self.format, self.topic, registry)
+        value_schema, key_schema = (sink_schemas(self.envelope, _avro_name(model), columns, self.key)
+                                    if self.format == "avro" else (None, None))
+        return [(None if k is None else encode(k, self.key, key_schema, "key"),
+                 None if v is None else encode(v, columns.fieldNames(), value_schema)) for k, v in messages]
+
+
+def _avro_name(relation: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in relation)
 
 
 class KafkaWriter:
-    """Writes a tick's messages to a sink topic in one Kafka transaction, once: every
-    message carries its tick in a header, and a tick the topic already holds (written before
-    a crash, then redone) is not written again."""
+    """Writes a tick's messages to a topic in one Kafka transaction, once: every message
+    carries its tick in a header, and a tick the topic already holds (written before a
+    crash, then redone) is not written again."""
 
-    def __init__(self, settings: KafkaSettings, relation: str, *, timeout: float = 30.0):
+    def __init__(self, settings: KafkaSettings, name: str, *, timeout: float = 30.0):
         from confluent_kafka import Producer
 
         self.settings, self.timeout = settings, timeout
-        self._producer = Producer({**settings.config, "transactional.id": f"dbt-incremental-stream.{relation}",
+        self._producer = Producer({**settings.config, "transactional.id": f"dbt-incremental-stream.{name}",
                                    "linger.ms": 5})
         self._producer.init_transactions(timeout)
         self._last: dict[str, int] = {}
@@ -424,7 +405,7 @@ class KafkaWriter:
 
         if topic in self._last:
             return self._last[topic]
-        consumer = self.settings.consumer({"isolation.level": "read_committed"})
+        consumer = self.settings.consumer({})
         try:
             meta = consumer.list_topics(topic, timeout=self.timeout).topics.get(topic)
             if meta is None or meta.error is not None or not meta.partitions:
@@ -442,17 +423,16 @@ class KafkaWriter:
         finally:
             consumer.close()
 
-    def write(self, topic: str, tick: int, messages: Sequence[tuple[Any, Any]]) -> bool:
-        """Write one tick's messages atomically unless the topic has the tick already."""
+    def write(self, topic: str, tick: int, messages: Sequence[tuple[Any, ...]]) -> bool:
+        """Write one tick's messages (key, value[, headers]) atomically unless the topic has
+        the tick already."""
         if self.last_tick(topic) >= tick:
             return False
         headers = [(TICK_HEADER, str(tick).encode())]
         self._producer.begin_transaction()
         try:
-            for key, value in messages:
-                self._producer.produce(topic, key=None if key is None else json.dumps(key, default=str).encode(),
-                                       value=None if value is None else json.dumps(value, default=str).encode(),
-                                       headers=headers)
+            for key, value, *more in messages:
+                self._producer.produce(topic, key=key, value=value, headers=headers + (more[0] if more else []))
                 self._producer.poll(0)
             self._producer.commit_transaction(self.timeout)
         except Exception:

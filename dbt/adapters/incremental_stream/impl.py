@@ -90,18 +90,35 @@ class IncrementalStreamAdapter(SparkAdapter):
                 project.prune(set(streaming_models) | {name})
                 self._pruned = True
             model = Model(name, sql, kind, KafkaSink.from_config(sink))
-            sources = [KafkaSource.from_config(s["relation"], s["kafka"], s["columns"])
+            sources = [KafkaSource.from_config(s["relation"], self._with_schema_file(s["kafka"]), s["columns"])
                        for s in streams if s["relation"] in model.reads]
             action = project.deploy(model, streams=sources, full_refresh=full_refresh)
-            ticked = project.advance()
-            while project.behind:  # max_records_per_tick: as many ticks as it takes to catch up
-                project.advance()
+            ticked = more = project.advance()
+            dead = 0
+            while True:  # max_records_per_tick: as many ticks as it takes to catch up
+                dead += sum(project.last.dead.values()) if more and project.last else 0
+                if not project.behind:
+                    break
+                more = project.advance()
         except StreamError as e:
             raise DbtRuntimeError(f"streaming model {name}: {e}") from e
         dropped = dict(project.dropped)
         project.dropped.clear()
         message = f"{action.upper()} at tick {project.tick}" + ("" if ticked else " (up to date)")
+        if dead:
+            message += f", {dead} records to dead letters"
         return {"action": action, "tick": project.tick, "message": message, "dropped": dropped}
+
+    def _with_schema_file(self, kafka: dict[str, Any]) -> dict[str, Any]:
+        """A source's Avro ``schema_file`` (relative to the dbt project) read into its config."""
+        if not kafka.get("schema_file"):
+            return kafka
+        path = os.path.join(str(self.config.project_root), str(kafka["schema_file"]))
+        try:
+            with open(path) as f:
+                return {**kafka, "avro_schema": f.read()}
+        except OSError as e:
+            raise StreamError(f"Avro schema_file {kafka['schema_file']!r}: {e.strerror}") from e
 
     def list_relations_without_caching(self, schema_relation: BaseRelation) -> list[BaseRelation]:
         """Without session temporary views: `SHOW TABLE EXTENDED` lists them in every schema

@@ -1,0 +1,113 @@
+"""Kafka offset ranges read by Spark executors (PySpark's Python Data Source API).
+
+The driver fixes each partition's [start, end) for a tick; every range (split in chunks
+so one busy partition still spreads over several tasks) is one Spark task that reads and
+decodes its records. A row is a change of the source (its columns, then ``_w``) or a dead
+letter (``_reason`` set), tagged with the record's partition and offset.
+
+    frame = kafka_frame(spark, settings, source, {0: (0, 100), 1: (40, 90)})
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
+
+from ..circuit.operators import WEIGHT
+from .envelopes import source_changes
+from .formats import Bad, Registry
+from .kafka import KafkaSettings, KafkaSource, Ranges, read_range
+
+NAME = "dbt_stream_kafka"
+#: most offsets one task reads
+CHUNK = 200_000
+#: columns after the source's own
+TAGS = [StructField(WEIGHT, LongType(), False), StructField("_partition", IntegerType(), False),
+        StructField("_offset", LongType(), False), StructField("_raw", BinaryType(), True),
+        StructField("_reason", StringType(), True)]
+# option names Spark's redaction (spark.redaction.regex) hides in plans and the UI
+_SECRET_OPTION = "kafka.secret."
+_REGISTRY = "registry.url"
+_REGISTRY_SECRET = "registry.secret.user_info"
+
+
+def row_schema(source: KafkaSource) -> StructType:
+    return StructType(list(source.columns.fields) + TAGS)
+
+
+def kafka_frame(spark: SparkSession, settings: KafkaSettings, source: KafkaSource, ranges: Ranges) -> DataFrame:
+    """The records in ``ranges``, read and decoded by executors."""
+    if NAME not in _registered:
+        spark.dataSource.register(KafkaRangeSource)
+        _registered.add(NAME)
+    options = {"source": json.dumps(source.to_json()), "ranges": json.dumps({str(p): r for p, r in ranges.items()})}
+    for k, v in settings.config.items():
+        options[(_SECRET_OPTION if _secret(k) else "kafka.") + k] = v
+    if settings.registry is not None:
+        options[_REGISTRY] = settings.registry.url
+        if settings.registry.user_info:
+            options[_REGISTRY_SECRET] = settings.registry.user_info
+    return spark.read.format(NAME).schema(row_schema(source)).options(**options).load()
+
+
+_registered: set[str] = set()
+
+
+def _secret(key: str) -> bool:
+    from .kafka import SECRET_PARTS
+
+    return any(p in key.lower() for p in SECRET_PARTS)
+
+
+@dataclass(frozen=True)
+class _Range(InputPartition):
+    partition: int
+    start: int
+    end: int
+
+
+class KafkaRangeSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return _Reader(dict(self.options))
+
+
+class _Reader(DataSourceReader):
+    def __init__(self, options: dict[str, str]):
+        self.source = KafkaSource.from_json(json.loads(options["source"]))
+        self.ranges = {int(p): tuple(r) for p, r in json.loads(options["ranges"]).items()}
+        config = {}
+        for k, v in options.items():
+            for prefix in (_SECRET_OPTION, "kafka."):
+                if k.startswith(prefix):
+                    config[k[len(prefix):]] = v
+                    break
+        registry = Registry(options[_REGISTRY], options.get(_REGISTRY_SECRET)) if _REGISTRY in options else None
+        self.settings = KafkaSettings(config, registry)
+
+    def partitions(self) -> list[InputPartition]:
+        return [_Range(p, s, min(s + CHUNK, end)) for p, (start, end) in sorted(self.ranges.items())
+                for s in range(start, end, CHUNK)] or [_Range(0, 0, 0)]
+
+    def read(self, partition: Any) -> Iterator[tuple[Any, ...]]:
+        source, part = self.source, partition
+        if part.end <= part.start:
+            return
+        decode = source.decoder(self.settings.registry)
+        nothing = (None,) * len(source.columns.fields)
+        for record in read_range(self.settings, source.topic, part.partition, part.start, part.end):
+            try:
+                changes = source_changes(source.envelope, source.schema, source.key, decode, record)
+            except Bad as e:
+                yield nothing + (0, record.partition, record.offset, record.value, str(e))
+                continue
+            meta = tuple(record.metadata(kind) for kind, _ in source.metadata)
+            for row, weight in changes:
+                yield row + meta + (weight, record.partition, record.offset, None, None)

@@ -1,0 +1,303 @@
+"""Message formats: a Kafka record's bytes as a document (what an envelope reads), and back.
+
+- ``json``: a JSON value (an object for a row);
+- ``csv``: one line holding the declared columns in order (an empty field is NULL);
+- ``avro``: binary Avro. The writer schema comes from a schema file (the message is the
+  bare Avro body) or from a schema registry (Confluent framing: a zero byte, the schema's
+  4-byte id, the body). Sinks register their schema under ``<topic>-value`` / ``<topic>-key``.
+
+Values are checked against the declared column types here, once for every format: a value
+of another type is bad input, never a guess.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import struct
+from dataclasses import dataclass
+from datetime import date, datetime, timezone
+from decimal import Decimal, InvalidOperation
+from functools import lru_cache
+from typing import Any, Mapping, Sequence
+
+from pyspark.sql.types import (BinaryType, BooleanType, ByteType, DataType, DateType, DecimalType, DoubleType,
+                               FloatType, IntegerType, LongType, ShortType, StringType, StructField, StructType,
+                               TimestampType)
+
+from ..errors import ConnectorError, StreamError
+
+FORMATS = ("json", "csv", "avro")
+Row = tuple[Any, ...]
+_INTS = (LongType, IntegerType, ShortType, ByteType)
+
+
+class Bad(Exception):
+    """A record that cannot be read; the message says why (it goes to the dead letters)."""
+
+
+# --- schema registry ---------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Registry:
+    """A Confluent-compatible schema registry, spoken to over its REST API."""
+
+    url: str
+    user_info: str | None = None  # ``basic.auth.user.info``: "user:secret"
+    timeout: float = 10.0
+
+    @staticmethod
+    def from_config(block: Mapping[str, Any] | None) -> Registry | None:
+        if not block:
+            return None
+        if not block.get("url"):
+            raise StreamError("`schema_registry` needs a `url`")
+        return Registry(str(block["url"]).rstrip("/"), block.get("basic.auth.user.info") or block.get("user_info"))
+
+    def _call(self, method: str, path: str, body: Any = None) -> Any:
+        import requests
+
+        auth = tuple(self.user_info.split(":", 1)) if self.user_info else None
+        try:
+            r = requests.request(method, self.url + path, json=body, auth=auth, timeout=self.timeout,
+                                 headers={"Content-Type": "application/vnd.schemaregistry.v1+json"})
+        except requests.RequestException as e:
+            raise ConnectorError(f"schema registry at {self.url} is not reachable ({type(e).__name__}); "
+                                 "check `kafka.schema_registry.url` in the profile") from e
+        if r.status_code in (401, 403):
+            raise ConnectorError(f"schema registry at {self.url} refused the credentials (HTTP {r.status_code}); "
+                                 "check `kafka.schema_registry.basic.auth.user.info`")
+        if r.status_code >= 400:
+            raise ConnectorError(f"schema registry at {self.url}: {method} {path} answered HTTP {r.status_code}: "
+                                 f"{r.text[:200]}")
+        return r.json()
+
+    def schema(self, schema_id: int) -> Any:
+        return _parsed(self, schema_id)
+
+    def register(self, subject: str, schema: Mapping[str, Any]) -> int:
+        return int(self._call("POST", f"/subjects/{subject}/versions", {"schema": json.dumps(schema)})["id"])
+
+
+@lru_cache(maxsize=256)
+def _parsed(registry: Registry, schema_id: int) -> Any:
+    import fastavro
+
+    doc = registry._call("GET", f"/schemas/ids/{schema_id}")
+    return fastavro.parse_schema(json.loads(doc["schema"]))
+
+
+# --- decoding ----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Decoder:
+    """Bytes → document for one source. ``columns`` are the ones a CSV line holds."""
+
+    format: str
+    columns: StructType
+    avro_schema: str | None = None  # the writer schema's JSON, from a schema file
+    registry: Registry | None = None
+
+    def __post_init__(self) -> None:
+        if self.format == "avro" and self.avro_schema is None and self.registry is None:
+            raise StreamError("an Avro source needs `schema_file` (or `avro_schema`) or a `schema_registry` "
+                              "in the profile's kafka block")
+
+    def __call__(self, payload: bytes) -> Any:
+        if self.format == "json":
+            try:
+                return json.loads(payload)
+            except (ValueError, UnicodeDecodeError) as e:
+                raise Bad(f"not JSON: {e}") from e
+        if self.format == "csv":
+            return self._csv(payload)
+        return self._avro(payload)
+
+    def _csv(self, payload: bytes) -> dict[str, Any]:
+        try:
+            lines = list(csv.reader(io.StringIO(payload.decode("utf-8"))))
+        except (csv.Error, UnicodeDecodeError) as e:
+            raise Bad(f"not CSV: {e}") from e
+        if len(lines) != 1 or len(lines[0]) != len(self.columns.fields):
+            found = len(lines[0]) if len(lines) == 1 else f"{len(lines)} lines"
+            raise Bad(f"a CSV record is one line of {len(self.columns.fields)} fields, got {found}")
+        return {f.name: from_text(f, v) for f, v in zip(self.columns.fields, lines[0])}
+
+    def _avro(self, payload: bytes) -> Any:
+        import fastavro
+
+        if self.registry is not None:
+            if len(payload) < 5 or payload[0] != 0:
+                raise Bad("not a schema-registry Avro record (no magic byte and schema id)")
+            schema = self.registry.schema(struct.unpack(">I", payload[1:5])[0])
+            body = payload[5:]
+        else:
+            schema, body = _schema_of(self.avro_schema), payload
+        try:
+            return _plain(fastavro.schemaless_reader(io.BytesIO(body), schema, None))
+        except Exception as e:  # fastavro raises several types for corrupt input
+            raise Bad(f"not Avro for its schema: {type(e).__name__}: {e}") from e
+
+
+@lru_cache(maxsize=64)
+def _schema_of(text: str) -> Any:
+    import fastavro
+
+    return fastavro.parse_schema(json.loads(text))
+
+
+def _plain(v: Any) -> Any:
+    """Avro's timestamps come back aware (UTC); columns hold them naive, as Spark does."""
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    if isinstance(v, datetime) and v.tzinfo is not None:
+        return v.astimezone(timezone.utc).replace(tzinfo=None)
+    return v
+
+
+def from_text(f: StructField, v: str) -> Any:
+    """A CSV field as the column's type."""
+    if v == "":
+        return None
+    t = f.dataType
+    try:
+        if isinstance(t, _INTS):
+            return int(v)
+        if isinstance(t, (DoubleType, FloatType)):
+            return float(v)
+        if isinstance(t, BooleanType):
+            if v.lower() not in ("true", "false"):
+                raise ValueError(v)
+            return v.lower() == "true"
+    except ValueError as e:
+        raise Bad(f"field {f.name!r}: {v!r} is not a {t.simpleString()}") from e
+    return v  # checked (and parsed) by value()
+
+
+def value(f: StructField, v: Any) -> Any:
+    """``v`` as column ``f`` holds it."""
+    if v is None:
+        return None
+    t: DataType = f.dataType
+    try:
+        if isinstance(t, _INTS):
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise TypeError
+            return v
+        if isinstance(t, (DoubleType, FloatType)):
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise TypeError
+            return float(v)
+        if isinstance(t, DecimalType):
+            if isinstance(v, bool) or not isinstance(v, (int, float, str, Decimal)):
+                raise TypeError
+            return Decimal(str(v))
+        if isinstance(t, StringType):
+            if not isinstance(v, str):
+                raise TypeError
+            return v
+        if isinstance(t, BooleanType):
+            if not isinstance(v, bool):
+                raise TypeError
+            return v
+        if isinstance(t, TimestampType):
+            if isinstance(v, datetime):
+                return v
+            return datetime.fromisoformat(str(v).replace("Z", "+00:00")).replace(tzinfo=None)
+        if isinstance(t, DateType):
+            if isinstance(v, date) and not isinstance(v, datetime):
+                return v
+            return date.fromisoformat(str(v))
+        if isinstance(t, BinaryType):
+            if not isinstance(v, (bytes, str)):
+                raise TypeError
+            return v.encode() if isinstance(v, str) else v
+    except (TypeError, ValueError, InvalidOperation) as e:
+        raise Bad(f"field {f.name!r}: {v!r} is not a {t.simpleString()}") from e
+    return v  # nested types as parsed
+
+
+# --- encoding ----------------------------------------------------------------------------
+
+def avro_type(t: DataType) -> Any:
+    """The Avro type of a nullable column of Spark type ``t``."""
+    if isinstance(t, (LongType,)):
+        base: Any = "long"
+    elif isinstance(t, (IntegerType, ShortType, ByteType)):
+        base = "int"
+    elif isinstance(t, DoubleType):
+        base = "double"
+    elif isinstance(t, FloatType):
+        base = "float"
+    elif isinstance(t, BooleanType):
+        base = "boolean"
+    elif isinstance(t, StringType):
+        base = "string"
+    elif isinstance(t, BinaryType):
+        base = "bytes"
+    elif isinstance(t, DecimalType):
+        base = {"type": "bytes", "logicalType": "decimal", "precision": t.precision, "scale": t.scale}
+    elif isinstance(t, TimestampType):
+        base = {"type": "long", "logicalType": "timestamp-micros"}
+    elif isinstance(t, DateType):
+        base = {"type": "int", "logicalType": "date"}
+    else:
+        raise StreamError(f"a column of type {t.simpleString()} cannot be written as Avro")
+    return ["null", base]
+
+
+def avro_record(name: str, columns: StructType) -> dict[str, Any]:
+    return {"type": "record", "name": name,
+            "fields": [{"name": f.name, "type": avro_type(f.dataType), "default": None} for f in columns.fields]}
+
+
+@dataclass(frozen=True)
+class Encoder:
+    """Documents → bytes for one sink topic: the value's (or key's) Avro schema is registered
+    once and its id framed into every message."""
+
+    format: str
+    topic: str
+    registry: Registry | None = None
+
+    def __post_init__(self) -> None:
+        if self.format not in FORMATS:
+            raise StreamError(f"sink: format {self.format!r} is not one of {FORMATS}")
+        if self.format == "avro" and self.registry is None:
+            raise StreamError("an Avro sink needs a `schema_registry` in the profile's kafka block (readers find "
+                              "the schema there)")
+
+    def __call__(self, doc: Any, columns: Sequence[str], schema: dict[str, Any] | None, part: str = "value") -> bytes:
+        if self.format == "json":
+            return json.dumps(doc, default=_json_default).encode()
+        if self.format == "csv":
+            out = io.StringIO()
+            csv.writer(out, lineterminator="").writerow(["" if doc[c] is None else _text(doc[c]) for c in columns])
+            return out.getvalue().encode()
+        import fastavro
+
+        assert schema is not None and self.registry is not None
+        schema_id = _registered(self.registry, f"{self.topic}-{part}", json.dumps(schema, sort_keys=True))
+        out = io.BytesIO()
+        out.write(b"\x00" + struct.pack(">I", schema_id))
+        fastavro.schemaless_writer(out, _schema_of(json.dumps(schema, sort_keys=True)), doc)
+        return out.getvalue()
+
+
+@lru_cache(maxsize=64)
+def _registered(registry: Registry, subject: str, schema: str) -> int:
+    return registry.register(subject, json.loads(schema))
+
+
+def _json_default(v: Any) -> Any:
+    if isinstance(v, (datetime, date)):
+        return v.isoformat(sep=" ") if isinstance(v, datetime) else v.isoformat()
+    if isinstance(v, bytes):
+        return v.decode("utf-8", errors="replace")
+    return str(v)  # Decimal: as text, no precision lost
+
+
+def _text(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return _json_default(v) if isinstance(v, (datetime, date, bytes, Decimal)) else str(v)
