@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Callable, Mapping, Sequence
 
-from pyspark.sql.types import StructType
+from pyspark.sql.types import DataType, IntegerType, LongType, StringType, StructType, TimestampType
 
 from .formats import Bad, Decoder, Row, from_text, avro_record, value
 
@@ -26,8 +26,8 @@ ENVELOPES = ("append", "upsert", "debezium", "insert_delete")
 #: the envelopes a format carries: a CSV line has no room for before/after or insert/delete
 ENVELOPES_OF = {"json": ENVELOPES, "avro": ENVELOPES, "csv": ("append", "upsert")}
 #: Kafka metadata a source may include as columns, with their types
-METADATA = {"partition": "int", "offset": "bigint", "timestamp": "timestamp", "key": "string",
-            "headers": "string"}
+METADATA: dict[str, DataType] = {"partition": IntegerType(), "offset": LongType(), "timestamp": TimestampType(),
+                                 "key": StringType(), "headers": StringType()}  # headers as a JSON object
 
 
 @dataclass(frozen=True)

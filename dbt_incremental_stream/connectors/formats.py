@@ -67,6 +67,8 @@ class Registry:
         if r.status_code in (401, 403):
             raise ConnectorError(f"schema registry at {self.url} refused the credentials (HTTP {r.status_code}); "
                                  "check `kafka.schema_registry.basic.auth.user.info`")
+        if r.status_code == 404:
+            raise _NotFound(f"schema registry at {self.url}: {path} not found")
         if r.status_code >= 400:
             raise ConnectorError(f"schema registry at {self.url}: {method} {path} answered HTTP {r.status_code}: "
                                  f"{r.text[:200]}")
@@ -77,6 +79,10 @@ class Registry:
 
     def register(self, subject: str, schema: Mapping[str, Any]) -> int:
         return int(self._call("POST", f"/subjects/{subject}/versions", {"schema": json.dumps(schema)})["id"])
+
+
+class _NotFound(ConnectorError):
+    pass
 
 
 @lru_cache(maxsize=256)
@@ -129,7 +135,11 @@ class Decoder:
         if self.registry is not None:
             if len(payload) < 5 or payload[0] != 0:
                 raise Bad("not a schema-registry Avro record (no magic byte and schema id)")
-            schema = self.registry.schema(struct.unpack(">I", payload[1:5])[0])
+            schema_id = struct.unpack(">I", payload[1:5])[0]
+            try:
+                schema = self.registry.schema(schema_id)
+            except _NotFound:
+                raise Bad(f"schema id {schema_id} is not in the schema registry") from None
             body = payload[5:]
         else:
             schema, body = _schema_of(self.avro_schema), payload

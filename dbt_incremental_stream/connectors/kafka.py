@@ -147,7 +147,7 @@ class KafkaSource:
     @property
     def columns(self) -> StructType:
         """The relation's columns: the value's, then the metadata's."""
-        return StructType(list(self.schema.fields) + [StructField(c, _ddl_type(METADATA[k]), True)
+        return StructType(list(self.schema.fields) + [StructField(c, METADATA[k], True)
                                                       for k, c in self.metadata])
 
     @staticmethod
@@ -190,10 +190,6 @@ class KafkaSource:
 
     def decoder(self, registry: Registry | None) -> Decoder:
         return Decoder(self.format, self.schema, self.avro_schema, registry)
-
-
-def _ddl_type(name: str) -> Any:
-    return StructType.fromDDL(f"x {name}").fields[0].dataType
 
 
 #: a partition's offsets for a tick: [start, end)
