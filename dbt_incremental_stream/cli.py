@@ -18,7 +18,7 @@ import argparse
 import sys
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable, Mapping
 
 import sqlglot
 from sqlglot import exp
@@ -126,10 +126,20 @@ def _equivalence(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, extra: Mapping[str, Callable[[list[str]], int]] | None = None,
+         epilog: str = "") -> int:
+    """``extra``: more commands (the dbt plugin's ``serve``), each given the arguments after it."""
+    argv = sys.argv[1:] if argv is None else argv
+    extra = extra or {}
+    if argv and argv[0] in extra:
+        try:
+            return extra[argv[0]](argv[1:])
+        except StreamError as e:
+            print(f"dbt-stream: {e}", file=sys.stderr)
+            return 1
     parser = argparse.ArgumentParser(prog="dbt-stream", description=__doc__.splitlines()[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    parser.add_argument("command", choices=["models", "explain", "check", "equivalence"])
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__ + epilog)
+    parser.add_argument("command", choices=["models", "explain", "check", "equivalence", *extra])
     parser.add_argument("target", nargs="?", help="a model name, or a .sql file with one SELECT query")
     parser.add_argument("--source", action="append", default=[], metavar="NAME=COLUMNS",
                         help='for a .sql file: a relation it reads, e.g. "orders=id INT, amount DOUBLE" (repeatable)')

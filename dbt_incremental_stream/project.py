@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -340,9 +341,12 @@ class Project:
         return self._topics
 
     def _writer(self, name: str) -> KafkaWriter:
-        """The transactional producer of a model's sink or a source's dead-letter topic."""
+        """The transactional producer of a model's sink or a source's dead-letter topic (its
+        transactional.id names the state location too: projects do not fence each other)."""
         if name not in self._writers:
-            self._writers[name] = KafkaWriter(self._settings(), name)
+            local = "://" not in self.location
+            where = hashlib.sha256((os.path.realpath(self.location) if local else self.location).encode()).hexdigest()[:12]
+            self._writers[name] = KafkaWriter(self._settings(), f"{where}.{name}")
         return self._writers[name]
 
     def _stream_delta(self, source: KafkaSource, rows: DataFrame) -> DataFrame:

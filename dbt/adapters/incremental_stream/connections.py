@@ -2,7 +2,9 @@
 started by the engine (master, conf) before dbt-spark asks for it."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
 from dbt.adapters.contracts.connection import Connection, ConnectionState
@@ -55,6 +57,13 @@ class IncrementalStreamCredentials(SparkCredentials):
         except StreamError as e:
             raise DbtRuntimeError(f"profile `kafka:` block: {e}") from e
         self.spark_conf = {str(k): str(v) for k, v in self.spark_conf.items()}
+
+    def state_path(self, project_root: str | Path) -> str:
+        """The state location; a relative path is relative to the dbt project (the JVM does
+        not follow the Python process's working directory)."""
+        if "://" in self.state_location or os.path.isabs(self.state_location):
+            return self.state_location
+        return os.path.join(str(project_root), self.state_location)
 
     @property
     def kafka_settings(self) -> KafkaSettings | None:

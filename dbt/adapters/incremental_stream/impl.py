@@ -67,12 +67,7 @@ class IncrementalStreamAdapter(SparkAdapter):
             return self._project
 
     def state_location(self) -> str:
-        """The profile's state_location; a relative path is relative to the dbt project
-        (the JVM does not follow the Python process's working directory)."""
-        location = self._credentials.state_location
-        if "://" in location or os.path.isabs(location):
-            return location
-        return os.path.join(str(self.config.project_root), location)
+        return self._credentials.state_path(self.config.project_root)
 
     @available
     def stream_deploy(self, relation: BaseRelation, sql: str, kind: str, full_refresh: bool,

@@ -1,0 +1,81 @@
+"""``dbt-stream serve``: the project's streaming models kept running, configured the way
+dbt is — the profile (with ``env_var()`` secrets) gives Spark, the state location and
+Kafka; the compiled project (``target/manifest.json``) says which models should stream.
+Models are deployed by ``dbt run``; serve ticks what is deployed."""
+from __future__ import annotations
+
+import argparse
+import os
+from argparse import Namespace
+from pathlib import Path
+
+from dbt_incremental_stream.errors import StreamError
+from dbt_incremental_stream.manifest import DbtProject
+from dbt_incremental_stream.project import Project
+from dbt_incremental_stream.runtime.session import session
+from dbt_incremental_stream.serve import Server, configure_logging, log
+
+from .connections import IncrementalStreamCredentials
+
+
+def credentials(project_dir: Path, profiles_dir: str | None, target: str | None) -> IncrementalStreamCredentials:
+    """The profile's target as dbt renders it."""
+    import yaml
+    from dbt.config.profile import Profile
+    from dbt.config.renderer import ProfileRenderer
+    from dbt.flags import set_from_args
+    from dbt_common.context import set_invocation_context
+
+    profiles_dir = profiles_dir or os.environ.get("DBT_PROFILES_DIR") or (
+        str(project_dir) if (project_dir / "profiles.yml").exists() else str(Path.home() / ".dbt"))
+    name = yaml.safe_load((project_dir / "dbt_project.yml").read_text()).get("profile")
+    set_invocation_context(os.environ)
+    set_from_args(Namespace(PROFILES_DIR=profiles_dir), {})
+    profile = Profile.render(ProfileRenderer({}), name, None, target, None)
+    if not isinstance(profile.credentials, IncrementalStreamCredentials):
+        raise StreamError(f"profile {name!r} target {profile.target_name!r} is not of type incremental_stream")
+    return profile.credentials
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="dbt-stream serve", description=__doc__.splitlines()[0])
+    parser.add_argument("--project-dir", default=".", help="the dbt project (default: the current directory)")
+    parser.add_argument("--profiles-dir", help="where profiles.yml is (default: as dbt finds it)")
+    parser.add_argument("--target", help="the profile's target (default: its `target:`)")
+    parser.add_argument("--interval", type=float, default=1.0, help="seconds between ticks (default 1)")
+    parser.add_argument("--max-records", type=int, help="most offsets per source and tick (default: the profile's "
+                                                        "max_records_per_tick, else all)")
+    parser.add_argument("--port", type=int, default=9187, help="HTTP port for /metrics and /status (0: any free "
+                                                               "port, -1: none; default 9187)")
+    parser.add_argument("--host", default="127.0.0.1", help="HTTP address to listen on (default 127.0.0.1)")
+    parser.add_argument("--log-format", choices=["text", "json"], default="text")
+    parser.add_argument("--max-ticks", type=int, help="stop after this many committed ticks")
+    args = parser.parse_args(argv)
+    configure_logging(args.log_format)
+    project_dir = Path(args.project_dir).resolve()
+    creds = credentials(project_dir, args.profiles_dir, args.target)
+    os.chdir(project_dir)  # the catalog (metastore_db/, spark-warehouse/) is where dbt has it
+    want = _streaming_models(project_dir)
+    spark = session(creds.master, {**creds.server_side_parameters, **creds.spark_conf}, hive=True)
+
+    def open_project() -> Project:
+        project = Project(spark, creds.state_path(project_dir), kafka=creds.kafka_settings,
+                          max_records=args.max_records or creds.max_records_per_tick)
+        if want is not None and want - set(project.models):
+            log.warning(f"streaming models not deployed yet: {sorted(want - set(project.models))}; run `dbt run` "
+                        "to deploy them", extra={"event": "warning"})
+        return project
+
+    server = Server(open_project, interval=args.interval, port=None if args.port < 0 else args.port,
+                    host=args.host, max_ticks=args.max_ticks)
+    return server.run()
+
+
+def _streaming_models(project_dir: Path) -> set[str] | None:
+    """The relations of the compiled project's streaming models (None: not compiled)."""
+    try:
+        compiled = DbtProject(project_dir)
+    except StreamError as e:
+        log.warning(f"{e}; serving the deployed models as they are", extra={"event": "warning"})
+        return None
+    return {m.relation for m in compiled.models.values() if m.streaming}

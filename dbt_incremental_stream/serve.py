@@ -1,0 +1,236 @@
+"""Running a project's streaming models continuously (``dbt-stream serve``).
+
+Every ``interval`` seconds a tick reads what arrived on every source (at most
+``max_records`` offsets per source and tick: while a source is behind, ticks follow each
+other without waiting), updates all models and commits. SIGTERM or SIGINT lets the
+current tick finish and commit, then stops; a second one stops at once. A tick that fails
+(a broker hiccup) is retried on a freshly opened project, which redoes exactly the failed
+tick (:class:`~dbt_incremental_stream.project.Project` replays its recorded offset ranges).
+
+Progress goes to the log, one line per tick (``--log-format json``: one JSON object per
+event); ``/metrics`` serves the same as Prometheus metrics and ``/status`` as JSON.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import threading
+import time
+from dataclasses import asdict
+from datetime import datetime, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from .project import Project, TickReport
+
+log = logging.getLogger("dbt_stream.serve")
+#: tick latencies the histogram tells apart (seconds)
+BUCKETS = (0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64)
+
+
+class Metrics:
+    """The server's Prometheus metrics, in a registry of their own."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.ticks = Counter("dbt_stream_ticks", "Committed ticks", registry=r)
+        self.tick = Gauge("dbt_stream_tick", "The last committed tick", registry=r)
+        self.seconds = Histogram("dbt_stream_tick_seconds", "Tick latency: read, update, write, commit",
+                                 buckets=BUCKETS, registry=r)
+        self.failures = Counter("dbt_stream_tick_failures", "Ticks that failed and were retried", registry=r)
+        self.offsets = Counter("dbt_stream_source_offsets", "Kafka offsets read", ["source"], registry=r)
+        self.rows_in = Counter("dbt_stream_source_records", "Records read as changes", ["source"], registry=r)
+        self.dead = Counter("dbt_stream_source_dead_letters", "Records sent to the dead letters", ["source"],
+                            registry=r)
+        self.lag = Gauge("dbt_stream_source_lag", "Offsets left to read after the last tick", ["source"], registry=r)
+        self.rows_out = Counter("dbt_stream_sink_messages", "Messages written to sinks", ["model"], registry=r)
+        self.last_commit = Gauge("dbt_stream_last_commit_timestamp_seconds", "When the last tick committed",
+                                 registry=r)
+
+    def record(self, report: TickReport) -> None:
+        self.ticks.inc()
+        self.tick.set(report.tick)
+        self.seconds.observe(report.seconds)
+        self.last_commit.set(time.time())
+        for metric, values in ((self.offsets, report.offsets), (self.rows_in, report.rows_in),
+                               (self.dead, report.dead), (self.rows_out, report.rows_out)):
+            for label, n in values.items():
+                metric.labels(label).inc(n)
+        for source, n in report.lag.items():
+            self.lag.labels(source).set(n)
+
+
+class Server:
+    """Ticks a project until stopped, serving its progress over HTTP."""
+
+    def __init__(self, open_project: Callable[[], Project], *, interval: float = 1.0, port: int | None = None,
+                 host: str = "127.0.0.1", max_ticks: int | None = None, retry: float = 1.0):
+        self.open_project, self.interval, self.max_ticks, self.retry = open_project, interval, max_ticks, retry
+        self.metrics = Metrics()
+        self.project: Project | None = None
+        self._stop = threading.Event()
+        self._state = "starting"
+        self._started = datetime.now(timezone.utc)
+        self._last: TickReport | None = None
+        self._error: str | None = None
+        self._http = _http(self, host, port) if port is not None else None
+
+    @property
+    def address(self) -> tuple[str, int] | None:
+        return None if self._http is None else self._http.server_address[:2]  # type: ignore[return-value]
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def status(self) -> dict[str, Any]:
+        p = self.project
+        return {"state": self._state, "started_at": self._started.isoformat(),
+                "tick": None if p is None else p.tick,
+                "models": [] if p is None else sorted(p.models),
+                "sources": [] if p is None else p.stream_sources,
+                "last_tick": None if self._last is None else asdict(self._last),
+                "last_error": self._error}
+
+    def run(self) -> int:
+        """Tick until stopped (or ``max_ticks`` ticks committed); the exit status."""
+        handlers = _on_signals(self)
+        if self._http is not None:
+            threading.Thread(target=self._http.serve_forever, daemon=True, name="dbt-stream-http").start()
+            log.info("serving", extra={"event": "http", "url": "http://%s:%d/" % self.address})  # type: ignore
+        committed = 0
+        try:
+            self.project = self.open_project()
+            self._state = "running"
+            log.info("started", extra={"event": "start", "tick": self.project.tick,
+                                       "models": sorted(self.project.models), "sources": self.project.stream_sources})
+            while not self._stop.is_set() and (self.max_ticks is None or committed < self.max_ticks):
+                started = time.monotonic()
+                if self._tick():
+                    committed += 1
+                if self._stop.is_set() or (self.project is not None and self.project.behind):
+                    continue  # catching up: no wait
+                self._stop.wait(max(0.0, self.interval - (time.monotonic() - started)))
+        finally:
+            self._state = "stopping"
+            if self.project is not None:
+                self.project.close()
+            if self._http is not None:
+                self._http.shutdown()
+                self._http.server_close()
+            _restore(handlers)
+            self._state = "stopped"
+            log.info("stopped", extra={"event": "stop", "tick": None if self.project is None else self.project.tick})
+        return 0
+
+    def _tick(self) -> bool:
+        assert self.project is not None
+        try:
+            self.project.new_frontier()
+            if not self.project.advance():
+                return False
+        except Exception as e:  # a broker hiccup, a lost executor: retry the same tick afresh
+            self.metrics.failures.inc()
+            self._error = f"{type(e).__name__}: {e}"
+            log.error("tick failed", extra={"event": "error", "tick": self.project.tick + 1, "error": self._error})
+            self._reopen()
+            return False
+        report = self.project.last
+        assert report is not None
+        self._last, self._error = report, None
+        self.metrics.record(report)
+        log.info(_progress(report), extra={"event": "tick", **asdict(report)})
+        return True
+
+    def _reopen(self) -> None:
+        """Wait, then a fresh project from the committed state (it redoes the failed tick)."""
+        if self.project is not None:
+            try:
+                self.project.close()
+            except Exception:  # closing clients of a broken connection may fail too
+                pass
+            self.project = None
+        while not self._stop.wait(self.retry):
+            try:
+                self.project = self.open_project()
+                return
+            except Exception as e:
+                self._error = f"{type(e).__name__}: {e}"
+                log.error("reopen failed", extra={"event": "error", "error": self._error})
+                self.retry = min(self.retry * 2, 30.0)
+
+
+def _progress(r: TickReport) -> str:
+    """One tick as a line a person reads."""
+    sources = " ".join(f"{s}={r.rows_in.get(s, 0)}" + (f"(dead {r.dead[s]})" if r.dead.get(s) else "")
+                       + (f"(lag {r.lag[s]})" if r.lag.get(s) else "") for s in r.offsets)
+    sinks = " ".join(f"{m}={n}" for m, n in r.rows_out.items())
+    return (f"tick {r.tick} committed in {r.seconds:.2f}s" + (f" | in: {sources}" if sources else "")
+            + (f" | out: {sinks}" if sinks else ""))
+
+
+def _on_signals(server: Server) -> dict[int, Any]:
+    """SIGTERM/SIGINT: finish the tick, then stop; a second one: stop now."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+
+    def handler(signum: int, frame: Any) -> None:
+        if server._stop.is_set():
+            raise KeyboardInterrupt
+        log.info("stopping after the current tick", extra={"event": "signal", "signal": signal.Signals(signum).name})
+        server.stop()
+
+    return {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+
+
+def _restore(handlers: dict[int, Any]) -> None:
+    for s, h in handlers.items():
+        signal.signal(s, h)
+
+
+def _http(server: Server, host: str, port: int) -> ThreadingHTTPServer:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+            path = self.path.split("?")[0].rstrip("/")
+            if path == "/metrics":
+                body, kind = generate_latest(server.metrics.registry), CONTENT_TYPE_LATEST
+            elif path in ("/status", ""):
+                body, kind = json.dumps(server.status(), default=str).encode(), "application/json"
+            else:
+                self.send_error(404, "try /status or /metrics")
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    return ThreadingHTTPServer((host, port), Handler)
+
+
+class JsonFormatter(logging.Formatter):
+    """Structured logs: one JSON object per line with the record's fields."""
+
+    FIELDS = ("event", "tick", "seconds", "offsets", "rows_in", "dead", "lag", "rows_out", "error", "models",
+              "sources", "signal", "url")
+
+    def format(self, record: logging.LogRecord) -> str:
+        doc = {"ts": datetime.fromtimestamp(record.created, timezone.utc).isoformat(), "level": record.levelname,
+               "message": record.getMessage()}
+        doc.update({k: getattr(record, k) for k in self.FIELDS if hasattr(record, k)})
+        return json.dumps(doc, default=str)
+
+
+def configure_logging(fmt: str = "text") -> None:
+    handler = logging.StreamHandler()
+    handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter("%(asctime)s %(message)s"))
+    log.handlers[:] = [handler]
+    log.setLevel(logging.INFO)
+    log.propagate = False

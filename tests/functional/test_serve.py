@@ -1,0 +1,228 @@
+"""`dbt-stream serve` as a user runs it: `dbt run` deploys a small project (a Kafka source,
+an aggregate with an insert_delete sink, a changelog table with an append sink), then serve
+ticks through the input in its own process.
+
+The crash test kills serve (SIGKILL to its process group: Python and Spark's JVM) at random
+points more than 20 times, restarting it each time, and then compares the sink topics
+(each tick's messages) and the changelog table with those of an uninterrupted run over the
+same input: nothing lost, nothing duplicated. The uninterrupted run also checks the HTTP
+endpoints and the graceful stop."""
+from __future__ import annotations
+
+import json
+import os
+import queue
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import duckdb
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+from tests.kafka import create_topics, produce
+
+BIN = Path(sys.executable).parent
+ORDERS, PER_TICK, KILLS = 1600, 40, 21
+CATEGORIES = ["books", "games", "garden", "toys", "tools"]
+
+PROFILE = """
+serve_test:
+  target: dev
+  outputs:
+    dev:
+      type: incremental_stream
+      schema: serve
+      master: "local[2]"
+      state_location: stream_state
+      threads: 1
+      max_records_per_tick: {per_tick}
+      kafka:
+        bootstrap_servers: "{{{{ env_var('KAFKA_BOOTSTRAP_SERVERS') }}}}"
+      spark_conf:
+        spark.sql.shuffle.partitions: "2"
+"""
+SOURCES = """
+version: 2
+sources:
+  - name: raw
+    schema: serve_raw
+    tables:
+      - name: orders
+        meta:
+          kafka: {{topic: {topic}, format: json, envelope: append}}
+        columns:
+          - {{name: id, data_type: bigint}}
+          - {{name: category, data_type: string}}
+          - {{name: amount, data_type: "decimal(10,2)"}}
+"""
+TOTALS = """{{{{ config(materialized='streaming_view', sink={{'topic': '{out}_totals', 'envelope': 'insert_delete'}}) }}}}
+select category, count(*) as n, sum(amount) as total from {{{{ source('raw', 'orders') }}}} group by category
+"""
+BIG = """{{{{ config(materialized='changelog_table', sink={{'topic': '{out}_big', 'envelope': 'append', 'key': ['id']}}) }}}}
+select id, category, amount from {{{{ source('raw', 'orders') }}}} where amount > 50
+"""
+
+
+def make_project(root: Path, topic: str, out: str) -> Path:
+    (root / "models").mkdir(parents=True)
+    (root / "dbt_project.yml").write_text("name: serve_test\nversion: '1.0'\nconfig-version: 2\nprofile: serve_test\n"
+                                          "model-paths: [models]\n")
+    (root / "profiles.yml").write_text(PROFILE.format(per_tick=PER_TICK))
+    (root / "models" / "sources.yml").write_text(SOURCES.format(topic=topic))
+    (root / "models" / "totals.sql").write_text(TOTALS.format(out=out))
+    (root / "models" / "big_orders.sql").write_text(BIG.format(out=out))
+    return root
+
+
+class Serve:
+    """`dbt-stream serve` in its own process group, its JSON log events read as they come."""
+
+    def __init__(self, root: Path, env: dict[str, str], *args: str):
+        self.proc = subprocess.Popen([str(BIN / "dbt-stream"), "serve", "--log-format", "json", "--interval", "0.2",
+                                      *args], cwd=root, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                     text=True, start_new_session=True)
+        self.events: queue.Queue = queue.Queue()
+        self.lines: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.proc.stderr:  # type: ignore[union-attr]
+            self.lines.append(line)
+            if line.startswith("{"):
+                try:
+                    self.events.put(json.loads(line))
+                except ValueError:
+                    pass
+        self.events.put(None)
+
+    def wait_for(self, want, timeout: float = 180.0) -> dict:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                event = self.events.get(timeout=max(0.1, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(f"serve: nothing wanted within {timeout}s:\n{''.join(self.lines[-30:])}")
+            if event is None:
+                raise AssertionError(f"serve exited ({self.proc.wait()}):\n{''.join(self.lines[-30:])}")
+            assert event.get("event") != "error", event
+            if want(event):
+                return event
+
+    def kill(self) -> None:
+        """A crash of the whole machine's share: the driver and its JVM, no cleanup."""
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+        while True:  # the JVM child is gone too before the next start takes the catalog
+            try:
+                os.killpg(self.proc.pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.1)
+
+
+def caught_up(event: dict) -> bool:
+    return event.get("event") == "tick" and not any(event["lag"].values())
+
+
+def read_topic(bootstrap: str, topic: str) -> dict[int, Counter]:
+    """Each tick's messages (by the tick header), committed transactions only."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{topic}-{time.time()}",
+                         "enable.partition.eof": True, "isolation.level": "read_committed"})
+    meta = consumer.list_topics(topic, timeout=10).topics[topic]
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in meta.partitions])
+    ticks: dict[int, Counter] = defaultdict(Counter)
+    open_ = set(meta.partitions)
+    while open_:
+        msg = consumer.poll(10)
+        assert msg is not None, f"no end of {topic}"
+        if msg.error():
+            open_.discard(msg.partition())
+            continue
+        tick = int(dict(msg.headers())["dbt_stream_tick"])
+        ticks[tick][(msg.key(), msg.value())] += 1
+    consumer.close()
+    return dict(ticks)
+
+
+def changelog(root: Path) -> Counter:
+    files = str(root / "spark-warehouse" / "serve.db" / "big_orders" / "**" / "*.parquet")
+    rows = duckdb.sql(f"SELECT id, category, amount, _op, _weight, _tick FROM read_parquet('{files}', "
+                      "hive_partitioning = true)").fetchall()
+    return Counter(rows)
+
+
+def dbt_run(root: Path, env: dict[str, str]) -> None:
+    run = subprocess.run([str(BIN / "dbt"), "run"], cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_serve_survives_random_kills_with_exactly_once_outputs(tmp_path, kafka):
+    rng = random.Random(20261122)
+    topic = "serve.orders"
+    create_topics(kafka, topic, *(f"{run}_{s}" for run in ("ref", "crash") for s in ("totals", "big")))
+    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka}
+    ref, crash = make_project(tmp_path / "ref", topic, "ref"), make_project(tmp_path / "crash", topic, "crash")
+    for root in (ref, crash):
+        dbt_run(root, env)  # deploys at tick 1, before there is any input
+    orders = [{"id": i, "category": rng.choice(CATEGORIES), "amount": f"{rng.randint(100, 9999) / 100:.2f}"}
+              for i in range(ORDERS)]
+    produce(kafka, topic, [(None, o) for o in orders])
+
+    # the uninterrupted run, which also shows the HTTP endpoints and the graceful stop
+    serve = Serve(ref, env, "--port", "0")
+    url = serve.wait_for(lambda e: e.get("event") == "http")["url"]
+    last = serve.wait_for(caught_up)
+    status = json.loads(urllib.request.urlopen(url + "status", timeout=10).read())
+    assert status["state"] == "running" and status["tick"] >= last["tick"]
+    assert status["models"] == ["serve.big_orders", "serve.totals"] and status["sources"] == ["serve_raw.orders"]
+    metrics = urllib.request.urlopen(url + "metrics", timeout=10).read().decode()
+    assert f'dbt_stream_source_offsets_total{{source="serve_raw.orders"}} {float(ORDERS)}' in metrics
+    assert "dbt_stream_tick_seconds_bucket" in metrics and 'dbt_stream_source_lag{source="serve_raw.orders"} 0.0' \
+        in metrics
+    os.kill(serve.proc.pid, signal.SIGTERM)  # finishes the tick it is in, commits, stops
+    serve.wait_for(lambda e: e.get("event") == "stop")
+    assert serve.proc.wait(60) == 0
+    ticks = last["tick"]
+    assert ticks >= ORDERS // PER_TICK + 1
+
+    # the same, killed at random points: during start-up, inside a tick, between ticks
+    for _ in range(KILLS):
+        serve = Serve(crash, env, "--port", "-1")
+        seen = rng.choice([0, 0, 1, 1, 2])
+        if seen == 0:
+            time.sleep(rng.uniform(2.0, 14.0))
+        else:
+            for _ in range(seen):
+                serve.wait_for(lambda e: e.get("event") in ("tick", "stop"))
+            time.sleep(rng.uniform(0.0, 1.5))
+        serve.kill()
+    serve = Serve(crash, env, "--port", "-1")
+    serve.wait_for(caught_up, timeout=600)
+    os.kill(serve.proc.pid, signal.SIGTERM)
+    assert serve.proc.wait(60) == 0
+
+    for sink in ("totals", "big"):
+        want, got = read_topic(kafka, f"ref_{sink}"), read_topic(kafka, f"crash_{sink}")
+        assert sorted(got) == sorted(want), f"{sink}: ticks differ"
+        assert got == want, f"{sink}: messages differ"
+    assert changelog(crash) == changelog(ref)
+    # and the outputs are right: the sink's changes add up to the batch answer
+    totals: Counter = Counter()
+    for messages in read_topic(kafka, "crash_totals").values():
+        for (_, value), n in messages.items():
+            doc = json.loads(value)
+            row = next(iter(doc.values()))
+            totals[(row["category"], row["n"], row["total"])] += n if "insert" in doc else -n
+    con = duckdb.connect()
+    con.execute("CREATE TABLE o (id BIGINT, category VARCHAR, amount DECIMAL(10,2))")
+    con.executemany("INSERT INTO o VALUES (?, ?, ?)", [(o["id"], o["category"], o["amount"]) for o in orders])
+    batch = con.sql("SELECT category, COUNT(*), CAST(SUM(amount) AS VARCHAR) FROM o GROUP BY category").fetchall()
+    assert +totals == Counter({(c, n, s): 1 for c, n, s in batch})
