@@ -29,7 +29,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from tests.kafka import create_topics, produce
 
 BIN = Path(sys.executable).parent
-ORDERS, PER_TICK, KILLS = 1600, 40, 21
+ORDERS, PER_TICK, KILLS = 1000, 40, 21
 CATEGORIES = ["books", "games", "garden", "toys", "tools"]
 
 PROFILE = """

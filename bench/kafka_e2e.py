@@ -1,0 +1,198 @@
+"""Kafka → Spark → Kafka end to end: sustained throughput and tick latency.
+
+    python bench/kafka_e2e.py [--events 200000] [--per-tick 20000] [--partitions 4]
+
+A local broker (the Tansu fixture) holds ``--events`` JSON orders on a topic of
+``--partitions`` partitions (and 1,000 customers on an upsert topic). For each query, a
+project with that one streaming view (and a Kafka sink) ticks through the backlog at most
+``--per-tick`` offsets per tick, the way ``dbt-stream serve`` does, until caught up:
+throughput is events / wall time, latency the p50/p99 of its ticks. The queries:
+
+- filter: ``WHERE amount > 50`` (half the orders), insert_delete sink;
+- join + aggregate: orders ⋈ customers by region, upsert sink;
+- windowed aggregate: per minute and category (a tumbling window), upsert sink.
+
+Baselines in the same run, to name the limit: the broker's produce rate and a consumer's
+read rate (driver, one thread, no decoding) and the same read + JSON decode through the
+executors' data source with no view (the source side of a tick). Prints a table and saves
+bench/results/kafka_e2e.png.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from datetime import datetime, timedelta
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition  # noqa: E402
+from pyspark.sql.types import StructType  # noqa: E402
+
+from dbt_incremental_stream.connectors.broker import LocalBroker  # noqa: E402
+from dbt_incremental_stream.connectors.datasource import kafka_frame  # noqa: E402
+from dbt_incremental_stream.connectors.kafka import KafkaSettings, KafkaSink, KafkaSource, KafkaTopics  # noqa: E402
+from dbt_incremental_stream.project import Model, Project  # noqa: E402
+from dbt_incremental_stream.runtime.session import session  # noqa: E402
+from tests.kafka import create_topics  # noqa: E402
+
+CUSTOMERS, REGIONS, CATEGORIES = 1000, ["eu", "us", "apac", "latam"], ["books", "games", "garden", "toys", "tools"]
+QUERIES = {
+    "filter": ("SELECT id, customer_id, amount FROM raw.orders WHERE amount > 50", "insert_delete", ()),
+    "join + aggregate": ("SELECT c.region, COUNT(*) AS n, SUM(o.amount) AS revenue FROM raw.orders o "
+                         "JOIN raw.customers c ON o.customer_id = c.id GROUP BY c.region", "upsert", ("region",)),
+    "windowed aggregate": ("SELECT date_trunc('minute', ordered_at) AS minute, category, COUNT(*) AS n, "
+                           "SUM(amount) AS revenue FROM raw.orders GROUP BY 1, 2", "upsert", ("minute", "category")),
+}
+
+
+def produce(bootstrap: str, topic: str, records: list[tuple[bytes | None, bytes]]) -> float:
+    """Records/s the broker took them at."""
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10000})
+    started = time.perf_counter()
+    for i, (k, v) in enumerate(records):
+        while True:
+            try:
+                p.produce(topic, key=k, value=v)
+                break
+            except BufferError:
+                p.poll(0.05)
+        if i % 10000 == 0:
+            p.poll(0)
+    assert p.flush(120) == 0
+    return len(records) / (time.perf_counter() - started)
+
+
+def consume_rate(bootstrap: str, topic: str, partitions: int, n: int) -> float:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{time.time()}", "enable.partition.eof": True,
+                  "fetch.wait.max.ms": 10})
+    c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+    started, seen, open_ = time.perf_counter(), 0, set(range(partitions))
+    while open_:
+        for msg in c.consume(10000, 5):
+            if msg.error():
+                open_.discard(msg.partition())
+            else:
+                seen += 1
+    c.close()
+    assert seen == n, (seen, n)
+    return n / (time.perf_counter() - started)
+
+
+def source_rate(spark, settings: KafkaSettings, source: KafkaSource, n: int) -> float:
+    topics = KafkaTopics(settings)
+    ranges, _ = topics.ranges(source, {})
+    topics.close()
+    started = time.perf_counter()
+    got = kafka_frame(spark, settings, source, ranges).count()
+    assert got == n, (got, n)
+    return n / (time.perf_counter() - started)
+
+
+def drain(spark, work: Path, settings: KafkaSettings, name: str, sql: str, envelope: str, key: tuple, n: int,
+          per_tick: int, orders: KafkaSource, customers: KafkaSource) -> dict:
+    """Tick a one-view project through the whole backlog."""
+    topic = f"out_{name.replace(' ', '_').replace('+', '')}"
+    create_topics(settings.bootstrap_servers, topic, partitions=1)
+    project = Project(spark, str(work / topic), kafka=settings, max_records=per_tick)
+    relation = f"bench.{topic}"
+    project.deploy(Model(relation, sql, sink=KafkaSink(topic, envelope, key)), streams=[orders, customers])
+    ticks, started = [], time.perf_counter()
+    while True:
+        project.new_frontier()
+        if project.advance():
+            ticks.append(project.last)
+        if not project.behind and not any(project.last.lag.values()):
+            break
+    elapsed = time.perf_counter() - started
+    project.close()
+    seconds = sorted(t.seconds for t in ticks)
+    read = sum(t.offsets.get("raw.orders", 0) for t in ticks)
+    assert read == n, (read, n)
+    return {"query": name, "events": n, "ticks": len(ticks), "seconds": elapsed, "rate": n / elapsed,
+            "p50": statistics.median(seconds), "p99": seconds[min(len(seconds) - 1, int(0.99 * len(seconds)))],
+            "out": sum(sum(t.rows_out.values()) for t in ticks)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=200_000)
+    parser.add_argument("--per-tick", type=int, default=20_000)
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--queries", default=",".join(QUERIES))
+    args = parser.parse_args()
+    rng = random.Random(5)
+    start = datetime(2026, 11, 1)
+    orders_msgs = [(None, json.dumps({"id": i, "customer_id": rng.randrange(CUSTOMERS), "category": rng.choice(CATEGORIES),
+                                      "amount": round(rng.uniform(1, 100), 2),
+                                      "ordered_at": (start + timedelta(seconds=i // 50)).isoformat()}).encode())
+                   for i in range(args.events)]
+    customer_msgs = [(json.dumps({"id": c}).encode(), json.dumps({"id": c, "region": rng.choice(REGIONS)}).encode())
+                     for c in range(CUSTOMERS)]
+    work = Path(tempfile.mkdtemp(prefix="kafka-e2e-"))
+    spark = session("local[2]", {"spark.sql.warehouse.dir": str(work / "warehouse")})
+    rows: list[dict] = []
+    try:
+        with LocalBroker() as bootstrap:
+            create_topics(bootstrap, "orders", partitions=args.partitions)
+            create_topics(bootstrap, "customers", partitions=1)
+            produced = produce(bootstrap, "orders", orders_msgs)
+            produce(bootstrap, "customers", customer_msgs)
+            settings = KafkaSettings({"bootstrap.servers": bootstrap})
+            orders = KafkaSource("raw.orders", "orders", StructType.fromDDL(
+                "id bigint, customer_id bigint, category string, amount double, ordered_at timestamp"))
+            customers = KafkaSource("raw.customers", "customers", StructType.fromDDL("id bigint, region string"),
+                                    envelope="upsert", key=("id",))
+            consumed = consume_rate(bootstrap, "orders", args.partitions, args.events)
+            source_rate(spark, settings, orders, args.events)  # warm the Python workers
+            decoded = source_rate(spark, settings, orders, args.events)
+            spark.sql("CREATE SCHEMA IF NOT EXISTS bench")
+            for name in args.queries.split(","):
+                sql, envelope, key = QUERIES[name]
+                rows.append(drain(spark, work, settings, name, sql, envelope, key, args.events, args.per_tick,
+                                  orders, customers))
+                print(f"  {name}: {rows[-1]['rate']:,.0f} events/s", file=sys.stderr)
+    finally:
+        spark.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+    print(f"\n{args.events:,} JSON orders on {args.partitions} partitions, at most {args.per_tick:,} offsets per tick, "
+          "local[2]\n")
+    print(f"{'stage':<34} {'events/s':>10} {'ticks':>6} {'tick p50':>9} {'tick p99':>9} {'messages out':>13}")
+    print(f"{'broker: produce':<34} {produced:>10,.0f}")
+    print(f"{'consumer: read (1 thread)':<34} {consumed:>10,.0f}")
+    print(f"{'source: read + decode (executors)':<34} {decoded:>10,.0f}")
+    for r in rows:
+        print(f"{'e2e: ' + r['query']:<34} {r['rate']:>10,.0f} {r['ticks']:>6} {r['p50']:>8.2f}s {r['p99']:>8.2f}s "
+              f"{r['out']:>13,}")
+    plot(rows, produced, consumed, decoded)
+
+
+def plot(rows: list[dict], produced: float, consumed: float, decoded: float) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = ["produce", "consume", "source"] + [r["query"] for r in rows]
+    values = [produced, consumed, decoded] + [r["rate"] for r in rows]
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    ax.barh(labels, values, color=["grey"] * 3 + ["tab:blue"] * len(rows))
+    ax.set_xscale("log")
+    ax.set_xlabel("events/s")
+    ax.set_title("Kafka → Spark → Kafka throughput")
+    fig.tight_layout()
+    out = Path(__file__).resolve().parent / "results" / "kafka_e2e.png"
+    out.parent.mkdir(exist_ok=True)
+    fig.savefig(out, dpi=120)
+    print(f"\nsaved {out}")
+
+
+if __name__ == "__main__":
+    main()
