@@ -79,12 +79,16 @@ class KafkaSettings:
             raise self.unreachable(timeout, errors, e) from e
 
     def unreachable(self, timeout: float, errors: Sequence[str], cause: Any, who: str = "") -> ConnectorError:
+        """The error for a broker that did not answer: the librdkafka errors seen, and the
+        settings to look at (the security ones when it was authentication or TLS)."""
         detail = "; ".join(dict.fromkeys(errors)) or str(cause)
-        auth = any(w in detail.lower() for w in ("sasl", "auth", "ssl", "certificate"))
-        fix = ("the security settings (security.protocol, sasl.*, ssl.*)" if auth
-               else "`bootstrap_servers` and the security settings")
+        if any(w in detail.lower() for w in ("sasl", "authentication", "ssl", "certificate")):
+            return ConnectorError(f"{who}Kafka at {self.bootstrap_servers} refused the connection's security "
+                                  f"({detail}); check the security settings (security.protocol, sasl.*, ssl.*) in "
+                                  "the profile's `kafka:` block")
         return ConnectorError(f"{who}Kafka at {self.bootstrap_servers} is not reachable within {timeout:.0f}s "
-                              f"({detail}); check {fix} in the profile's `kafka:` block")
+                              f"({detail}); check `bootstrap_servers` and the security settings in the profile's "
+                              "`kafka:` block")
 
 
 @dataclass(frozen=True)
@@ -211,6 +215,7 @@ class KafkaTopics:
         try:
             meta = self._consumer.list_topics(source.topic, timeout=self.timeout)
         except KafkaException as e:
+            self._consumer.poll(0.5)  # error callbacks (the cause: auth, TLS, DNS) are served by poll
             raise self.settings.unreachable(self.timeout, self._errors, e,
                                             f"Kafka source {source.relation!r}: ") from e
         topic = meta.topics.get(source.topic)
