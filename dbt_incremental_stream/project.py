@@ -22,7 +22,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import AbstractSet, Sequence
+from typing import AbstractSet, Any, Mapping, Sequence
 
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession, Window
@@ -66,6 +66,13 @@ class Model:
     @property
     def name(self) -> str:
         return engine_name(self.relation)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"relation": self.relation, "sql": self.sql, "kind": self.kind, "sink": self.sink and self.sink.to_json()}
+
+    @staticmethod
+    def from_json(doc: Mapping[str, Any]) -> Model:
+        return Model(doc["relation"], doc["sql"], doc["kind"], KafkaSink.from_config(doc.get("sink")))
 
 
 def quote_relation(relation: str) -> str:
@@ -136,6 +143,31 @@ class Project:
             if model.kind == CHANGELOG_TABLE and action != "unchanged":
                 self._new_logs.add(model.relation)
             return action
+
+    def run_model(self, model: Model, streams: Sequence[KafkaSource] = (), *, full_refresh: bool = False,
+                  keep: AbstractSet[str] | None = None) -> dict[str, Any]:
+        """What ``dbt run`` does for one streaming model: drop models not in ``keep`` (once per
+        invocation), deploy this one, tick until every source is caught up (to the end this
+        instance saw first: one ``dbt run`` sees one frontier). Returns what
+        happened (``action``, ``tick``, a one-line ``message``) and models ``dropped``
+        because they no longer compile."""
+        with self._lock:
+            if keep is not None:
+                self.prune(set(keep) | {model.relation})
+            action = self.deploy(model, streams=[s for s in streams if s.relation in model.reads],
+                                 full_refresh=full_refresh)
+            ticked = more = self.advance()
+            dead = 0
+            while True:  # max_records: as many ticks as it takes to catch up
+                dead += sum(self.last.dead.values()) if more and self.last else 0
+                if not self.behind:
+                    break
+                more = self.advance()
+            dropped, self.dropped = dict(self.dropped), {}
+            message = f"{action.upper()} at tick {self.tick}" + ("" if ticked else " (up to date)")
+            if dead:
+                message += f", {dead} records to dead letters"
+            return {"action": action, "tick": self.tick, "message": message, "dropped": dropped}
 
     def prune(self, keep: set[str]) -> list[str]:
         """Remove models not in ``keep`` (no longer streaming models of the project); their

@@ -9,23 +9,32 @@ tick (:class:`~dbt_incremental_stream.project.Project` replays its recorded offs
 
 Progress goes to the log, one line per tick (``--log-format json``: one JSON object per
 event); ``/metrics`` serves the same as Prometheus metrics and ``/status`` as JSON.
+
+While it runs, the server is the one writer of its state location: ``dbt run`` hands it
+the models to deploy (``POST /deploy``, :class:`ServeClient`) instead of opening the state
+itself, and finds it through ``_serve.json`` in a local state location.
 """
 from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 import threading
 import time
-from dataclasses import asdict
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable
+from typing import AbstractSet, Any, Callable, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from .project import Project, TickReport
+from .connectors.kafka import KafkaSource
+from .errors import StreamError
+from .project import Model, Project, TickReport
 
 log = logging.getLogger("dbt_stream.serve")
 #: tick latencies the histogram tells apart (seconds)
@@ -69,8 +78,11 @@ class Server:
     """Ticks a project until stopped, serving its progress over HTTP."""
 
     def __init__(self, open_project: Callable[[], Project], *, interval: float = 1.0, port: int | None = None,
-                 host: str = "127.0.0.1", max_ticks: int | None = None, retry: float = 1.0):
+                 host: str = "127.0.0.1", max_ticks: int | None = None, retry: float = 1.0,
+                 info: dict[str, Any] | None = None):
+        """``info``: more to say in ``/status`` (the Spark Connect endpoint clients use)."""
         self.open_project, self.interval, self.max_ticks, self.retry = open_project, interval, max_ticks, retry
+        self.info = info or {}
         self.metrics = Metrics()
         self.project: Project | None = None
         self._stop = threading.Event()
@@ -89,7 +101,7 @@ class Server:
 
     def status(self) -> dict[str, Any]:
         p = self.project
-        return {"state": self._state, "started_at": self._started.isoformat(),
+        return {**self.info, "state": self._state, "started_at": self._started.isoformat(),
                 "tick": None if p is None else p.tick,
                 "models": [] if p is None else sorted(p.models),
                 "sources": [] if p is None else p.stream_sources,
@@ -106,6 +118,7 @@ class Server:
         try:
             self.project = self.open_project()
             self._state = "running"
+            self._announce()
             log.info("started", extra={"event": "start", "tick": self.project.tick,
                                        "models": sorted(self.project.models), "sources": self.project.stream_sources})
             while not self._stop.is_set() and (self.max_ticks is None or committed < self.max_ticks):
@@ -117,6 +130,7 @@ class Server:
                 self._stop.wait(max(0.0, self.interval - (time.monotonic() - started)))
         finally:
             self._state = "stopping"
+            self._announce(gone=True)
             if self.project is not None:
                 self.project.close()
             if self._http is not None:
@@ -126,6 +140,28 @@ class Server:
             self._state = "stopped"
             log.info("stopped", extra={"event": "stop", "tick": None if self.project is None else self.project.tick})
         return 0
+
+    def _announce(self, gone: bool = False) -> None:
+        """Write (or remove) ``_serve.json`` in a local state location, for ``dbt run`` to find."""
+        if self.project is None or self.address is None or "://" in self.project.location:
+            return
+        path = os.path.join(self.project.location, SERVE_FILE)
+        if gone:
+            if os.path.exists(path):
+                os.remove(path)
+            return
+        with open(path + ".tmp", "w") as f:
+            json.dump({"url": "http://%s:%d/" % self.address, "pid": os.getpid()}, f)
+        os.replace(path + ".tmp", path)
+
+    def deploy(self, doc: dict[str, Any]) -> dict[str, Any]:
+        """A ``dbt run``'s model, run here (``POST /deploy``)."""
+        project = self.project
+        if project is None:
+            raise StreamError("dbt-stream serve is starting or reopening its project; try again")
+        keep = doc.get("keep")
+        return project.run_model(Model.from_json(doc["model"]), [KafkaSource.from_json(s) for s in doc["streams"]],
+                                 full_refresh=bool(doc.get("full_refresh")), keep=None if keep is None else set(keep))
 
     def _tick(self) -> bool:
         assert self.project is not None
@@ -197,13 +233,28 @@ def _http(server: Server, host: str, port: int) -> ThreadingHTTPServer:
         def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
             path = self.path.split("?")[0].rstrip("/")
             if path == "/metrics":
-                body, kind = generate_latest(server.metrics.registry), CONTENT_TYPE_LATEST
+                self._send(200, generate_latest(server.metrics.registry), CONTENT_TYPE_LATEST)
             elif path in ("/status", ""):
-                body, kind = json.dumps(server.status(), default=str).encode(), "application/json"
+                self._send(200, json.dumps(server.status(), default=str).encode())
             else:
                 self.send_error(404, "try /status or /metrics")
+
+        def do_POST(self) -> None:  # noqa: N802
+            if self.path.rstrip("/") != "/deploy":
+                self.send_error(404, "POST /deploy")
                 return
-            self.send_response(200)
+            try:
+                doc = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+                result, status = server.deploy(doc), 200
+                log.info(f"deployed {doc['model']['relation']}: {result['message']}", extra={"event": "deploy"})
+            except StreamError as e:
+                result, status = {"error": str(e)}, 400
+            except Exception as e:  # reported to the dbt run that asked
+                result, status = {"error": f"{type(e).__name__}: {e}"}, 500
+            self._send(status, json.dumps(result, default=str).encode())
+
+        def _send(self, status: int, body: bytes, kind: str = "application/json") -> None:
+            self.send_response(status)
             self.send_header("Content-Type", kind)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
@@ -234,3 +285,50 @@ def configure_logging(fmt: str = "text") -> None:
     log.handlers[:] = [handler]
     log.setLevel(logging.INFO)
     log.propagate = False
+
+
+#: the file a running server leaves in a local state location
+SERVE_FILE = "_serve.json"
+
+
+@dataclass(frozen=True)
+class ServeClient:
+    """A running ``dbt-stream serve``, seen from ``dbt run``."""
+
+    url: str  # its HTTP address, with a trailing slash
+    status: dict[str, Any]
+
+    @staticmethod
+    def find(state_location: str, url: str | None = None, timeout: float = 3.0) -> ServeClient | None:
+        """The server at ``url``, or the one ``_serve.json`` in a local state location names,
+        if it answers and runs; else None (a file left by a crash is ignored)."""
+        if url is None:
+            path = os.path.join(state_location, SERVE_FILE)
+            if "://" in state_location or not os.path.exists(path):
+                return None
+            try:
+                with open(path) as f:
+                    url = json.load(f)["url"]
+            except (OSError, ValueError, KeyError):
+                return None
+        url = url if url.endswith("/") else url + "/"
+        try:
+            with urllib.request.urlopen(url + "status", timeout=timeout) as r:
+                status = json.loads(r.read())
+        except (OSError, ValueError):
+            return None
+        return ServeClient(url, status) if status.get("state") == "running" else None
+
+    def run_model(self, model: Model, streams: Sequence[KafkaSource], *, full_refresh: bool = False,
+                  keep: AbstractSet[str] | None = None, timeout: float = 3600.0) -> dict[str, Any]:
+        """:meth:`Project.run_model`, done by the server."""
+        body = json.dumps({"model": model.to_json(), "streams": [s.to_json() for s in streams],
+                           "full_refresh": full_refresh, "keep": None if keep is None else sorted(keep)}).encode()
+        request = urllib.request.Request(self.url + "deploy", body, {"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as r:
+                return json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            raise StreamError(f"dbt-stream serve at {self.url}: {json.loads(e.read()).get('error')}") from None
+        except OSError as e:
+            raise StreamError(f"dbt-stream serve at {self.url} did not answer ({e}); is it still running?") from e

@@ -226,3 +226,76 @@ def test_serve_survives_random_kills_with_exactly_once_outputs(tmp_path, kafka):
     con.executemany("INSERT INTO o VALUES (?, ?, ?)", [(o["id"], o["category"], o["amount"]) for o in orders])
     batch = con.sql("SELECT category, COUNT(*), CAST(SUM(amount) AS VARCHAR) FROM o GROUP BY category").fetchall()
     assert +totals == Counter({(c, n, s): 1 for c, n, s in batch})
+
+
+SCHEMA_TESTS = """
+version: 2
+models:
+  - name: totals
+    columns:
+      - name: category
+        data_tests: [not_null, unique]
+"""
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def dbt(root: Path, env: dict[str, str], *args: str) -> str:
+    run = subprocess.run([str(BIN / "dbt"), *args], cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    return run.stdout
+
+
+@pytest.mark.slow
+def test_dbt_and_a_bi_client_work_while_serve_runs(tmp_path, kafka):
+    """serve owns the catalog and the state; `dbt run` deploys through it (a changed model is
+    rebuilt while serve keeps ticking), `dbt test` and `dbt show` and a Spark Connect client
+    read through its Spark; once serve stops, dbt works on its own again."""
+    topic = "conc.orders"
+    create_topics(kafka, topic, "conc_totals", "conc_big")
+    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka}
+    root = make_project(tmp_path / "conc", topic, "conc")
+    (root / "models" / "schema.yml").write_text(SCHEMA_TESTS)
+    dbt(root, env, "run")
+    connect = free_port()
+    serve = Serve(root, env, "--port", "0", "--connect-port", str(connect))
+    serve.wait_for(lambda e: e.get("event") == "start")
+    produce(kafka, topic, [(None, {"id": i, "category": CATEGORIES[i % 5], "amount": "60.00"}) for i in range(100)])
+    serve.wait_for(lambda e: e.get("event") == "tick" and e["rows_in"].get("serve_raw.orders"))
+    serve.wait_for(caught_up)
+
+    out = dbt(root, env, "run")
+    assert "UNCHANGED" in out, out[-2000:]
+    serve.wait_for(lambda e: e.get("event") == "deploy", timeout=10)  # dbt handed serve its models
+    dbt(root, env, "test")
+    shown = dbt(root, env, "show", "--inline", "select sum(n) as orders from serve.totals")
+    assert "100" in shown, shown[-1500:]
+
+    totals = root / "models" / "totals.sql"
+    totals.write_text(totals.read_text().replace("sum(amount) as total", "sum(amount) as total, max(amount) as top"))
+    out = dbt(root, env, "run", "-s", "totals")
+    assert "REBUILT" in out, out[-2000:]
+    serve.wait_for(lambda e: e.get("event") == "deploy" and "REBUILT" in e["message"], timeout=10)
+    produce(kafka, topic, [(None, {"id": 100 + i, "category": "books", "amount": "70.00"}) for i in range(10)])
+    serve.wait_for(lambda e: e.get("event") == "tick" and e["rows_in"].get("serve_raw.orders"))
+
+    client = subprocess.run([sys.executable, "-c", (
+        "import json\nfrom pyspark.sql import SparkSession\n"
+        f"s = SparkSession.builder.remote('sc://127.0.0.1:{connect}').getOrCreate()\n"
+        "print(json.dumps([[r.category, r.n, str(r.top)] for r in s.sql('select * from serve.totals').collect()]))")],
+        capture_output=True, text=True, timeout=300)
+    assert client.returncode == 0, client.stderr[-2000:]
+    rows = json.loads(client.stdout.strip().splitlines()[-1])
+    assert ["books", 30, "70.00"] in rows and len(rows) == len(CATEGORIES), rows
+
+    os.kill(serve.proc.pid, signal.SIGTERM)
+    assert serve.proc.wait(60) == 0
+    assert not (root / "stream_state" / "_serve.json").exists()
+    out = dbt(root, env, "run")  # on its own again: its own Spark, the catalog free
+    assert "UNCHANGED" in out

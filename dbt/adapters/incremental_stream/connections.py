@@ -20,6 +20,8 @@ from dbt_incremental_stream.runtime.session import session
 logger = AdapterLogger("incremental_stream")
 
 MASTERS = ("local[", "spark://", "yarn", "k8s://", "mesos://")
+#: set while this process's SPARK_REMOTE points at a running dbt-stream serve
+REMOTE_BY_US = "DBT_INCREMENTAL_STREAM_REMOTE"
 
 
 @dataclass
@@ -37,6 +39,8 @@ class IncrementalStreamCredentials(SparkCredentials):
     kafka: Dict[str, Any] = field(default_factory=dict)
     #: default cap on records read per source per tick (back-pressure); none when unset
     max_records_per_tick: Optional[int] = None
+    #: a running `dbt-stream serve` to work through (found without this for a local state_location)
+    serve_url: Optional[str] = None
 
     def __post_init__(self) -> None:
         if self.method != SparkConnectionMethod.SESSION:
@@ -90,6 +94,8 @@ class IncrementalStreamConnectionManager(SparkConnectionManager):
         if connection.state == ConnectionState.OPEN:
             return connection
         creds: IncrementalStreamCredentials = connection.credentials  # type: ignore[assignment]
+        if os.environ.get(REMOTE_BY_US):  # a running dbt-stream serve's Spark (see impl.use_running_serve)
+            return super().open(connection)
         try:
             session(creds.master, {**creds.server_side_parameters, **creds.spark_conf}, hive=True)
         except Exception as e:  # Spark raises several types when the master is unreachable

@@ -17,15 +17,36 @@ from pyspark.sql import SparkSession
 from dbt.adapters.incremental_stream.connections import (
     IncrementalStreamConnectionManager,
     IncrementalStreamCredentials,
+    REMOTE_BY_US,
+    logger,
 )
 from dbt_incremental_stream.connectors.kafka import KafkaSink, KafkaSource
 from dbt_incremental_stream.errors import StreamError
 from dbt_incremental_stream.project import KINDS, Model, Project
+from dbt_incremental_stream.serve import ServeClient
 
 
 def relation_name(relation: BaseRelation) -> str:
     """``schema.identifier`` as the engine and compiled SQL name it (Spark has no database)."""
     return ".".join(p for p in (relation.schema, relation.identifier) if p).lower()
+
+
+def use_running_serve(creds: IncrementalStreamCredentials, project_root: Any) -> ServeClient | None:
+    """A ``dbt-stream serve`` running on this project's state: then this dbt invocation runs
+    its SQL through serve's Spark Connect endpoint (serve owns the catalog) and hands it the
+    streaming models to deploy."""
+    serve = ServeClient.find(creds.state_path(project_root), creds.serve_url)
+    if serve is None:
+        if os.environ.pop(REMOTE_BY_US, None):
+            os.environ.pop("SPARK_REMOTE", None)
+        return None
+    if not serve.status.get("connect"):
+        raise DbtRuntimeError(f"dbt-stream serve is running on this project ({serve.url}) without a Spark Connect "
+                              "endpoint: stop it, or restart it without `--connect-port -1`")
+    logger.info(f"dbt-stream serve is running at {serve.url}: using its Spark at {serve.status['connect']}")
+    os.environ["SPARK_REMOTE"] = serve.status["connect"]  # what PySpark (and dbt-spark's cursor) connects to
+    os.environ[REMOTE_BY_US] = "1"
+    return serve
 
 
 class IncrementalStreamAdapter(SparkAdapter):
@@ -36,6 +57,7 @@ class IncrementalStreamAdapter(SparkAdapter):
         self._project: Project | None = None
         self._pruned = False
         self._project_lock = threading.Lock()
+        self._serve = use_running_serve(self._credentials, config.project_root)
 
     @classmethod
     def type(cls) -> str:
@@ -79,30 +101,19 @@ class IncrementalStreamAdapter(SparkAdapter):
         if kind not in KINDS:
             raise DbtRuntimeError(f"unknown streaming materialization {kind!r}")
         name = relation_name(relation)
+        keep = None if self._pruned else set(streaming_models)  # models no longer streaming leave the state
         try:
-            project = self.project()
-            if not self._pruned:  # models no longer streaming in this project leave its state
-                project.prune(set(streaming_models) | {name})
-                self._pruned = True
             model = Model(name, sql, kind, KafkaSink.from_config(sink))
             sources = [KafkaSource.from_config(s["relation"], self._with_schema_file(s["kafka"]), s["columns"])
                        for s in streams if s["relation"] in model.reads]
-            action = project.deploy(model, streams=sources, full_refresh=full_refresh)
-            ticked = more = project.advance()
-            dead = 0
-            while True:  # max_records_per_tick: as many ticks as it takes to catch up
-                dead += sum(project.last.dead.values()) if more and project.last else 0
-                if not project.behind:
-                    break
-                more = project.advance()
+            if self._serve is not None:
+                result = self._serve.run_model(model, sources, full_refresh=full_refresh, keep=keep)
+            else:
+                result = self.project().run_model(model, sources, full_refresh=full_refresh, keep=keep)
         except StreamError as e:
             raise DbtRuntimeError(f"streaming model {name}: {e}") from e
-        dropped = dict(project.dropped)
-        project.dropped.clear()
-        message = f"{action.upper()} at tick {project.tick}" + ("" if ticked else " (up to date)")
-        if dead:
-            message += f", {dead} records to dead letters"
-        return {"action": action, "tick": project.tick, "message": message, "dropped": dropped}
+        self._pruned = True
+        return result
 
     def _with_schema_file(self, kafka: dict[str, Any]) -> dict[str, Any]:
         """A source's Avro ``schema_file`` (relative to the dbt project) read into its config."""

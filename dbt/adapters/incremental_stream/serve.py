@@ -1,7 +1,11 @@
 """``dbt-stream serve``: the project's streaming models kept running, configured the way
 dbt is — the profile (with ``env_var()`` secrets) gives Spark, the state location and
 Kafka; the compiled project (``target/manifest.json``) says which models should stream.
-Models are deployed by ``dbt run``; serve ticks what is deployed."""
+Models are deployed by ``dbt run``; serve ticks what is deployed.
+
+While serve runs, ``dbt run``/``test``/``show`` and BI clients work on the same project
+through it: serve's Spark exposes a Spark Connect endpoint (the one process that owns the
+catalog and the state), and ``dbt run`` hands its streaming models to serve to deploy."""
 from __future__ import annotations
 
 import argparse
@@ -47,7 +51,9 @@ def main(argv: list[str]) -> int:
                                                         "max_records_per_tick, else all)")
     parser.add_argument("--port", type=int, default=9187, help="HTTP port for /metrics and /status (0: any free "
                                                                "port, -1: none; default 9187)")
-    parser.add_argument("--host", default="127.0.0.1", help="HTTP address to listen on (default 127.0.0.1)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    parser.add_argument("--connect-port", type=int, default=15002, help="Spark Connect port for dbt and BI clients "
+                                                                        "(-1: none; default 15002)")
     parser.add_argument("--log-format", choices=["text", "json"], default="text")
     parser.add_argument("--max-ticks", type=int, help="stop after this many committed ticks")
     args = parser.parse_args(argv)
@@ -56,7 +62,10 @@ def main(argv: list[str]) -> int:
     creds = credentials(project_dir, args.profiles_dir, args.target)
     os.chdir(project_dir)  # the catalog (metastore_db/, spark-warehouse/) is where dbt has it
     want = _streaming_models(project_dir)
-    spark = session(creds.master, {**creds.server_side_parameters, **creds.spark_conf}, hive=True)
+    connect = {} if args.connect_port < 0 else {
+        "spark.plugins": "org.apache.spark.sql.connect.SparkConnectPlugin",
+        "spark.connect.grpc.binding.address": args.host, "spark.connect.grpc.binding.port": str(args.connect_port)}
+    spark = session(creds.master, {**creds.server_side_parameters, **creds.spark_conf, **connect}, hive=True)
 
     def open_project() -> Project:
         project = Project(spark, creds.state_path(project_dir), kafka=creds.kafka_settings,
@@ -67,7 +76,8 @@ def main(argv: list[str]) -> int:
         return project
 
     server = Server(open_project, interval=args.interval, port=None if args.port < 0 else args.port,
-                    host=args.host, max_ticks=args.max_ticks)
+                    host=args.host, max_ticks=args.max_ticks,
+                    info={"connect": None if not connect else f"sc://{args.host}:{args.connect_port}"})
     return server.run()
 
 
