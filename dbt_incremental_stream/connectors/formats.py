@@ -229,31 +229,22 @@ def value(f: StructField, v: Any) -> Any:
 
 # --- encoding ----------------------------------------------------------------------------
 
+#: Avro types of Spark's atomic types (decimals take their precision and scale)
+_AVRO: list[tuple[type, Any]] = [
+    (LongType, "long"), (IntegerType, "int"), (ShortType, "int"), (ByteType, "int"), (DoubleType, "double"),
+    (FloatType, "float"), (BooleanType, "boolean"), (StringType, "string"), (BinaryType, "bytes"),
+    (TimestampType, {"type": "long", "logicalType": "timestamp-micros"}),
+    (DateType, {"type": "int", "logicalType": "date"})]
+
+
 def avro_type(t: DataType) -> Any:
     """The Avro type of a nullable column of Spark type ``t``."""
-    if isinstance(t, (LongType,)):
-        base: Any = "long"
-    elif isinstance(t, (IntegerType, ShortType, ByteType)):
-        base = "int"
-    elif isinstance(t, DoubleType):
-        base = "double"
-    elif isinstance(t, FloatType):
-        base = "float"
-    elif isinstance(t, BooleanType):
-        base = "boolean"
-    elif isinstance(t, StringType):
-        base = "string"
-    elif isinstance(t, BinaryType):
-        base = "bytes"
-    elif isinstance(t, DecimalType):
-        base = {"type": "bytes", "logicalType": "decimal", "precision": t.precision, "scale": t.scale}
-    elif isinstance(t, TimestampType):
-        base = {"type": "long", "logicalType": "timestamp-micros"}
-    elif isinstance(t, DateType):
-        base = {"type": "int", "logicalType": "date"}
-    else:
-        raise StreamError(f"a column of type {t.simpleString()} cannot be written as Avro")
-    return ["null", base]
+    if isinstance(t, DecimalType):
+        return ["null", {"type": "bytes", "logicalType": "decimal", "precision": t.precision, "scale": t.scale}]
+    for spark_type, avro in _AVRO:
+        if isinstance(t, spark_type):
+            return ["null", avro]
+    raise StreamError(f"a column of type {t.simpleString()} cannot be written as Avro")
 
 
 def avro_record(name: str, columns: StructType) -> dict[str, Any]:
