@@ -19,7 +19,7 @@ test: setup
 	$(PY) -m pytest -n 2 --dist loadfile tests
 
 demo: setup
-	$(PY) examples/engine_demo.py
+	$(PY) examples/demo.py $(ARGS)
 
 bench: setup
 	$(PY) bench/join_aggregate.py

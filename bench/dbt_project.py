@@ -32,8 +32,8 @@ from pyspark.sql import SparkSession  # noqa: E402
 
 from dbt_incremental_stream.connectors.broker import LocalBroker  # noqa: E402
 from dbt_incremental_stream.differential import compare  # noqa: E402
-from tests.kafka import create_topics, produce  # noqa: E402
-from tests.shop_events import TOPICS, ShopEvents  # noqa: E402
+from dbt_incremental_stream.connectors.broker import create_topics, produce  # noqa: E402
+from examples.shop.events import TOPICS, ShopEvents  # noqa: E402
 
 MARTS = ["order_lines", "revenue_by_category", "customer_ltv", "region_revenue", "top_products"]
 

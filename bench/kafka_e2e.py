@@ -40,7 +40,7 @@ from dbt_incremental_stream.connectors.datasource import kafka_frame  # noqa: E4
 from dbt_incremental_stream.connectors.kafka import KafkaSettings, KafkaSink, KafkaSource, KafkaTopics  # noqa: E402
 from dbt_incremental_stream.project import Model, Project  # noqa: E402
 from dbt_incremental_stream.runtime.session import session  # noqa: E402
-from tests.kafka import create_topics  # noqa: E402
+from dbt_incremental_stream.connectors.broker import create_topics  # noqa: E402
 
 CUSTOMERS, REGIONS, CATEGORIES = 1000, ["eu", "us", "apac", "latam"], ["books", "games", "garden", "toys", "tools"]
 QUERIES = {

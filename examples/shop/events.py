@@ -1,4 +1,4 @@
-"""Random but realistic events for the integration project's Kafka sources: customers
+"""Random but realistic events of an online shop for its Kafka topics: customers
 (upsert), products (debezium), orders and payments (append)."""
 from __future__ import annotations
 

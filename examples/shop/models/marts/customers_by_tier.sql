@@ -1,0 +1,3 @@
+select tier, count(*) as customers
+from {{ source('shop', 'customers') }}
+group by tier
