@@ -13,7 +13,7 @@ setup(
     package_data={"dbt.include.incremental_stream": ["dbt_project.yml", "profile_template.yml", "macros/*.sql",
                                                      "macros/*/*.sql"]},
     install_requires=[
-        "pyspark==4.3.0",
+        "pyspark[connect]==4.3.0",  # connect: dbt and BI clients reach a running dbt-stream serve
         "sqlglot==30.30.0",
         "pandas==2.3.3",  # PySpark 4.3 warns that pandas 3 is not yet supported
         "pyarrow==26.0.1",

@@ -177,7 +177,7 @@ def test_serve_survives_random_kills_with_exactly_once_outputs(tmp_path, kafka):
     produce(kafka, topic, [(None, o) for o in orders])
 
     # the uninterrupted run, which also shows the HTTP endpoints and the graceful stop
-    serve = Serve(ref, env, "--port", "0")
+    serve = Serve(ref, env, "--port", "0", "--connect-port", "-1")
     url = serve.wait_for(lambda e: e.get("event") == "http")["url"]
     last = serve.wait_for(caught_up)
     status = json.loads(urllib.request.urlopen(url + "status", timeout=10).read())
@@ -195,7 +195,7 @@ def test_serve_survives_random_kills_with_exactly_once_outputs(tmp_path, kafka):
 
     # the same, killed at random points: during start-up, inside a tick, between ticks
     for _ in range(KILLS):
-        serve = Serve(crash, env, "--port", "-1")
+        serve = Serve(crash, env, "--port", "-1", "--connect-port", "-1")
         seen = rng.choice([0, 0, 1, 1, 2])
         if seen == 0:
             time.sleep(rng.uniform(2.0, 14.0))
@@ -204,7 +204,7 @@ def test_serve_survives_random_kills_with_exactly_once_outputs(tmp_path, kafka):
                 serve.wait_for(lambda e: e.get("event") in ("tick", "stop"))
             time.sleep(rng.uniform(0.0, 1.5))
         serve.kill()
-    serve = Serve(crash, env, "--port", "-1")
+    serve = Serve(crash, env, "--port", "-1", "--connect-port", "-1")
     serve.wait_for(caught_up, timeout=600)
     os.kill(serve.proc.pid, signal.SIGTERM)
     assert serve.proc.wait(60) == 0

@@ -57,7 +57,8 @@ class IncrementalStreamAdapter(SparkAdapter):
         self._project: Project | None = None
         self._pruned = False
         self._project_lock = threading.Lock()
-        self._serve = use_running_serve(self._credentials, config.project_root)
+        root = getattr(config, "project_root", None)  # `dbt debug` passes a profile without a project
+        self._serve = use_running_serve(self._credentials, root) if root else None
 
     @classmethod
     def type(cls) -> str:
