@@ -7,6 +7,10 @@ or pass ``--project-dir``)::
     dbt-stream explain revenue        # a model's plan and incremental circuit
     dbt-stream equivalence revenue    # run it in batch and incrementally over the same changes
 
+A local Kafka-protocol broker (Tansu, in memory; needs the ``dev`` extra) to try things on::
+
+    dbt-stream broker --port 9092     # until Ctrl-C
+
 On a SQL file::
 
     dbt-stream explain view.sql --source "orders=id INT, cust INT, amount DOUBLE"
@@ -126,6 +130,21 @@ def _equivalence(args: argparse.Namespace) -> int:
     return 0
 
 
+def _broker(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from .connectors.broker import LocalBroker
+
+    stop = threading.Event()
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, lambda *_: stop.set())
+    with LocalBroker(port=args.port) as bootstrap:
+        print(f"a Kafka-protocol broker (Tansu, in memory) at {bootstrap}; Ctrl-C stops it", flush=True)
+        stop.wait()
+    return 0
+
+
 def main(argv: list[str] | None = None, extra: Mapping[str, Callable[[list[str]], int]] | None = None,
          epilog: str = "") -> int:
     """``extra``: more commands (the dbt plugin's ``serve``), each given the arguments after it."""
@@ -139,7 +158,7 @@ def main(argv: list[str] | None = None, extra: Mapping[str, Callable[[list[str]]
             return 1
     parser = argparse.ArgumentParser(prog="dbt-stream", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__ + epilog)
-    parser.add_argument("command", choices=["models", "explain", "check", "equivalence", *extra])
+    parser.add_argument("command", choices=["models", "explain", "check", "equivalence", "broker", *extra])
     parser.add_argument("target", nargs="?", help="a model name, or a .sql file with one SELECT query")
     parser.add_argument("--source", action="append", default=[], metavar="NAME=COLUMNS",
                         help='for a .sql file: a relation it reads, e.g. "orders=id INT, amount DOUBLE" (repeatable)')
@@ -149,15 +168,17 @@ def main(argv: list[str] | None = None, extra: Mapping[str, Callable[[list[str]]
     parser.add_argument("--seed", type=int, default=0, help="equivalence: random seed for the changes")
     parser.add_argument("--master", default="local[2]", help="equivalence: Spark master")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="equivalence: Spark setting")
+    parser.add_argument("--port", type=int, default=9092, help="broker: port to listen on (default 9092)")
     args = parser.parse_args(argv)
-    if args.command != "models" and not args.target:
+    if args.command not in ("models", "broker") and not args.target:
         parser.error(f"{args.command} needs a model name or a .sql file")
     try:
         if args.command in ("explain", "check") and _is_file(args.target):
             return _file(args)
         if args.command == "check":
             parser.error("check takes a .sql file; for a project's models use `dbt-stream models`")
-        return {"models": _models, "explain": _explain_model, "equivalence": _equivalence}[args.command](args)
+        return {"models": _models, "explain": _explain_model, "equivalence": _equivalence,
+                "broker": _broker}[args.command](args)
     except StreamError as e:
         print(f"dbt-stream: {e}", file=sys.stderr)
         return 1

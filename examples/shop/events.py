@@ -66,3 +66,30 @@ class ShopEvents:
                 out["shop.payments"].append((None, {"payment_id": self._id("payment"), "order_id": order["order_id"],
                                                     "amount": amount}))
         return out
+
+
+def main() -> None:
+    """Send rounds of shop events to a broker: ``python examples/shop/events.py --rounds 3``."""
+    import argparse
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from dbt_incremental_stream.connectors.broker import create_topics, produce
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--bootstrap", default="127.0.0.1:9092")
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--orders", type=int, default=40, help="orders per round")
+    parser.add_argument("--seed", type=int, default=0, help="the same seed sends the same events again")
+    args = parser.parse_args()
+    create_topics(args.bootstrap, *TOPICS, "shop.revenue_by_category")
+    events = ShopEvents(args.seed)
+    for _ in range(args.rounds):
+        for topic, records in events.round(orders=args.orders).items():
+            produce(args.bootstrap, topic, records)
+    print(f"sent {args.rounds} round(s) of {args.orders} orders with payments, customer and product changes")
+
+
+if __name__ == "__main__":
+    main()
