@@ -57,7 +57,7 @@ class DbtProject:
             declared = tuple(c.lower() for c in node.get("columns", {}))
             if node["resource_type"] == "model":
                 self.models[node["name"]] = DbtModel(node["name"], relation, node["config"].get("materialized", ""),
-                                                     node.get("compiled_code"), declared)
+                                                     self._compiled(node, target_path), declared)
             elif node["resource_type"] == "seed":
                 self._columns[relation] = self._seed_header(node) or declared
         for src in doc.get("sources", {}).values():
@@ -65,6 +65,14 @@ class DbtProject:
             self._columns[relation] = tuple(c.lower() for c in src.get("columns", {}))
         self._by_relation = {m.relation: m for m in self.models.values()}
         self._verdicts: dict[str, Verdict] = {}
+
+    def _compiled(self, node: dict[str, Any], target_path: str) -> str | None:
+        """A model's compiled SQL: in the manifest after `dbt compile`, else (`dbt run`,
+        `show`, ... write the manifest before compiling) the file the last compile left."""
+        if node.get("compiled_code"):
+            return node["compiled_code"]
+        path = self.root / target_path / "compiled" / node["package_name"] / node["original_file_path"]
+        return path.read_text() if path.exists() else None
 
     def _seed_header(self, node: dict[str, Any]) -> tuple[str, ...]:
         path = self.root / node.get("original_file_path", "")
