@@ -15,3 +15,20 @@ def test_explain_and_check(tmp_path, capsys):
     bad.write_text("SELECT id FROM orders\nGROUP BY ROLLUP (id)")
     assert main(["check", str(bad), *sources]) == 1
     assert "ROLLUP" in capsys.readouterr().err
+
+
+def test_compiled_sql_comes_from_target_compiled_when_the_manifest_lacks_it(tmp_path):
+    """`dbt run` and `dbt show` write manifest.json before compiling: the compiled file counts."""
+    import json
+
+    from dbt_incremental_stream.manifest import DbtProject
+
+    node = {"resource_type": "model", "name": "v", "schema": "s", "alias": "v", "columns": {}, "package_name": "p",
+            "original_file_path": "models/v.sql", "config": {"materialized": "streaming_view"}}
+    (tmp_path / "target" / "compiled" / "p" / "models").mkdir(parents=True)
+    (tmp_path / "target" / "manifest.json").write_text(json.dumps({
+        "nodes": {"model.p.v": node},
+        "sources": {"source.p.raw.t": {"schema": "raw", "name": "t", "columns": {"a": {}, "b": {}}}}}))
+    assert not DbtProject(tmp_path).verdict("v").ok
+    (tmp_path / "target" / "compiled" / "p" / "models" / "v.sql").write_text("select a, sum(b) as b from raw.t group by a")
+    assert DbtProject(tmp_path).verdict("v").ok
