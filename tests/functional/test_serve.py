@@ -91,6 +91,7 @@ class Serve:
         self.events: queue.Queue = queue.Queue()
         self.lines: list[str] = []
         threading.Thread(target=self._read, daemon=True).start()
+        STARTED.append(self)
 
     def _read(self) -> None:
         for line in self.proc.stderr:  # type: ignore[union-attr]
@@ -125,6 +126,19 @@ class Serve:
             except ProcessLookupError:
                 return
             time.sleep(0.1)
+
+
+STARTED: list[Serve] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_serve_left():
+    """A failing test leaves no serve process behind (it would hold ports and the catalog)."""
+    yield
+    while STARTED:
+        serve = STARTED.pop()
+        if serve.proc.poll() is None:
+            serve.kill()
 
 
 def caught_up(event: dict) -> bool:
