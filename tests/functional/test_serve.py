@@ -103,7 +103,7 @@ class Serve:
                     pass
         self.events.put(None)
 
-    def wait_for(self, want, timeout: float = 180.0) -> dict:
+    def wait_for(self, want, timeout: float = 900.0) -> dict:
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -219,7 +219,7 @@ def test_serve_survives_random_kills_with_exactly_once_outputs(tmp_path, kafka):
             time.sleep(rng.uniform(0.0, 1.5))
         serve.kill()
     serve = Serve(crash, env, "--port", "-1", "--connect-port", "-1")
-    serve.wait_for(caught_up, timeout=600)
+    serve.wait_for(caught_up)
     os.kill(serve.proc.pid, signal.SIGTERM)
     assert serve.proc.wait(60) == 0
 
