@@ -263,9 +263,8 @@ class Project:
                     if self._published != self.tick:
                         self._publish()
                     return False
-                offsets = {rel: {**self._offsets.get(rel, {}), **{p: e for p, (_, e) in r.items()}}
-                           for rel, r in ranges.items()}
-                offsets = {**self._offsets, **offsets}
+                offsets = {**self._offsets, **{rel: {**self._offsets.get(rel, {}), **{p: e for p, (_, e) in r.items()}}
+                                               for rel, r in ranges.items()}}
                 self.pipe.notes = {
                     "models": {rel: {"sql": m.sql, "kind": m.kind, "sink": m.sink and m.sink.to_json()}
                                for rel, m in self.models.items()},

@@ -20,7 +20,7 @@ from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, Str
 from ..circuit.operators import WEIGHT
 from .envelopes import source_changes
 from .formats import Bad, Registry
-from .kafka import KafkaSettings, KafkaSource, Ranges, read_range
+from .kafka import KafkaSettings, KafkaSource, Ranges, is_secret, read_range
 
 NAME = "dbt_stream_kafka"
 #: most offsets one task reads
@@ -46,7 +46,7 @@ def kafka_frame(spark: SparkSession, settings: KafkaSettings, source: KafkaSourc
         _registered.add(NAME)
     options = {"source": json.dumps(source.to_json()), "ranges": json.dumps({str(p): r for p, r in ranges.items()})}
     for k, v in settings.config.items():
-        options[(_SECRET_OPTION if _secret(k) else "kafka.") + k] = v
+        options[(_SECRET_OPTION if is_secret(k) else "kafka.") + k] = v
     if settings.registry is not None:
         options[_REGISTRY] = settings.registry.url
         if settings.registry.user_info:
@@ -55,12 +55,6 @@ def kafka_frame(spark: SparkSession, settings: KafkaSettings, source: KafkaSourc
 
 
 _registered: set[str] = set()
-
-
-def _secret(key: str) -> bool:
-    from .kafka import SECRET_PARTS
-
-    return any(p in key.lower() for p in SECRET_PARTS)
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,11 @@ SECRET_PARTS = ("password", "secret", "token", "key.pem", "keystore", "sasl.oaut
 STARTS = ("earliest", "latest")  # or an ISO timestamp
 
 
+def is_secret(key: str) -> bool:
+    """Whether a setting's value must never be printed, logged or put in a query plan."""
+    return any(p in key.lower() for p in SECRET_PARTS)
+
+
 @dataclass(frozen=True)
 class KafkaSettings:
     """``bootstrap.servers`` plus any librdkafka setting (SASL, SSL, timeouts) as given, and
@@ -55,7 +60,7 @@ class KafkaSettings:
     def redacted(self) -> dict[str, str]:
         """The settings fit to print."""
         shown = {**self.config, **({"schema_registry.url": self.registry.url} if self.registry else {})}
-        return {k: "****" if any(p in k.lower() for p in SECRET_PARTS) else v for k, v in shown.items()}
+        return {k: "****" if is_secret(k) else v for k, v in shown.items()}
 
     def consumer(self, extra: Mapping[str, Any]) -> Any:
         """A consumer that commits nothing to Kafka (offsets live in the pipeline's state),
