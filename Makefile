@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: setup test demo bench bench-tpch clean
+.PHONY: setup test demo bench bench-tpch bench-nexmark bench-all clean
 
 setup: $(VENV)/.installed
 
@@ -28,5 +28,22 @@ bench: setup
 bench-tpch: setup
 	$(PY) bench/tpch.py $(ARGS)
 
+# the pydbsp baseline needs Python >= 3.12, in a virtualenv of its own
+PYTHON312 ?= $(shell command -v python3.12 || ls $$HOME/.pyenv/versions/3.12*/bin/python 2>/dev/null | tail -1)
+.venv-pydbsp/.installed:
+	$(PYTHON312) -m venv .venv-pydbsp
+	.venv-pydbsp/bin/pip install --quiet pydbsp==2.1.0
+	touch $@
+
+bench-nexmark: setup .venv-pydbsp/.installed
+	$(PY) bench/nexmark.py $(ARGS)
+
+# every benchmark, at the sizes bench/README.md reports
+bench-all: bench-nexmark
+	$(PY) bench/kafka_e2e.py
+	$(PY) bench/dbt_project.py
+	$(PY) bench/memory.py
+	$(PY) bench/join_aggregate.py
+
 clean:
-	rm -rf $(VENV) *.egg-info .pytest_cache .hypothesis spark-warehouse metastore_db
+	rm -rf $(VENV) .venv-pydbsp *.egg-info .pytest_cache .hypothesis spark-warehouse metastore_db

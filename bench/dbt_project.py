@@ -1,10 +1,11 @@
-"""`dbt run` of the integration project after a small change: streaming models vs the same
-models as batch tables, in one process and one Spark session.
+"""`dbt run` after a small change vs `dbt run --full-refresh`, for integration_tests/ and
+examples/shop/: streaming models against the same models as batch tables, in one process
+and one Spark session.
 
-    python bench/dbt_project.py [--orders 20000] [--change 0.001]
+    python bench/dbt_project.py [--orders 20000] [--change 0.001] [--projects integration_tests,examples/shop]
 
 Loads ``--orders`` orders (with customers, products and payments) into a local Kafka-protocol
-broker, builds integration_tests/ once, then produces a change of ``--change`` of the orders
+broker, builds each project once, then produces a change of ``--change`` of the orders
 (plus the customer and product updates that come with it) and times:
 
 - ``dbt run`` of the streaming project (catches up: one tick for all models),
@@ -35,7 +36,11 @@ from dbt_incremental_stream.differential import compare  # noqa: E402
 from dbt_incremental_stream.connectors.broker import create_topics, produce  # noqa: E402
 from examples.shop.events import TOPICS, ShopEvents  # noqa: E402
 
-MARTS = ["order_lines", "revenue_by_category", "customer_ltv", "region_revenue", "top_products"]
+
+
+def marts(project: Path) -> list[str]:
+    """The project's streaming views: marts without a materialization of their own."""
+    return sorted(f.stem for f in (project / "models" / "marts").glob("*.sql") if "materialized" not in f.read_text())
 
 
 def dbt(root: Path, *args: str) -> float:
@@ -56,46 +61,61 @@ def load(bootstrap: str, events: ShopEvents, orders: int, per_round: int = 200) 
         produce(bootstrap, topic, records)
 
 
+def bench_project(name: str, work: Path, bootstrap: str, events: ShopEvents, orders: int, change: float
+                  ) -> list[tuple[str, str, float]]:
+    """The timed runs of one project, streaming and batch over the same topics."""
+    streaming, batch = work / name / "streaming", work / name / "batch"
+    ignore = shutil.ignore_patterns("target", "logs", "stream_state", "metastore_db", "spark-warehouse", "*.py")
+    shutil.copytree(ROOT / name, streaming, ignore=ignore)
+    shutil.copytree(ROOT / name, batch, ignore=ignore)
+    (batch / "dbt_project.yml").write_text((batch / "dbt_project.yml").read_text()
+                                           .replace("+materialized: streaming_view", "+materialized: table"))
+    for model in (batch / "models").rglob("*.sql"):
+        model.write_text(model.read_text().replace("changelog_table", "table"))
+    tag = Path(name).name  # each project's models in schemas of their own
+    for kind, root in (("stream", streaming), ("batch", batch)):
+        (root / "profiles.yml").write_text((root / "profiles.yml").read_text()
+                                           .replace("schema: shop", f"schema: {tag}_{kind}"))
+    views = marts(streaming)
+    rows = [("initial dbt build (streaming)", dbt(streaming, "build")),
+            ("dbt run, nothing new (streaming)", dbt(streaming, "run"))]
+    load(bootstrap, events, max(1, int(orders * change)), per_round=max(1, int(orders * change)))
+    rows.append((f"dbt run after a {change:.1%} change (streaming)", dbt(streaming, "run")))
+    if (batch / "seeds").exists():
+        dbt(batch, "seed")
+    rows.append(("dbt run of the same models as tables (batch)", dbt(batch, "run")))
+    spark = SparkSession.builder.getOrCreate()  # the session dbt started
+    for model in views:
+        problem = compare([tuple(r) for r in spark.table(f"{tag}_stream.{model}").collect()],
+                          [tuple(r) for r in spark.table(f"{tag}_batch.{model}").collect()])
+        if problem:
+            raise SystemExit(f"{name}/{model}: streaming and batch differ: {problem}")
+    rows.append(("dbt run --full-refresh (streaming)", dbt(streaming, "run", "--full-refresh")))
+    print(f"  {name}: all {len(views)} streaming views equal to batch", file=sys.stderr)
+    return [(name, run, seconds) for run, seconds in rows]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--orders", type=int, default=20_000)
     parser.add_argument("--change", type=float, default=0.001)
+    parser.add_argument("--projects", default="integration_tests,examples/shop")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-dbt-"))
-    streaming, batch = work / "streaming", work / "batch"
-    ignore = shutil.ignore_patterns("target", "logs", "stream_state", "metastore_db", "spark-warehouse")
-    shutil.copytree(ROOT / "integration_tests", streaming, ignore=ignore)
-    shutil.copytree(ROOT / "integration_tests", batch, ignore=ignore)
-    (batch / "dbt_project.yml").write_text((batch / "dbt_project.yml").read_text()
-                                           .replace("+materialized: streaming_view", "+materialized: table"))
-    changelog = batch / "models" / "marts" / "revenue_changes.sql"
-    changelog.write_text(changelog.read_text().replace("changelog_table", "table"))
-    (batch / "profiles.yml").write_text((batch / "profiles.yml").read_text().replace("schema: shop", "schema: shop_batch"))
     os.chdir(work)  # Spark's Derby metastore and warehouse go here
-    events = ShopEvents(seed=1)
-    rows = []
+    rows: list[tuple[str, str, float]] = []
     with LocalBroker() as bootstrap:
         os.environ["KAFKA_BOOTSTRAP_SERVERS"] = bootstrap
         create_topics(bootstrap, *TOPICS, partitions=2)
+        create_topics(bootstrap, "shop.revenue_by_category")
+        events = ShopEvents(seed=1)
         load(bootstrap, events, args.orders)
-        rows.append(("initial dbt build (streaming)", dbt(streaming, "build")))
-        rows.append(("dbt run, nothing new (streaming)", dbt(streaming, "run")))
-        load(bootstrap, events, max(1, int(args.orders * args.change)), per_round=max(1, int(args.orders * args.change)))
-        rows.append((f"dbt run after a {args.change:.1%} change (streaming)", dbt(streaming, "run")))
-        dbt(batch, "seed")
-        rows.append(("dbt run of the same models as tables (batch)", dbt(batch, "run")))
-        spark = SparkSession.builder.getOrCreate()  # the session dbt started
-        for model in MARTS:
-            problem = compare([tuple(r) for r in spark.table(f"shop.{model}").collect()],
-                              [tuple(r) for r in spark.table(f"shop_batch.{model}").collect()])
-            if problem:
-                raise SystemExit(f"{model}: streaming and batch differ: {problem}")
-        rows.append(("dbt run --full-refresh (streaming)", dbt(streaming, "run", "--full-refresh")))
-    width = max(len(r[0]) for r in rows)
-    print(f"\nintegration_tests/, {args.orders:,} orders; results of all {len(MARTS)} marts equal to batch\n")
-    print(f"{'run':<{width}}  seconds")
-    for name, seconds in rows:
-        print(f"{name:<{width}}  {seconds:7.1f}")
+        for name in args.projects.split(","):
+            rows += bench_project(name, work, bootstrap, events, args.orders, args.change)
+    print(f"\n{args.orders:,} orders, then {args.change:.1%} more; every streaming view equal to batch\n")
+    print("| project | run | seconds |\n|---|---|---|")
+    for project, run, seconds in rows:
+        print(f"| {project} | {run} | {seconds:.1f} |")
     out = ROOT / "bench" / "results"
     out.mkdir(parents=True, exist_ok=True)
     import matplotlib
@@ -103,10 +123,10 @@ def main() -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 3))
-    ax.barh([r[0] for r in rows][::-1], [r[1] for r in rows][::-1])
+    fig, ax = plt.subplots(figsize=(9, 4))
+    ax.barh([f"{p}: {r}" for p, r, _ in rows][::-1], [s for _, _, s in rows][::-1])
     ax.set_xlabel("seconds")
-    ax.set_title(f"integration_tests/, {args.orders:,} orders")
+    ax.set_title(f"dbt run, {args.orders:,} orders")
     fig.tight_layout()
     fig.savefig(out / "dbt_project.png")
     shutil.rmtree(work, ignore_errors=True)

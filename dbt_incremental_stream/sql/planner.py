@@ -81,6 +81,9 @@ def _check_tokens(sql: str, view: str | None) -> None:
 def plan(sql: str, catalog: Mapping[str, Operator], view: str | None = None) -> Operator:
     """The logical plan of ``sql``; ``catalog`` maps relation names to their operators."""
     tree = with_clock(parse(sql, view).transform(_filter_clause))
+    for select in tree.find_all(exp.Select):
+        if select.args.get("from_") is None:  # what is left after the clock took its place
+            raise unsupported("SELECT without FROM (a constant relation); read a seed or table instead", select, view)
     schema = {name: {c: "string" for c in op.columns} for name, op in catalog.items()}
     try:
         tree = qualify(tree, schema=schema, dialect=DIALECT, validate_qualify_columns=True,

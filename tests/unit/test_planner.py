@@ -33,6 +33,7 @@ CATALOG = {
      "LIMIT in a subquery"),
     ("SELECT id FROM orders LATERAL VIEW explode(array(1)) t AS x", "LATERAL"),
     ("SELECT * FROM VALUES (1, 2) AS t(a, b)", "VALUES"),
+    ("SELECT o.id, k.k FROM orders o CROSS JOIN (SELECT 1 AS k) k", "SELECT without FROM"),
     ("SELECT window(id, '10 minutes') AS w, COUNT(*) FROM orders GROUP BY 1", "window()"),
 ])
 def test_unsupported_constructs_are_named_with_position(sql, construct):

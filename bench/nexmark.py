@@ -1,0 +1,364 @@
+"""Nexmark through Kafka: this engine vs Spark Structured Streaming (and pydbsp), side by side.
+
+    python bench/nexmark.py [--events 100000] [--per-tick 10000] [--queries q0,q1,...] [--no-pydbsp]
+
+Events come from the Nexmark generator (bench/nexmark_events.py), JSON on three topics of a
+local broker (person, auction, bid). For each query and each engine the events are
+produced in rounds of ``--per-tick`` (in event order, all three kinds), and after each
+round the engine catches up; a round's time is its tick latency (end to end: Kafka in,
+view maintained, Kafka out), events/s is events / the rounds' total time.
+
+- **this engine**: a project with the query as its one streaming view and an
+  insert_delete Kafka sink, one :meth:`Project.advance` per round; after the last round
+  the view is compared with DuckDB over all input (``check_project``).
+- **Spark Structured Streaming** (same session, same Python data source reading Kafka
+  through executors, ``foreachBatch`` sink producing JSON to Kafka): the query as
+  written, in the first output mode Spark accepts (append, update, complete); where it
+  accepts none, Spark's own error is the reason. Its result is compared with DuckDB
+  where the mode allows (append: all rows; complete: the last batch).
+- **pydbsp** (the pure-Python DBSP, in its own Python 3.12 virtualenv, in process with no
+  Kafka): bench/nexmark_pydbsp.py, for the queries it expresses; skipped if its
+  virtualenv is missing (``make bench-nexmark`` creates it).
+
+Prints a table and saves bench/results/nexmark.png.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Iterator
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+
+import sqlglot  # noqa: E402
+from confluent_kafka import Producer  # noqa: E402
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition  # noqa: E402
+from pyspark.sql.types import StructType  # noqa: E402
+from sqlglot import exp  # noqa: E402
+
+from dbt_incremental_stream.connectors.broker import LocalBroker, create_topics  # noqa: E402
+from dbt_incremental_stream.connectors.datasource import KafkaRangeSource  # noqa: E402
+from dbt_incremental_stream.connectors.kafka import KafkaSettings, KafkaSink, KafkaSource, KafkaTopics  # noqa: E402
+from dbt_incremental_stream.differential import Oracle, check_project, compare  # noqa: E402
+from dbt_incremental_stream.project import Model, Project  # noqa: E402
+from dbt_incremental_stream.runtime.session import session  # noqa: E402
+from nexmark_events import SCHEMAS, Generator  # noqa: E402
+from nexmark_queries import QUERIES, READS  # noqa: E402
+
+PARTITIONS = {"person": 1, "auction": 1, "bid": 2}
+SIDE_INPUT = "key bigint, value string"
+SIDE_ROWS = [(k, f"side-{k % 97}") for k in range(10_000)]
+PYDBSP_PYTHON = HERE.parent / ".venv-pydbsp" / "bin" / "python"
+
+Rounds = list[dict[str, list[bytes]]]
+
+
+def encode(events: int, per_tick: int, seed: int, rate: float) -> tuple[Rounds, dict[str, list[tuple]]]:
+    """The events as JSON messages in rounds, and as rows (for DuckDB)."""
+    rounds: Rounds = []
+    rows: dict[str, list[tuple]] = defaultdict(list)
+    for i, event in enumerate(Generator(seed, rate).events(events)):
+        if i % per_tick == 0:
+            rounds.append(defaultdict(list))
+        rounds[-1][event.kind].append(json.dumps(event.row, default=datetime.isoformat).encode())
+        rows[event.kind].append(tuple(event.row.values()))
+    return rounds, rows
+
+
+def produce(bootstrap: str, topic: str, messages: list[bytes]) -> None:
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.num.messages": 10000})
+    for i, value in enumerate(messages):
+        while True:
+            try:
+                p.produce(topic, value=value)
+                break
+            except BufferError:
+                p.poll(0.05)
+        if i % 10000 == 0:
+            p.poll(0)
+    assert p.flush(60) == 0
+
+
+def topics(bootstrap: str, prefix: str, reads: list[str]) -> dict[str, str]:
+    names = {s: f"{prefix}.{s}" for s in reads if s in PARTITIONS}
+    for s, t in names.items():
+        create_topics(bootstrap, t, partitions=PARTITIONS[s])
+    return names
+
+
+def renamed(sql: str, template: str) -> str:
+    """``sql`` reading each input ``s`` as ``template.format(s=s)``."""
+    tree = sqlglot.parse_one(sql, read="spark")
+    ctes = {c.alias for c in tree.find_all(exp.CTE)}
+    for t in list(tree.find_all(exp.Table)):
+        if t.name in INPUTS and not t.db and t.name not in ctes:
+            t.replace(exp.to_table(template.format(s=t.name), alias=t.alias or None))
+    return tree.sql("spark")
+
+
+INPUTS = {*SCHEMAS, "side_input"}
+
+
+def stats(query: str, engine: str, events: int, seconds: list[float], **extra: Any) -> dict:
+    ordered = sorted(seconds)
+    return {"query": query, "engine": engine, "events": events, "rate": events / sum(seconds),
+            "p50": statistics.median(ordered), "p99": ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))],
+            "first": seconds[0], "last": seconds[-1], **extra}
+
+
+# --- this engine ---------------------------------------------------------------------------
+
+
+def run_engine(spark, work: Path, bootstrap: str, name: str, rounds: Rounds) -> dict:
+    settings = KafkaSettings({"bootstrap.servers": bootstrap})
+    names = topics(bootstrap, f"dbsp-{name}", READS[name])
+    out = f"dbsp-{name}.out"
+    create_topics(bootstrap, out, partitions=1)
+    streams = [KafkaSource(f"nx.{s}", t, StructType.fromDDL(SCHEMAS[s])) for s, t in names.items()]
+    project = Project(spark, str(work / f"dbsp-{name}"), kafka=settings)
+    project.deploy(Model(f"nx.{name}", renamed(QUERIES[name], "nx.{s}"), sink=KafkaSink(out, "insert_delete")),
+                   streams=streams)
+    seconds, events, out_rows = [], 0, 0
+    for batch in rounds:
+        for s, t in names.items():
+            produce(bootstrap, t, batch[s])
+        started = time.perf_counter()
+        project.new_frontier()
+        while project.advance() or project.behind:
+            out_rows += sum(project.last.rows_out.values())
+            project.new_frontier()
+        seconds.append(time.perf_counter() - started)
+        events += sum(len(v) for v in batch.values())
+    problems = check_project(project)
+    project.close()
+    return stats(name, "this engine", events, seconds, out_rows=out_rows,
+                 equal="yes" if not any(problems.values()) else f"NO: {list(problems.values())[0][:200]}")
+
+
+# --- Spark Structured Streaming ------------------------------------------------------------
+
+
+class _Offsets(InputPartition):
+    def __init__(self, partition: int, start: int, end: int):
+        self.partition, self.start, self.end = partition, start, end
+
+
+class KafkaStream(DataSource):
+    """A Structured Streaming source over a topic, reading through the engine's batch
+    reader (same decoding, same executors), so that both engines pay the same source cost."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "nexmark_kafka_stream"
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return _StreamReader(dict(self.options), schema)
+
+
+class _StreamReader(DataSourceStreamReader):
+    def __init__(self, options: dict[str, str], schema: StructType):
+        self.options, self.width = options, len(schema.fields)
+        self.source = KafkaSource.from_json(json.loads(options["source"]))
+        self.settings = KafkaSettings({"bootstrap.servers": options["kafka.bootstrap.servers"]})
+
+    def initialOffset(self) -> dict:
+        return {}
+
+    def latestOffset(self) -> dict:
+        topics = KafkaTopics(self.settings)
+        try:
+            ranges, _ = topics.ranges(self.source, {})
+        finally:
+            topics.close()
+        return {str(p): end for p, (_, end) in ranges.items()}
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        return [_Offsets(int(p), int(start.get(p, 0)), int(e)) for p, e in end.items() if e > start.get(p, 0)]
+
+    def read(self, partition: _Offsets) -> Iterator[tuple]:
+        reader = KafkaRangeSource(dict(self.options, ranges=json.dumps(
+            {str(partition.partition): [partition.start, partition.end]}))).reader(StructType())
+        for part in reader.partitions():
+            for row in reader.read(part):
+                if row[-1] is None:  # not a dead letter
+                    yield row[:self.width]
+
+
+def run_sss(spark, work: Path, bootstrap: str, name: str, rounds: Rounds, oracle: Oracle) -> dict:
+    names = topics(bootstrap, f"sss-{name}", READS[name])
+    out = f"sss-{name}.out"
+    create_topics(bootstrap, out, partitions=1)
+    for s, t in names.items():
+        source = KafkaSource(f"nx.{s}", t, StructType.fromDDL(SCHEMAS[s]))
+        (spark.readStream.format(KafkaStream.name()).schema(source.schema)
+         .option("source", json.dumps(source.to_json())).option("kafka.bootstrap.servers", bootstrap)
+         .load().createOrReplaceTempView(f"sss_{s}"))
+    frame = spark.sql(renamed(QUERIES[name], "sss_{s}"))
+    batches: list[list[tuple]] = []
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+
+    def sink(batch, _id: int) -> None:
+        rows = [tuple(r) for r in batch.collect()]
+        for r in rows:
+            producer.produce(out, value=json.dumps(r, default=str).encode())
+        producer.flush(60)
+        batches.append(rows)
+
+    failures = []
+    for mode in ("append", "update", "complete"):
+        try:
+            query = (frame.writeStream.foreachBatch(sink).outputMode(mode)
+                     .option("checkpointLocation", str(work / f"sss-{name}-{mode}")).start())
+            break
+        except Exception as e:  # Spark names why it cannot run the query in this mode
+            failures.append(f"{mode}: {str(e).strip().splitlines()[0][:160]}")
+    else:
+        return {"query": name, "engine": "structured streaming", "unsupported": "; ".join(failures)}
+    seconds, events = [], 0
+    try:
+        for batch in rounds:
+            for s, t in names.items():
+                produce(bootstrap, t, batch[s])
+            started = time.perf_counter()
+            query.processAllAvailable()
+            seconds.append(time.perf_counter() - started)
+            events += sum(len(v) for v in batch.values())
+    finally:
+        query.stop()
+    want = oracle.query(f'SELECT * FROM "{name}"')
+    if mode == "append":
+        equal = compare([r for b in batches for r in b], want)
+    elif mode == "complete":
+        equal = compare(batches[-1] if batches else [], want)
+    else:
+        equal = "not checked (update mode emits changed groups only)"
+    return stats(name, "structured streaming", events, seconds, mode=mode,
+                 out_rows=sum(len(b) for b in batches), equal="yes" if equal is None else f"NO: {equal[:200]}")
+
+
+# --- pydbsp -----------------------------------------------------------------------------
+
+
+def run_pydbsp(args: argparse.Namespace, work: Path) -> list[dict]:
+    if not PYDBSP_PYTHON.exists():
+        print(f"pydbsp: skipped, no {PYDBSP_PYTHON} (make bench-nexmark creates it)", file=sys.stderr)
+        return []
+    out = work / "pydbsp.json"
+    subprocess.run([str(PYDBSP_PYTHON), str(HERE / "nexmark_pydbsp.py"), "--events", str(args.events),
+                    "--per-tick", str(args.per_tick), "--seed", str(args.seed), "--rate", str(args.rate),
+                    "--queries", args.queries, "--json", str(out)], check=True, stdout=sys.stderr)
+    results = []
+    for r in json.loads(out.read_text()):
+        if not r["supported"]:
+            results.append({"query": r["query"], "engine": "pydbsp", "unsupported": r["reason"]})
+        else:
+            results.append(stats(r["query"], "pydbsp", r["events"], r["tick_seconds"], out_rows=r["out_rows"],
+                                 equal="yes" if r["equal"] else "NO"))
+    return results
+
+
+# --- the run ------------------------------------------------------------------------------
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=100_000)
+    parser.add_argument("--per-tick", type=int, default=10_000)
+    parser.add_argument("--queries", default=",".join(QUERIES))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--rate", type=float, default=1000.0, help="events per second of event time")
+    parser.add_argument("--engines", default="dbsp,sss,pydbsp")
+    args = parser.parse_args()
+    queries, engines = args.queries.split(","), args.engines.split(",")
+    rounds, rows = encode(args.events, args.per_tick, args.seed, args.rate)
+    work = Path(tempfile.mkdtemp(prefix="nexmark-"))
+    results: list[dict] = []
+    spark = session("local[2]", {"spark.sql.warehouse.dir": str(work / "warehouse")})
+    spark.dataSource.register(KafkaStream)
+    oracle = Oracle()
+    for s, ddl in {**SCHEMAS, "side_input": SIDE_INPUT}.items():
+        oracle.add_source(s, StructType.fromDDL(ddl))
+        oracle.replace(s, rows[s] if s != "side_input" else SIDE_ROWS)
+    for q in queries:
+        oracle.add_view(q, QUERIES[q])
+    spark.sql("CREATE SCHEMA IF NOT EXISTS nx")
+    side = spark.createDataFrame(SIDE_ROWS, SIDE_INPUT)
+    side.write.mode("overwrite").saveAsTable("nx.side_input")
+    side.createOrReplaceTempView("sss_side_input")
+    try:
+        with LocalBroker() as bootstrap:
+            for q in queries:
+                if "dbsp" in engines:
+                    results.append(run_engine(spark, work, bootstrap, q, rounds))
+                    report(results[-1])
+                if "sss" in engines:
+                    results.append(run_sss(spark, work, bootstrap, q, rounds, oracle))
+                    report(results[-1])
+        spark.stop()
+        if "pydbsp" in engines:
+            results += run_pydbsp(args, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    table(args, results)
+    plot(results)
+
+
+def report(r: dict) -> None:
+    what = r.get("unsupported") or f"{r['rate']:,.0f} events/s, p50 {r['p50']:.2f}s, equal {r['equal']}"
+    print(f"  {r['query']} {r['engine']}: {what}", file=sys.stderr)
+
+
+def table(args: argparse.Namespace, results: list[dict]) -> None:
+    print(f"\nNexmark: {args.events:,} events ({args.rate:g}/s of event time), rounds of {args.per_tick:,}, "
+          f"local[2], {os.cpu_count()} cores\n")
+    print("| query | engine | events/s | tick p50 (s) | tick p99 (s) | first / last tick (s) | rows out | equal |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in sorted(results, key=lambda r: (int(r["query"][1:]), r["engine"])):
+        if "unsupported" in r:
+            print(f"| {r['query']} | {r['engine']} | cannot: {r['unsupported']} | | | | | |")
+        else:
+            mode = f" ({r['mode']})" if "mode" in r else ""
+            print(f"| {r['query']} | {r['engine']}{mode} | {r['rate']:,.0f} | {r['p50']:.2f} | {r['p99']:.2f} | "
+                  f"{r['first']:.2f} / {r['last']:.2f} | {r['out_rows']:,} | {r['equal']} |")
+
+
+def plot(results: list[dict]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ran = [r for r in results if "unsupported" not in r]
+    queries = sorted({r["query"] for r in ran}, key=lambda q: int(q[1:]))
+    engines = sorted({r["engine"] for r in ran})
+    fig, ax = plt.subplots(figsize=(11, 4))
+    width = 0.8 / max(len(engines), 1)
+    for i, engine in enumerate(engines):
+        rate = {r["query"]: r["rate"] for r in ran if r["engine"] == engine}
+        ax.bar([j + i * width for j in range(len(queries))], [rate.get(q, 0) for q in queries], width, label=engine)
+    ax.set_xticks([j + width * (len(engines) - 1) / 2 for j in range(len(queries))], queries)
+    ax.set_yscale("log")
+    ax.set_ylabel("events/s (0 = cannot express)")
+    ax.set_title("Nexmark, end to end")
+    ax.legend()
+    fig.tight_layout()
+    out = HERE / "results" / "nexmark.png"
+    out.parent.mkdir(exist_ok=True)
+    fig.savefig(out, dpi=120)
+    print(f"\nsaved {out}")
+
+
+if __name__ == "__main__":
+    main()
