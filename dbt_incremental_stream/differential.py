@@ -16,6 +16,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import duckdb
 import sqlglot
+from sqlglot import exp
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
@@ -40,6 +41,7 @@ class Oracle:
 
     def __init__(self) -> None:
         self.con = duckdb.connect()
+        self.con.execute("SET TimeZone = 'UTC'")  # as the engine's Spark session
         self.inputs: dict[str, Counter[Row]] = {}
         self._schemas: dict[str, StructType] = {}
         self._dirty: set[str] = set()
@@ -51,7 +53,7 @@ class Oracle:
         self._load()
 
     def add_view(self, name: str, sql: str) -> None:
-        duck_sql = total_order(with_clock(sqlglot.parse_one(sql, read="spark"))).sql("duckdb")
+        duck_sql = total_order(with_clock(sqlglot.parse_one(sql, read="spark"))).transform(_spark_only).sql("duckdb")
         self.con.execute(f'CREATE VIEW "{name}" AS {duck_sql}')
 
     def apply(self, source: str, changes: Iterable[Change]) -> None:
@@ -83,6 +85,13 @@ class Oracle:
                 marks = ", ".join("?" for _ in schema.fields)
                 self.con.executemany(f'INSERT INTO "{name}" VALUES ({marks})', data)
         self._dirty.clear()
+
+
+def _spark_only(node: exp.Expression) -> exp.Expression:
+    """Spark functions sqlglot leaves untranslated, as DuckDB says them."""
+    if isinstance(node, exp.Anonymous) and str(node.name).lower() == "timestamp_seconds":
+        return exp.cast(exp.UnixToTime(this=node.expressions[0]), "timestamp")
+    return node
 
 
 def _duck_type(spark_type: str) -> str:

@@ -219,3 +219,22 @@ def test_time_is_an_input(spark, tmp_path):
         assert diff.pipeline.snapshot("last_hour").count() == 0
     finally:
         diff.close()
+
+
+def test_tumbling_and_hopping_windows_from_epoch_seconds(spark, tmp_path):
+    """Windows written as epoch arithmetic (Nexmark's q5/q7 shape): Spark's
+    timestamp_seconds() and DuckDB's to_timestamp() agree, in UTC."""
+    views = {
+        "per_10s": "SELECT timestamp_seconds(floor(unix_seconds(ts) / 10) * 10) AS w, COUNT(*) AS n, MAX(v) AS top "
+                   "FROM events GROUP BY 1",
+        "hop": "SELECT w, COUNT(*) AS n FROM (" + " UNION ALL ".join(
+            f"SELECT timestamp_seconds(floor(unix_seconds(ts) / 2) * 2 - {k}) AS w FROM events" for k in (0, 2, 4)
+        ) + ") GROUP BY w",
+    }
+    diff = Differential(spark, str(tmp_path), {"events": "id INT, ts TIMESTAMP, v INT"}, views)
+    t0 = datetime(2026, 3, 1, 23, 59, 51)
+    try:
+        diff.step({"events": [((i, t0 + timedelta(seconds=3 * i), i), 1) for i in range(6)]})
+        diff.step({"events": [((1, t0 + timedelta(seconds=3), 1), -1), ((9, t0 + timedelta(seconds=13), 9), 1)]})
+    finally:
+        diff.close()
