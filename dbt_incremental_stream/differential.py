@@ -90,7 +90,9 @@ class Oracle:
 def _spark_only(node: exp.Expression) -> exp.Expression:
     """Spark functions sqlglot leaves untranslated, as DuckDB says them."""
     if isinstance(node, exp.Anonymous) and str(node.name).lower() == "timestamp_seconds":
-        return exp.cast(exp.UnixToTime(this=node.expressions[0]), "timestamp")
+        return exp.cast(exp.UnixToTime(this=node.expressions[0].transform(_spark_only)), "timestamp")
+    if isinstance(node, exp.UnixSeconds):  # Spark truncates; sqlglot's CAST(EPOCH(...) AS BIGINT) rounds
+        return exp.cast(exp.Floor(this=exp.func("epoch", node.this)), "bigint")
     return node
 
 
