@@ -29,7 +29,7 @@ bench-tpch: setup
 	$(PY) bench/tpch.py $(ARGS)
 
 # the pydbsp baseline needs Python >= 3.12, in a virtualenv of its own
-PYTHON312 ?= $(shell command -v python3.12 || ls $$HOME/.pyenv/versions/3.12*/bin/python 2>/dev/null | tail -1)
+PYTHON312 ?= $(shell for p in python3.12 $$HOME/.pyenv/versions/3.12*/bin/python; do $$p --version >/dev/null 2>&1 && echo $$p && break; done)
 .venv-pydbsp/.installed:
 	$(PYTHON312) -m venv .venv-pydbsp
 	.venv-pydbsp/bin/pip install --quiet pydbsp==2.1.0

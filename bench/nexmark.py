@@ -1,6 +1,6 @@
 """Nexmark through Kafka: this engine vs Spark Structured Streaming (and pydbsp), side by side.
 
-    python bench/nexmark.py [--events 100000] [--per-tick 10000] [--queries q0,q1,...] [--no-pydbsp]
+    python bench/nexmark.py [--events 60000] [--per-tick 10000] [--queries q0,q1,...] [--engines dbsp,sss,pydbsp]
 
 Events come from the Nexmark generator (bench/nexmark_events.py), JSON on three topics of a
 local broker (person, auction, bid). For each query and each engine the events are
@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -196,6 +197,13 @@ class _StreamReader(DataSourceStreamReader):
                     yield row[:self.width]
 
 
+def spark_reason(e: Exception) -> str:
+    """An analysis error's class, or its first sentence."""
+    first = str(e).strip().splitlines()[0]
+    named = re.match(r"\[([A-Z_.]+)\]", first)
+    return named.group(1) if named else first.split(". ")[0].rstrip(";.")[:110]
+
+
 def run_sss(spark, work: Path, bootstrap: str, name: str, rounds: Rounds, oracle: Oracle) -> dict:
     names = topics(bootstrap, f"sss-{name}", READS[name])
     out = f"sss-{name}.out"
@@ -223,7 +231,7 @@ def run_sss(spark, work: Path, bootstrap: str, name: str, rounds: Rounds, oracle
                      .option("checkpointLocation", str(work / f"sss-{name}-{mode}")).start())
             break
         except Exception as e:  # Spark names why it cannot run the query in this mode
-            failures.append(f"{mode}: {str(e).strip().splitlines()[0][:160]}")
+            failures.append(f"{mode}: {spark_reason(e)}")
     else:
         return {"query": name, "engine": "structured streaming", "unsupported": "; ".join(failures)}
     seconds, events = [], 0
@@ -274,7 +282,7 @@ def run_pydbsp(args: argparse.Namespace, work: Path) -> list[dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--events", type=int, default=100_000)
+    parser.add_argument("--events", type=int, default=60_000)
     parser.add_argument("--per-tick", type=int, default=10_000)
     parser.add_argument("--queries", default=",".join(QUERIES))
     parser.add_argument("--seed", type=int, default=0)

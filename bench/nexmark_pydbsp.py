@@ -149,7 +149,7 @@ def channel_id(b: Bid) -> str:
 
 
 def url_dirs(url: str) -> tuple[str | None, str | None, str | None]:
-    """q22's ``split(url, '/')[3..5]``: NULL past the end, as in Spark (non-ANSI)."""
+    """q22's ``try_element_at(split(url, '/'), 4..6)``: NULL past the end."""
     parts: list[str | None] = [*url.split("/"), None, None, None]
     return parts[3], parts[4], parts[5]
 

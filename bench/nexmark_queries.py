@@ -2,10 +2,11 @@
 
 Written after the nexmark-flink suite's SQL, with the same meaning in plain SQL: a tumbling
 window is the event time rounded down to its size, a hopping window (q5) one row per window
-a bid falls in (a UNION ALL of the five offsets), q13's side input a table, Flink's UDF ``count_char`` is length arithmetic, ``SPLIT_INDEX`` is
-``split(...)[i]``. Not here, because no SQL engine that answers "the query over all input
-so far" can say them: q10 (writes files partitioned by processing time), q11 (session
-windows), q12 (processing-time windows).
+a bid falls in (a UNION ALL of the five offsets), q13's side input a table, Flink's UDF
+``count_char`` is length arithmetic, ``SPLIT_INDEX(s, '/', i)`` is
+``try_element_at(split(s, '/'), i + 1)`` (NULL past the end). Not here, because no SQL
+engine that answers "the query over all input so far" can say them: q10 (writes files
+partitioned by processing time), q11 (session windows), q12 (processing-time windows).
 """
 from __future__ import annotations
 
@@ -102,8 +103,8 @@ QUERIES: dict[str, str] = {
            "AS channel_id FROM bid WHERE regexp_extract(url, '(&|^)channel_id=([^&]*)', 2) IS NOT NULL "
            "OR lower(channel) IN ('apple', 'google', 'facebook', 'baidu')",
     # the directories of each bid's URL
-    "q22": "SELECT auction, bidder, price, channel, split(url, '/')[3] AS dir1, split(url, '/')[4] AS dir2, "
-           "split(url, '/')[5] AS dir3 FROM bid",
+    "q22": "SELECT auction, bidder, price, channel, try_element_at(split(url, '/'), 4) AS dir1, "
+           "try_element_at(split(url, '/'), 5) AS dir2, try_element_at(split(url, '/'), 6) AS dir3 FROM bid",
 }
 
 #: what each query reads

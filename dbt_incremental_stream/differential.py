@@ -245,15 +245,20 @@ def _norm(v: Any) -> Any:
 
 
 def _sort_key(row: Row) -> tuple:
-    key = []
+    """Rows ordered by their values to ~4 significant digits, then exactly: rows equal
+    within tolerance line up, and ties on the rounded values break the same way on both sides."""
+    rough, exact = [], []
     for v in row:
         if v is None:
-            key.append((0, ""))
+            rough.append((0, ""))
+            exact.append((0, ""))
         elif isinstance(v, float):
-            key.append((1, float(f"{v:.4g}") if math.isfinite(v) else v))
+            rough.append((1, float(f"{v:.4g}") if math.isfinite(v) else v))
+            exact.append((1, v))
         else:
-            key.append((2, str(v)))
-    return tuple(key)
+            rough.append((2, str(v)))
+            exact.append((2, str(v)))
+    return tuple(rough), tuple(exact)
 
 
 def _close(a: Any, b: Any) -> bool:
@@ -271,6 +276,8 @@ def compare(got: Sequence[Row], want: Sequence[Row]) -> str | None:
     if len(g) == len(w) and all(len(a) == len(b) and all(map(_close, a, b)) for a, b in zip(g, w)):
         return None
     extra, missing = Counter(g) - Counter(w), Counter(w) - Counter(g)
+    if not extra and not missing:  # the same rows, so only the order could differ: not expected
+        raise AssertionError(f"rows equal as bags but not aligned after sorting: {g[:3]} / {w[:3]}")
     return (f"{len(g)} rows vs {len(w)} in batch; only incremental: {sorted(extra.elements(), key=_sort_key)[:10]}; "
             f"only batch: {sorted(missing.elements(), key=_sort_key)[:10]}")
 
