@@ -116,7 +116,7 @@ def stats(query: str, engine: str, events: int, seconds: list[float], **extra: A
     ordered = sorted(seconds)
     return {"query": query, "engine": engine, "events": events, "rate": events / sum(seconds),
             "p50": statistics.median(ordered), "p99": ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))],
-            "first": seconds[0], "last": seconds[-1], **extra}
+            "first": seconds[0], "last": seconds[-1], "seconds": seconds, **extra}
 
 
 # --- this engine ---------------------------------------------------------------------------
@@ -320,6 +320,9 @@ def main() -> None:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     table(args, results)
+    out = HERE / "results"
+    out.mkdir(exist_ok=True)
+    (out / "nexmark.json").write_text(json.dumps(results, indent=1))
     plot(results)
 
 
@@ -342,7 +345,11 @@ def table(args: argparse.Namespace, results: list[dict]) -> None:
                   f"{r['first']:.2f} / {r['last']:.2f} | {r['out_rows']:,} | {r['equal']} |")
 
 
+GROWTH = ("q3", "q4", "q7")  # stateful queries whose tick time is plotted against history
+
+
 def plot(results: list[dict]) -> None:
+    """Events/s per query and engine; tick time per round for a few stateful queries."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -351,19 +358,26 @@ def plot(results: list[dict]) -> None:
     ran = [r for r in results if "unsupported" not in r]
     queries = sorted({r["query"] for r in ran}, key=lambda q: int(q[1:]))
     engines = sorted({r["engine"] for r in ran})
-    fig, ax = plt.subplots(figsize=(11, 4))
+    fig, (bars, lines) = plt.subplots(1, 2, figsize=(15, 4.5), gridspec_kw={"width_ratios": [3, 1]})
     width = 0.8 / max(len(engines), 1)
     for i, engine in enumerate(engines):
         rate = {r["query"]: r["rate"] for r in ran if r["engine"] == engine}
-        ax.bar([j + i * width for j in range(len(queries))], [rate.get(q, 0) for q in queries], width, label=engine)
-    ax.set_xticks([j + width * (len(engines) - 1) / 2 for j in range(len(queries))], queries)
-    ax.set_yscale("log")
-    ax.set_ylabel("events/s (0 = cannot express)")
-    ax.set_title("Nexmark, end to end")
-    ax.legend()
+        bars.bar([j + i * width for j in range(len(queries))], [rate.get(q, 0) for q in queries], width,
+                 label=engine)
+    bars.set_xticks([j + width * (len(engines) - 1) / 2 for j in range(len(queries))], queries)
+    bars.set_yscale("log")
+    bars.set_ylabel("events/s (no bar: cannot express)")
+    bars.set_title("Nexmark throughput")
+    bars.legend()
+    for r in ran:
+        if r["query"] in GROWTH:
+            lines.plot(range(1, len(r["seconds"]) + 1), r["seconds"], marker=".", label=f"{r['query']} {r['engine']}")
+    lines.set_yscale("log")
+    lines.set_xlabel("round (history grows)")
+    lines.set_ylabel("tick seconds")
+    lines.legend(fontsize=7)
     fig.tight_layout()
     out = HERE / "results" / "nexmark.png"
-    out.parent.mkdir(exist_ok=True)
     fig.savefig(out, dpi=120)
     print(f"\nsaved {out}")
 
