@@ -15,10 +15,12 @@ from decimal import Decimal
 from typing import Any, Iterable, Mapping, Sequence
 
 import duckdb
+import pyarrow as pa
 import sqlglot
 from sqlglot import exp
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from .circuit.operators import WEIGHT, quote
@@ -82,9 +84,25 @@ class Oracle:
                 raise ValueError(f"source {name} has rows with negative multiplicity: {negative[:3]}")
             data = [r for r, w in self.inputs[name].items() for _ in range(w)]
             if data:
-                marks = ", ".join("?" for _ in schema.fields)
-                self.con.executemany(f'INSERT INTO "{name}" VALUES ({marks})', data)
+                self._insert(name, schema, data)
         self._dirty.clear()
+
+    def _insert(self, name: str, schema: StructType, data: list[Row]) -> None:
+        """Rows into DuckDB as one Arrow table (row by row takes minutes at 100k rows); row
+        by row only when a value does not convert to the column's Arrow type."""
+        arrow = to_arrow_schema(schema, timezone="UTC")
+        try:
+            table = pa.Table.from_arrays([pa.array([r[i] for r in data], type=f.type) for i, f in enumerate(arrow)],
+                                         schema=arrow)
+        except (pa.ArrowException, TypeError, ValueError):
+            marks = ", ".join("?" for _ in schema.fields)
+            self.con.executemany(f'INSERT INTO "{name}" VALUES ({marks})', data)
+            return
+        self.con.register("_rows", table)
+        try:
+            self.con.execute(f'INSERT INTO "{name}" SELECT * FROM _rows')
+        finally:
+            self.con.unregister("_rows")
 
 
 def _spark_only(node: exp.Expression) -> exp.Expression:
