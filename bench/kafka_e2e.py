@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition  # noqa: E402
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition  # noqa: E402
 from pyspark.sql.types import StructType  # noqa: E402
 
 from dbt_incremental_stream.connectors.broker import LocalBroker  # noqa: E402
@@ -40,7 +40,7 @@ from dbt_incremental_stream.connectors.datasource import kafka_frame  # noqa: E4
 from dbt_incremental_stream.connectors.kafka import KafkaSettings, KafkaSink, KafkaSource, KafkaTopics  # noqa: E402
 from dbt_incremental_stream.project import Model, Project  # noqa: E402
 from dbt_incremental_stream.runtime.session import session  # noqa: E402
-from dbt_incremental_stream.connectors.broker import create_topics  # noqa: E402
+from dbt_incremental_stream.connectors.broker import create_topics, produce  # noqa: E402
 
 CUSTOMERS, REGIONS, CATEGORIES = 1000, ["eu", "us", "apac", "latam"], ["books", "games", "garden", "toys", "tools"]
 QUERIES = {
@@ -52,20 +52,10 @@ QUERIES = {
 }
 
 
-def produce(bootstrap: str, topic: str, records: list[tuple[bytes | None, bytes]]) -> float:
+def produce_rate(bootstrap: str, topic: str, records: list[tuple[bytes | None, bytes]]) -> float:
     """Records/s the broker took them at."""
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10000})
     started = time.perf_counter()
-    for i, (k, v) in enumerate(records):
-        while True:
-            try:
-                p.produce(topic, key=k, value=v)
-                break
-            except BufferError:
-                p.poll(0.05)
-        if i % 10000 == 0:
-            p.poll(0)
-    assert p.flush(120) == 0
+    produce(bootstrap, topic, records)
     return len(records) / (time.perf_counter() - started)
 
 
@@ -142,7 +132,7 @@ def main() -> None:
         with LocalBroker() as bootstrap:
             create_topics(bootstrap, "orders", partitions=args.partitions)
             create_topics(bootstrap, "customers", partitions=1)
-            produced = produce(bootstrap, "orders", orders_msgs)
+            produced = produce_rate(bootstrap, "orders", orders_msgs)
             produce(bootstrap, "customers", customer_msgs)
             settings = KafkaSettings({"bootstrap.servers": bootstrap})
             orders = KafkaSource("raw.orders", "orders", StructType.fromDDL(

@@ -49,7 +49,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.types import StructType  # noqa: E402
 from sqlglot import exp  # noqa: E402
 
-from dbt_incremental_stream.connectors.broker import LocalBroker, create_topics  # noqa: E402
+from dbt_incremental_stream.connectors.broker import LocalBroker, create_topics, produce  # noqa: E402
 from dbt_incremental_stream.connectors.datasource import KafkaRangeSource  # noqa: E402
 from dbt_incremental_stream.connectors.kafka import KafkaSettings, KafkaSink, KafkaSource, KafkaTopics  # noqa: E402
 from dbt_incremental_stream.differential import Oracle, check_project, compare  # noqa: E402
@@ -76,20 +76,6 @@ def encode(events: int, per_tick: int, seed: int, rate: float) -> tuple[Rounds, 
         rounds[-1][event.kind].append(json.dumps(event.row, default=datetime.isoformat).encode())
         rows[event.kind].append(tuple(event.row.values()))
     return rounds, rows
-
-
-def produce(bootstrap: str, topic: str, messages: list[bytes]) -> None:
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.num.messages": 10000})
-    for i, value in enumerate(messages):
-        while True:
-            try:
-                p.produce(topic, value=value)
-                break
-            except BufferError:
-                p.poll(0.05)
-        if i % 10000 == 0:
-            p.poll(0)
-    assert p.flush(60) == 0
 
 
 def topics(bootstrap: str, prefix: str, reads: list[str]) -> dict[str, str]:
@@ -134,7 +120,7 @@ def run_engine(spark, work: Path, bootstrap: str, name: str, rounds: Rounds) -> 
     seconds, events, out_rows = [], 0, 0
     for batch in rounds:
         for s, t in names.items():
-            produce(bootstrap, t, batch[s])
+            produce(bootstrap, t, [(None, v) for v in batch[s]])
         started = time.perf_counter()
         project.new_frontier()
         while project.advance() or project.behind:
@@ -251,7 +237,7 @@ def run_sss(spark, work: Path, bootstrap: str, name: str, rounds: Rounds, oracle
     try:
         for batch in rounds:
             for s, t in names.items():
-                produce(bootstrap, t, batch[s])
+                produce(bootstrap, t, [(None, v) for v in batch[s]])
             started = time.perf_counter()
             query.processAllAvailable()
             seconds.append(time.perf_counter() - started)

@@ -88,6 +88,11 @@ def produce(bootstrap: str, topic: str, records: Iterable[tuple[Any, Any]]) -> N
 
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
     for key, value in records:
-        p.produce(topic, key=encode(key), value=encode(value))
+        while True:
+            try:
+                p.produce(topic, key=encode(key), value=encode(value))
+                break
+            except BufferError:  # the local queue is full: let deliveries drain it
+                p.poll(0.05)
     if p.flush(30):
         raise ConnectorError(f"{bootstrap}: records for {topic!r} not delivered within 30s")
