@@ -37,7 +37,6 @@ from dbt_incremental_stream.connectors.broker import create_topics, produce  # n
 from examples.shop.events import TOPICS, ShopEvents  # noqa: E402
 
 
-
 def marts(project: Path) -> list[str]:
     """The project's streaming views: marts without a materialization of their own."""
     return sorted(f.stem for f in (project / "models" / "marts").glob("*.sql") if "materialized" not in f.read_text())
@@ -79,7 +78,8 @@ def bench_project(name: str, work: Path, bootstrap: str, events: ShopEvents, ord
     views = marts(streaming)
     rows = [("initial dbt build (streaming)", dbt(streaming, "build")),
             ("dbt run, nothing new (streaming)", dbt(streaming, "run"))]
-    load(bootstrap, events, max(1, int(orders * change)), per_round=max(1, int(orders * change)))
+    changed = max(1, int(orders * change))
+    load(bootstrap, events, changed, per_round=changed)
     rows.append((f"dbt run after a {change:.1%} change (streaming)", dbt(streaming, "run")))
     if (batch / "seeds").exists():
         dbt(batch, "seed")
