@@ -29,7 +29,6 @@ from ..circuit.operators import (
     Plus,
     Scale,
     WindowDiff,
-    quote,
 )
 from . import zsets
 from .zsets import col
@@ -85,7 +84,7 @@ class Tick:
         df = self.value(op.input)
         if df is None:
             return None
-        return df.selectExpr(*(f"{e} AS {quote(n)}" for n, e in op.exprs), quote(WEIGHT))
+        return zsets.project(df, op.exprs)
 
     @_eval.register
     def _(self, op: Filter) -> DataFrame | None:

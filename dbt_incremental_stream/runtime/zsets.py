@@ -6,7 +6,7 @@ from typing import Iterable, Mapping, Sequence
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import LongType
+from pyspark.sql.types import LongType, StructField, StructType
 
 from ..circuit.operators import COUNT, WEIGHT, AggCall, partial_columns, quote
 
@@ -38,6 +38,16 @@ def pack(frames: Mapping[str, DataFrame], columns: Mapping[str, str], tag: str) 
     parts = [df.selectExpr(f"'{key}' AS {quote(tag)}", f"struct(*) AS {quote(columns[key])}")
              for key, df in frames.items()]
     return reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts)
+
+
+def with_weight(schema: StructType) -> StructType:
+    """``schema`` with the weight column."""
+    return StructType(list(schema.fields) + [StructField(WEIGHT, LONG, False)])
+
+
+def project(df: DataFrame, exprs: Sequence[tuple[str, str]]) -> DataFrame:
+    """A Z-set mapped by Spark SQL expressions ``(name, expression)``; weights kept."""
+    return df.selectExpr(*(f"{e} AS {quote(n)}" for n, e in exprs), quote(WEIGHT))
 
 
 def consolidate(df: DataFrame) -> DataFrame:
@@ -100,7 +110,7 @@ def group_diff(before: DataFrame | None, delta: DataFrame, prior: DataFrame | No
     if linear:
         values = [c for c in delta.columns if c not in keys]
         groups = touched.unionByName(delta).groupBy(*map(col, keys)).agg(*(F.sum(col(c)).alias(c) for c in values))
-        count, results = _finalize({c: col(c) for c in values}, aggs)
+        return _replace(prior, delta, keys, finish(groups, keys, aggs))
     else:
         rows = data_columns(delta)
         per_row = touched.union(delta.select(*map(col, rows), col(WEIGHT))).groupBy(*map(col, rows)).agg(
@@ -109,10 +119,21 @@ def group_diff(before: DataFrame | None, delta: DataFrame, prior: DataFrame | No
             F.sum(F.when(col(WEIGHT) > 0, col(WEIGHT))).alias(COUNT),
             *(_weighted(a, col(WEIGHT)).alias(f"__a{i}") for i, a in enumerate(aggs)))
         count, results = F.coalesce(col(COUNT), F.lit(0)), [F.col(f"__a{i}") for i in range(len(aggs))]
+    return _replace(prior, delta, keys, _rows(groups, keys, aggs, count, results))
+
+
+def finish(groups: DataFrame, keys: Sequence[str], aggs: Sequence[AggCall]) -> DataFrame:
+    """Aggregate rows (weight 1) from per-group partial sums of linear aggregates."""
+    count, results = _finalize({c: col(c) for c in groups.columns if c not in keys}, aggs)
+    return _rows(groups, keys, aggs, count, results)
+
+
+def _rows(groups: DataFrame, keys: Sequence[str], aggs: Sequence[AggCall], count: Column,
+          results: list[Column]) -> DataFrame:
+    """One row per group whose count is not 0 (with no keys: the one global row)."""
     new = groups.where(count != 0) if keys else groups
-    new = new.select(*map(col, keys), *(v.alias(a.name) for v, a in zip(results, aggs)),
-                     F.lit(1).cast("bigint").alias(WEIGHT))
-    return _replace(prior, delta, keys, new)
+    return new.select(*map(col, keys), *(v.alias(a.name) for v, a in zip(results, aggs)),
+                      F.lit(1).cast("bigint").alias(WEIGHT))
 
 
 def window_diff(before: DataFrame | None, delta: DataFrame, prior: DataFrame | None, partition: Sequence[str],

@@ -1,0 +1,318 @@
+"""The per-bucket work of a tick on arrangements, as Arrow/numpy functions (no Spark).
+
+Every table here is a weighted batch: data columns plus the weight ``_w`` (int64). A
+*run* is such a batch sorted by ``_h``, a 64-bit hash of its key columns, so that a probe
+is a binary search per probed key (``numpy.searchsorted``) followed by an exact compare
+of the key columns among the hash's candidates; hash collisions cost a compare, never a
+wrong answer. The hash is a function of the key values and their Arrow types only, so it
+is the same in every process, and the bucket of a row is ``_h % buckets``.
+
+The kernels work on whole columns: ``group_by`` for consolidation and partial sums,
+``searchsorted``/``repeat`` for probes, ``take`` for gathering. Integer arithmetic is
+checked (an overflow raises instead of wrapping, as Spark's ANSI mode does).
+"""
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..circuit.operators import COUNT, WEIGHT, AggCall, partial_columns
+
+HASH = "_h"
+_NULL = np.uint64(0x9E3779B97F4A7C15)  # what a NULL key value hashes to
+_MUL = np.uint64(0xBF58476D1CE4E5B9)
+_MUL2 = np.uint64(0x94D049BB133111EB)
+_POLY = np.uint64(0x100000001B3)
+
+
+class UnsupportedKey(TypeError):
+    """A key column of a type the kernels do not hash (nested types)."""
+
+
+# --- hashing -------------------------------------------------------------------------
+
+
+def _mix(z: np.ndarray) -> np.ndarray:
+    """splitmix64's finalizer: every input bit moves every output bit."""
+    z = (z ^ (z >> np.uint64(30))) * _MUL
+    z = (z ^ (z >> np.uint64(27))) * _MUL2
+    return z ^ (z >> np.uint64(31))
+
+
+def _column_hash(arr: pa.Array) -> np.ndarray:
+    """A uint64 per value, equal for equal values of one type; NULL hashes to a constant."""
+    t = arr.type
+    n = len(arr)
+    if n == 0:
+        return np.zeros(0, np.uint64)
+    if pa.types.is_dictionary(t):
+        return _column_hash(arr.dictionary_decode())
+    if pa.types.is_null(t):
+        return np.full(n, _NULL, np.uint64)
+    valid = arr.is_valid().to_numpy(zero_copy_only=False)
+    if pa.types.is_boolean(t) or pa.types.is_integer(t):
+        values = arr.cast(pa.int64()).fill_null(0).to_numpy().view(np.uint64)
+    elif pa.types.is_floating(t):
+        f = arr.cast(pa.float64()).fill_null(0.0).to_numpy(zero_copy_only=False) + 0.0  # -0.0 is 0.0
+        f[np.isnan(f)] = np.nan
+        values = f.view(np.uint64)
+    elif pa.types.is_date32(t) or pa.types.is_time32(t):
+        values = arr.view(pa.int32()).cast(pa.int64()).fill_null(0).to_numpy().view(np.uint64)
+    elif pa.types.is_temporal(t):
+        values = arr.view(pa.int64()).fill_null(0).to_numpy().view(np.uint64)
+    elif pa.types.is_decimal(t):
+        a = arr.cast(pa.decimal128(t.precision, t.scale)) if t.bit_width != 128 else arr
+        words = np.frombuffer(a.buffers()[1], np.uint64)[2 * a.offset: 2 * (a.offset + n)].reshape(n, 2)
+        values = _mix(words[:, 0]) ^ words[:, 1]
+    elif pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) \
+            or pa.types.is_large_binary(t) or pa.types.is_string_view(t) or pa.types.is_binary_view(t):
+        values = _bytes_hash(arr.cast(pa.large_binary()))
+    else:
+        raise UnsupportedKey(f"cannot hash a key of type {t}")
+    return np.where(valid, _mix(values), _NULL)
+
+
+def _bytes_hash(arr: pa.Array) -> np.ndarray:
+    """A polynomial hash of each value's bytes, mixed with its length (vectorized)."""
+    n = len(arr)
+    offsets = np.frombuffer(arr.buffers()[1], np.int64)[arr.offset: arr.offset + n + 1]
+    data = arr.buffers()[2]
+    start, end = int(offsets[0]), int(offsets[-1])
+    raw = (np.frombuffer(data, np.uint8)[start:end] if data is not None and end > start
+           else np.zeros(0, np.uint8)).astype(np.uint64)
+    lengths = np.diff(offsets)
+    if raw.size:
+        pos = np.arange(raw.size, dtype=np.int64) - np.repeat(offsets[:-1] - start, lengths)
+        powers = np.cumprod(np.full(int(lengths.max()), _POLY, np.uint64))
+        sums = np.concatenate([np.zeros(1, np.uint64), np.cumsum(raw * powers[pos], dtype=np.uint64)])
+        per_value = sums[offsets[1:] - start] - sums[offsets[:-1] - start]
+    else:
+        per_value = np.zeros(n, np.uint64)
+    return per_value + lengths.astype(np.uint64) * _MUL2
+
+
+def key_hash(table: pa.Table, keys: Sequence[str]) -> np.ndarray:
+    """The ``_h`` of each row: a hash of its ``keys`` columns (no keys: one constant)."""
+    h = np.full(table.num_rows, np.uint64(0x2545F4914F6CDD1D), np.uint64)
+    for k in keys:
+        h = _mix(h * _MUL + _column_hash(table.column(k).combine_chunks()))
+    return h
+
+
+# --- weighted batches ---------------------------------------------------------------
+
+
+def data_columns(table: pa.Table) -> list[str]:
+    return [c for c in table.column_names if c not in (WEIGHT, HASH)]
+
+
+def concat(tables: Iterable[pa.Table | None]) -> pa.Table | None:
+    """Tables of one schema as one (None: none given)."""
+    present = [t for t in tables if t is not None]
+    if not present:
+        return None
+    if len(present) == 1:
+        return present[0]
+    return pa.concat_tables(present, promote_options="permissive")
+
+
+def negate(table: pa.Table) -> pa.Table:
+    return table.set_column(table.schema.get_field_index(WEIGHT), WEIGHT,
+                            pc.negate_checked(table.column(WEIGHT)))
+
+
+def consolidate(table: pa.Table) -> pa.Table:
+    """One row per distinct tuple with its summed weight; zero weights dropped."""
+    cols = data_columns(table)
+    if not cols:
+        total = pc.sum(table.column(WEIGHT)).as_py() or 0
+        return pa.table({WEIGHT: pa.array([total] if total else [], pa.int64())})
+    out = table.select(cols + [WEIGHT]).group_by(cols, use_threads=False).aggregate([(WEIGHT, "sum")])
+    out = out.rename_columns([WEIGHT if c == f"{WEIGHT}_sum" else c for c in out.column_names]).select(cols + [WEIGHT])
+    return out.filter(pc.not_equal(out.column(WEIGHT), 0))
+
+
+def sum_by(table: pa.Table, keys: Sequence[str]) -> pa.Table:
+    """An additive table consolidated: every non-key column summed per key, groups whose
+    sums are all zero or NULL dropped (a group's COUNT can net to 0 while a SUM does not)."""
+    out = group_sums(table, keys)
+    values = [c for c in out.column_names if c not in keys]
+    if not values:
+        return out
+    live = None
+    for c in values:
+        nonzero = pc.fill_null(pc.not_equal(out.column(c), pa.scalar(0).cast(out.schema.field(c).type)), False)
+        live = nonzero if live is None else pc.or_(live, nonzero)
+    return out.filter(live)
+
+
+def group_sums(table: pa.Table, keys: Sequence[str]) -> pa.Table:
+    """Every non-key column summed per key (no keys: one row, if there are rows)."""
+    values = [c for c in table.column_names if c not in keys and c != HASH]
+    if keys:
+        out = table.select(list(keys) + values).group_by(list(keys), use_threads=False).aggregate(
+            [(c, "sum") for c in values])
+        out = out.rename_columns([c[:-4] if c.endswith("_sum") and c[:-4] in values else c
+                                  for c in out.column_names]).select(list(keys) + values)
+    else:
+        out = pa.table({c: pa.array([pc.sum(table.column(c)).as_py()], table.schema.field(c).type)
+                        for c in values}) if table.num_rows else table.select(values)
+    return out.cast(pa.schema([table.schema.field(c) for c in list(keys) + values]))
+
+
+# --- runs and probes ----------------------------------------------------------------
+
+
+def sort_run(table: pa.Table, keys: Sequence[str]) -> pa.Table:
+    """``table`` with its key hash in ``_h``, sorted by it: a run."""
+    h = key_hash(table, keys)
+    order = np.argsort(h, kind="stable")
+    cols = [c for c in table.column_names if c != HASH]
+    out = table.select(cols).take(pa.array(order)).append_column(HASH, pa.array(h[order], pa.uint64()))
+    return out.combine_chunks()
+
+
+def split_buckets(run: pa.Table, buckets: int) -> dict[int, pa.Table]:
+    """A run split by bucket (``_h % buckets``), each part still sorted by ``_h``."""
+    h = run.column(HASH).to_numpy()
+    b = (h % np.uint64(buckets)).astype(np.int64)
+    order = np.argsort(b, kind="stable")
+    bounds = np.searchsorted(b[order], np.arange(buckets + 1))
+    ordered = run.take(pa.array(order))
+    return {i: ordered.slice(int(bounds[i]), int(bounds[i + 1] - bounds[i]))
+            for i in range(buckets) if bounds[i + 1] > bounds[i]}
+
+
+def candidates(run_hashes: np.ndarray, probe_hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(probe row, run row) pairs whose hashes are equal, by binary search in the run."""
+    lo = np.searchsorted(run_hashes, probe_hashes, "left")
+    hi = np.searchsorted(run_hashes, probe_hashes, "right")
+    counts = hi - lo
+    total = int(counts.sum())
+    probe_rows = np.repeat(np.arange(len(probe_hashes)), counts)
+    if total == 0:
+        return probe_rows, np.zeros(0, np.int64)
+    starts = np.repeat(lo - (np.cumsum(counts) - counts), counts)
+    return probe_rows, starts + np.arange(total)
+
+
+def keys_equal(left: pa.Table, lkeys: Sequence[str], right: pa.Table, rkeys: Sequence[str],
+               null_safe: Sequence[bool]) -> np.ndarray:
+    """Row-aligned tables: True where every key pair is equal (NULL equals NULL only
+    where ``null_safe``)."""
+    ok = np.ones(left.num_rows, bool)
+    for a, b, safe in zip(lkeys, rkeys, null_safe):
+        x, y = left.column(a), right.column(b)
+        if x.type != y.type:
+            x = x.cast(y.type)
+        eq = pc.equal(x, y)
+        if safe:
+            eq = pc.or_kleene(eq, pc.and_(pc.is_null(x), pc.is_null(y)))
+        ok &= pc.fill_null(eq, False).to_numpy(zero_copy_only=False)
+    return ok
+
+
+def probe(runs: Sequence[pa.Table], probe: pa.Table, probe_keys: Sequence[str], run_keys: Sequence[str],
+          null_safe: Sequence[bool], hashes: np.ndarray | None = None) -> tuple[np.ndarray, pa.Table | None]:
+    """Rows of ``runs`` whose keys equal a ``probe`` row's: (the probe row of each match,
+    the matching run rows without ``_h``). ``hashes`` are the probe rows' key hashes."""
+    if hashes is None:
+        hashes = key_hash(probe, probe_keys)
+    rows: list[np.ndarray] = []
+    found: list[pa.Table] = []
+    for run in runs:
+        if run.num_rows == 0:
+            continue
+        p, r = candidates(run.column(HASH).to_numpy(), hashes)
+        if not len(r):
+            continue
+        got = run.take(pa.array(r))
+        keep = keys_equal(probe.take(pa.array(p)), probe_keys, got, run_keys, null_safe)
+        rows.append(p[keep])
+        found.append(got.filter(pa.array(keep)).drop_columns([HASH]))
+    if not found:
+        return np.zeros(0, np.int64), None
+    return np.concatenate(rows), pa.concat_tables(found)
+
+
+def join(delta: pa.Table, delta_keys: Sequence[str], runs: Sequence[pa.Table], run_keys: Sequence[str],
+         null_safe: Sequence[bool], delta_left: bool) -> pa.Table | None:
+    """Z-set join of a delta with the rows of ``runs`` (an integral, any number of runs)
+    on equal keys: the columns of both sides (the delta's first when ``delta_left``),
+    weights multiplied. Rows with a NULL key only match where the pair is ``null_safe``."""
+    rows, matched = probe(runs, delta, delta_keys, run_keys, null_safe)
+    if matched is None:
+        return None
+    mine = delta.take(pa.array(rows))
+    w = pc.multiply_checked(mine.column(WEIGHT), matched.column(WEIGHT))
+    a, b = (mine, matched) if delta_left else (matched, mine)
+    cols = {c: a.column(c) for c in data_columns(a)}
+    cols.update({c: b.column(c) for c in data_columns(b)})
+    cols[WEIGHT] = w
+    return pa.table(cols)
+
+
+# --- linear aggregates --------------------------------------------------------------
+
+
+def partials(delta: pa.Table, keys: Sequence[str], aggs: Sequence[AggCall], schema: pa.Schema) -> pa.Table:
+    """Per-group sums of a delta from which every linear aggregate is finalized:
+    ``_cnt`` = Σw, and per aggregate Σx·w and Σw over non-NULL x (as Spark's
+    ``partials`` computes them), typed as ``schema``."""
+    w = delta.column(WEIGHT)
+    cols: dict[str, pa.ChunkedArray] = {k: delta.column(k) for k in keys}
+    cols[COUNT] = w
+    for a in aggs:
+        if a.arg is None:
+            continue
+        names = partial_columns(a)
+        x = delta.column(a.arg)
+        if a.func != "count":
+            cols[names[0]] = _times(x, w)
+        cols[names[-1]] = pc.if_else(pc.is_valid(x), w, 0)
+    table = pa.table(cols)
+    values = [c for c in table.column_names if c not in keys]
+    if keys:
+        out = table.group_by(list(keys), use_threads=False).aggregate([(c, "sum") for c in values])
+        out = out.rename_columns([c[:-4] if c.endswith("_sum") and c[:-4] in values else c for c in out.column_names])
+    else:
+        out = pa.table({c: pa.array([pc.sum(table.column(c)).as_py()], table.schema.field(c).type) for c in values})
+    return out.select(schema.names).cast(schema)
+
+
+def _times(x: pa.ChunkedArray, w: pa.ChunkedArray) -> pa.ChunkedArray:
+    """x·w as Spark types it: integers in int64, floats in float64, decimals exactly."""
+    t = x.type
+    if pa.types.is_decimal(t):
+        return pc.multiply_checked(x, w.cast(pa.decimal128(20, 0)))
+    if pa.types.is_floating(t):
+        return pc.multiply(x.cast(pa.float64()), w.cast(pa.float64()))
+    return pc.multiply_checked(x.cast(pa.int64()), w)
+
+
+def finish(groups: pa.Table, keys: Sequence[str], aggs: Sequence[AggCall]) -> pa.Table | None:
+    """Aggregate rows (weight 1) from per-group partial sums, as Spark's ``_finalize``
+    computes them; groups whose count is 0 are gone (unless there are no keys: the one
+    global row always exists). None when an aggregate needs Spark's own arithmetic (AVG
+    of a DECIMAL: its result type and rounding are Spark's)."""
+    count = pc.fill_null(groups.column(COUNT), 0)
+    out: dict[str, pa.ChunkedArray] = {k: groups.column(k) for k in keys}
+    for a in aggs:
+        if a.func == "count":
+            out[a.name] = count if a.arg is None else pc.fill_null(groups.column(partial_columns(a)[0]), 0)
+            continue
+        s, n = (groups.column(c) for c in partial_columns(a))
+        live = pc.fill_null(pc.not_equal(n, 0), False)
+        if a.func == "sum":
+            out[a.name] = pc.if_else(live, s, pa.scalar(None, s.type))
+        elif pa.types.is_decimal(s.type):
+            return None
+        else:
+            ratio = pc.divide(s.cast(pa.float64()), pc.if_else(live, n, 1).cast(pa.float64()))
+            out[a.name] = pc.if_else(live, ratio, pa.scalar(None, pa.float64()))
+    out[WEIGHT] = pa.chunked_array([np.ones(groups.num_rows, np.int64)], pa.int64())
+    table = pa.table(out)
+    return table.filter(pc.not_equal(count, 0)) if keys else table
