@@ -1,13 +1,15 @@
 """Incremental tick vs batch recompute for a join + aggregate view, same Spark session.
 
-    python bench/join_aggregate.py [--orders 1000000] [--changes 1000] [--ticks 5]
+    python bench/join_aggregate.py [--orders 1000000,4000000,10000000] [--changes 1000] [--ticks 7]
 
 State: ``orders`` (N rows) joined with ``customers`` and aggregated by region. Each tick
-changes ``--changes`` rows of orders (half deletes of existing rows, half inserts). The
-batch baseline is what a dbt ``table`` model does: read both tables, join, aggregate,
-write the result. Ticks run with the engine's tick settings (no adaptive execution);
-batch runs with adaptive execution on, each side in its best configuration. Prints a
-table and saves bench/results/join_aggregate.png.
+changes ``--changes`` rows of orders (half deletes of existing rows, half inserts), given
+to the pipeline as an Arrow table (what a source decoded in Arrow hands it). The batch
+baseline is what a dbt ``table`` model does: read both tables, join, aggregate, write the
+result. Ticks run with the engine's tick settings (no adaptive execution); batch runs with
+adaptive execution on, each side in its best configuration. Per tick it counts the Spark
+jobs, stages and tasks (status tracker) and splits the time as the pipeline reports it
+(``Pipeline.last_tick``). Prints a table and saves bench/results/join_aggregate.png.
 """
 from __future__ import annotations
 
@@ -22,6 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import numpy as np  # noqa: E402
+import pyarrow as pa  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
 from dbt_incremental_stream import Pipeline  # noqa: E402
@@ -49,6 +53,28 @@ def order_rows(spark, ids):
                       ((F.col("id") % 997) / 10.0).alias("amount"))
 
 
+def order_table(ids: list[int], weights: list[int]) -> pa.Table:
+    """The same rows as :func:`order_rows`, built in Arrow."""
+    i = np.asarray(ids, np.int64)
+    return pa.table({"id": i, "cust": (i % CUSTOMERS).astype(np.int32), "amount": (i % 997) / 10.0,
+                     "_w": np.asarray(weights, np.int64)})
+
+
+class SparkWork:
+    """Jobs, stages and tasks Spark ran since the last call (from the status tracker)."""
+
+    def __init__(self, spark):
+        self.tracker = spark.sparkContext.statusTracker()
+        self.seen = set(self.tracker.getJobIdsForGroup())
+
+    def __call__(self) -> tuple[int, int, int]:
+        jobs = set(self.tracker.getJobIdsForGroup()) - self.seen
+        self.seen |= jobs
+        stages = [s for j in jobs if (info := self.tracker.getJobInfo(j)) for s in info.stageIds]
+        tasks = sum(info.numTasks for s in stages if (info := self.tracker.getStageInfo(s)))
+        return len(jobs), len(stages), tasks
+
+
 def run(spark, work: Path, orders: int, changes: int, ticks: int, batch_runs: int) -> dict:
     """One state size: load, ``ticks`` incremental ticks, then batch recomputes of the same data."""
     pipe = Pipeline(spark, str(work / "state"))
@@ -66,17 +92,21 @@ def run(spark, work: Path, orders: int, changes: int, ticks: int, batch_runs: in
 
     rng = random.Random(7)
     next_id, deleted = orders, set()
-    tick_times = []
+    tick_times, counts, splits, paths = [], [], [], []
+    spark_work = SparkWork(spark)
     for _ in range(ticks):
         gone = [i for i in {rng.randrange(orders) for _ in range(changes)} if i not in deleted][: changes // 2]
         deleted.update(gone)
         new = list(range(next_id, next_id + changes - len(gone)))
         next_id += len(new)
-        ids = spark.createDataFrame([(i, -1) for i in gone] + [(i, 1) for i in new], "id BIGINT, _w INT")
-        delta = order_rows(spark, ids).join(ids, "id")
+        delta = order_table(gone + new, [-1] * len(gone) + [1] * len(new))
+        spark_work()
         t = time.perf_counter()
         pipe.step({"orders": delta})
         tick_times.append(time.perf_counter() - t)
+        counts.append(spark_work())
+        splits.append(pipe.last_tick.seconds)
+        paths.append(pipe.last_tick.path)
 
     # the batch baseline over the same data, as plain Parquet tables, in batch's best settings
     tables = work / "tables"
@@ -94,15 +124,17 @@ def run(spark, work: Path, orders: int, changes: int, ticks: int, batch_runs: in
     got = pipe.snapshot("revenue").collect()
     problem = compare([tuple(r) for r in got], [tuple(r) for r in want])
     pipe.close()
+    state = sum(f.stat().st_size for f in (work / "state").rglob("*") if f.is_file())
     return {"rows": orders - len(deleted) + (next_id - orders), "load": load, "ticks": tick_times,
-            "batch": batch_times, "problem": problem}
+            "batch": batch_times, "problem": problem, "counts": counts, "splits": splits, "paths": paths,
+            "state_mib": state / 2**20}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--orders", default="1000000", help="state sizes, comma separated (e.g. 1000000,4000000)")
+    ap.add_argument("--orders", default="1000000,4000000,10000000", help="state sizes, comma separated")
     ap.add_argument("--changes", type=int, default=1_000)
-    ap.add_argument("--ticks", type=int, default=5)
+    ap.add_argument("--ticks", type=int, default=7)
     ap.add_argument("--batch-runs", type=int, default=3)
     ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
     args = ap.parse_args()
@@ -118,17 +150,28 @@ def main() -> None:
             shutil.rmtree(work, ignore_errors=True)
 
     header = ["state rows", "load (s)", f"tick, {args.changes} changes: median (s)", "ticks (s)",
-              "batch: median (s)", "batch runs (s)", "batch / tick", "equal to batch"]
-    table = [[f"{r['rows']:,}", f"{r['load']:.2f}", f"{statistics.median(r['ticks']):.2f}",
+              "batch: median (s)", "batch / tick", "jobs / stages / tasks per tick (median)",
+              "tick split, median (s)", "path", "state (MiB)", "equal to batch"]
+
+    def split(r) -> str:
+        keys = list(r["splits"][0])
+        return " ".join(f"{k} {statistics.median(s[k] for s in r['splits']):.3f}" for k in keys)
+
+    table = [[f"{r['rows']:,}", f"{r['load']:.1f}", f"{statistics.median(r['ticks']):.3f}",
               " ".join(f"{x:.2f}" for x in r["ticks"]), f"{statistics.median(r['batch']):.2f}",
-              " ".join(f"{x:.2f}" for x in r["batch"]),
-              f"{statistics.median(r['batch']) / statistics.median(r['ticks']):.2f}x", str(r["problem"] is None)]
+              f"{statistics.median(r['batch']) / statistics.median(r['ticks']):.1f}x",
+              " / ".join(str(int(statistics.median(c[i] for c in r["counts"]))) for i in range(3)),
+              split(r), ",".join(sorted(set(r["paths"]))), f"{r['state_mib']:.0f}", str(r["problem"] is None)]
              for r in results]
     widths = [max(len(h), *(len(row[i]) for row in table)) for i, h in enumerate(header)]
     print(" | ".join(h.ljust(w) for h, w in zip(header, widths)))
     print("-+-".join("-" * w for w in widths))
     for row in table:
         print(" | ".join(c.ljust(w) for c, w in zip(row, widths)))
+    if len(results) > 1:
+        first, last = results[0], results[-1]
+        print(f"tick({last['rows']:,}) / tick({first['rows']:,}) = "
+              f"{statistics.median(last['ticks']) / statistics.median(first['ticks']):.2f}")
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -15,6 +15,7 @@ integrals must be arranged by which key; :class:`ArrangedTick` evaluates one tic
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass
 from functools import singledispatchmethod
 from typing import Callable, Mapping, Sequence
@@ -206,7 +207,7 @@ class ArrangedTick:
         self._runs = runs
         self._spark = spark
         self._memo: dict[str, pa.Table | None] = {}
-        self.spark_passes = 0
+        self.spark_seconds = 0.0  # spent in Spark passes
 
     def arrow_schema(self, op: Operator) -> pa.Schema:
         return arrow_schema(self.plan.schema(op))
@@ -224,9 +225,10 @@ class ArrangedTick:
 
     def _spark(self, op: Operator, table: pa.Table, f: Callable[[DataFrame], DataFrame]) -> pa.Table:
         """``f`` applied by Spark to ``table`` (a local relation: the delta only)."""
-        self.spark_passes += 1
-        df = self._spark.createDataFrame(table)
-        return self._conform(op, f(df).toArrow())
+        started = time.perf_counter()
+        out = self._conform(op, f(self._spark.createDataFrame(table)).toArrow())
+        self.spark_seconds += time.perf_counter() - started
+        return out
 
     @singledispatchmethod
     def _eval(self, op: Operator) -> pa.Table | None:

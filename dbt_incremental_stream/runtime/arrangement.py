@@ -165,7 +165,7 @@ class RunStore:
                 start -= 1
                 total += bucket[start].rows
             tables = [self.read(r).drop_columns([kernels.HASH]) for r in bucket[start:]]
-            merged = pa.concat_tables(tables)
+            merged = pa.concat_tables(tables, promote_options="permissive")
             merged = kernels.sum_by(merged, arr.key) if arr.additive else kernels.consolidate(merged)
             retired.extend(bucket[start:])
             bucket[start:] = [self.write(arr, i, tick, kernels.sort_run(merged, arr.key))] if merged.num_rows else []

@@ -235,7 +235,7 @@ def probe(runs: Sequence[pa.Table], probe: pa.Table, probe_keys: Sequence[str], 
         found.append(got.filter(pa.array(keep)).drop_columns([HASH]))
     if not found:
         return np.zeros(0, np.int64), None
-    return np.concatenate(rows), pa.concat_tables(found)
+    return np.concatenate(rows), pa.concat_tables(found, promote_options="permissive")
 
 
 def join(delta: pa.Table, delta_keys: Sequence[str], runs: Sequence[pa.Table], run_keys: Sequence[str],

@@ -14,25 +14,52 @@ the same sources and views resumes from the last committed tick.
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from decimal import Decimal
+from functools import partial
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+import pyarrow as pa
 from pyspark.errors import AnalysisException, ParseException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import DataType, DecimalType, DoubleType, FloatType, StructField, StructType
 
 from ..circuit.incremental import Incrementalizer
-from ..circuit.operators import WEIGHT, Input, Integral, Map, Operator, Partials, Recompute, explain, quote, walk
+from ..circuit.operators import (WEIGHT, Delay, Input, Integral, Map, Operator, Partials, Recompute, explain, quote,
+                                 walk)
 from ..errors import CompileError, StateError, StreamError
 from ..sql.planner import CLOCK, CLOCK_COLUMN, parse, plan, uses_clock
-from . import zsets
+from . import kernels, zsets
+from .arranged import ArrangedTick, NotArranged, Plan, arrow_schema
+from .arrangement import BUILT_DDL, Arrangement, Run
+from .arrangement import build as build_runs
 from .evaluate import Tick, empty_tick
 from .state import Batch, StateStore
 
 Rows = Iterable[tuple[Sequence[Any], int]]
+#: a tick takes the arranged path when its inputs have at most this many rows in all ...
+ARRANGED_ROWS = 100_000
+#: ... and Spark estimates each DataFrame input at most this large (else it is not fetched)
+ARRANGED_BYTES = 64 << 20
+
+
+@dataclass(frozen=True)
+class TickStats:
+    """How a tick ran: ``path`` is "arranged" (kernels on indexed state) or "dataframe"
+    (Spark jobs over whole batches); ``seconds`` splits its time."""
+
+    path: str
+    input_rows: int
+    seconds: dict[str, float]
+
+
+def _estimated_bytes(df: DataFrame) -> int:
+    """Spark's size estimate of a DataFrame's result (exact for local data)."""
+    size = df._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()
+    return size if isinstance(size, int) else int(size.toString())
 State = Integral | Recompute  # nodes with persisted state: an integral, or a per-group recompute's output
 
 
@@ -76,7 +103,9 @@ class Pipeline:
         self._catalog: dict[str, Operator] = {}
         self._views: dict[str, View] = {}
         self._incremental = Incrementalizer()
-        self._empty: Tick | None = None
+        self._circuit_changed()
+        #: how the last tick ran and where its time went
+        self.last_tick: TickStats | None = None
         now = self.store.meta.get("now")
         self._now: datetime | None = datetime.fromisoformat(now) if now else None
         #: what a layer above keeps about this pipeline, committed with every tick
@@ -113,7 +142,7 @@ class Pipeline:
                 f"source {name!r} was {StructType.fromJson(known).simpleString()} in the state at "
                 f"{self.store.fs.root}, now {st.simpleString()}; use a new state location to start over")
         self._schemas[name] = st
-        self._empty = None
+        self._circuit_changed()
         self._catalog[name] = Input(name, tuple(st.fieldNames()))
         self._analysis.createDataFrame([], st).createOrReplaceTempView(name)
         return replaced
@@ -138,7 +167,14 @@ class Pipeline:
                                  for f, c in zip(schema, logical.columns)))
         self._catalog[name] = out
         self._views[name] = View(name, sql, out, Integral(self._incremental(out)), schema)
+        self._circuit_changed()
         self._analysis.createDataFrame([], schema).createOrReplaceTempView(name)
+
+    def _circuit_changed(self) -> None:
+        self._empty = None
+        self._schema_tick: Tick | None = None
+        self._schemas_by_node: dict[str, StructType] = {}
+        self._plan: Plan | NotArranged | None = None
 
     def _check_new(self, name: str) -> None:
         if name in self._catalog:
@@ -164,7 +200,7 @@ class Pipeline:
         data = [coerce_row(st, r) + (int(w),) for r, w in rows]
         return self.spark.createDataFrame(data, schema)
 
-    def step(self, deltas: Mapping[str, DataFrame | Rows | None], now: datetime | None = None,
+    def step(self, deltas: Mapping[str, DataFrame | pa.Table | Rows | None], now: datetime | None = None,
              before_commit: Callable[[int, dict[str, DataFrame]], None] | None = None) -> dict[str, DataFrame]:
         """Apply one tick of input changes, commit it, and return each view's change.
 
@@ -173,11 +209,16 @@ class Pipeline:
         ``before_commit(tick, changes)`` runs once the tick's state is written and before it
         commits: outputs written there idempotently per tick are exactly-once.
         """
+        started = time.perf_counter()
         inputs: dict[str, DataFrame | None] = {}
+        arrow: dict[str, pa.Table] = {}
         for source, d in deltas.items():
             source = source.lower()
             if source not in self._schemas or source == CLOCK:
                 raise StreamError(f"no source named {source!r}")
+            if isinstance(d, (pa.Table, pa.RecordBatch)):
+                arrow[source] = self._conform_arrow(source, d)
+                continue
             if d is not None and not isinstance(d, DataFrame):
                 d = self.delta(source, d)
             inputs[source] = None if d is None else self._conform(source, d)
@@ -188,6 +229,17 @@ class Pipeline:
             if clock != self._now:
                 moved = [((clock,), 1)] + ([((self._now,), -1)] if self._now is not None else [])
                 inputs[CLOCK] = self.delta(CLOCK, moved)
+
+        plan = self._arranged_plan()
+        if plan is not None and self._arranged_ready(plan):
+            fetched = self._fetch(inputs, arrow)
+            if fetched is not None:
+                try:
+                    return self._step_arranged(plan, fetched, clock, before_commit, started)
+                except (NotArranged, kernels.UnsupportedKey, pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                    pass  # the DataFrame path computes it, with Spark's own errors
+        for source, table in arrow.items():
+            inputs[source] = self._conform(source, self.spark.createDataFrame(table))
 
         states = self._states()
         tick = self.store.tick + 1
@@ -210,14 +262,139 @@ class Pipeline:
                 written[node].append(batch)
             # a view built this tick changes by all of its contents (its backfill and this delta)
             changes = {v.name: self._change(v, written.get(v.state.id, [])) for v in self._views.values()}
+            arrangements = self._arrange(plan, written, tick) if plan is not None else {}
             if before_commit is not None:
                 before_commit(tick, changes)
+            computed = time.perf_counter()
             by_id = {s.id: s for s in states}
-            self.store.commit(tick, written, lambda node, df: self._merge(by_id[node], df), self._meta(clock))
+            self.store.commit(tick, written, lambda node, df: self._merge(by_id[node], df), self._meta(clock),
+                              arrangements)
             self._now = clock
         finally:
             run.release()
+        self.last_tick = TickStats("dataframe", sum(t.num_rows for t in arrow.values()),
+                                   {"spark": computed - started, "commit": time.perf_counter() - computed})
         return changes
+
+    # --- the arranged path: small ticks on indexed state ---------------------------------
+
+    def _arranged_plan(self) -> Plan | None:
+        """The circuit's arranged form, or None when an operator has none (found once per circuit)."""
+        if self._plan is None:
+            try:
+                self._plan = Plan(self._states(), self._same_state(), self._schema_of)
+            except NotArranged as e:
+                self._plan = e
+        return self._plan if isinstance(self._plan, Plan) else None
+
+    def _arranged_ready(self, plan: Plan) -> bool:
+        """Whether every state node exists and every arrangement the plan needs is built."""
+        return self.store.tick > 0 and not self.pending and all(
+            spec.key in self.store.arrangements.get(spec.node, {}) for spec in plan.specs.values())
+
+    def _fetch(self, frames: Mapping[str, DataFrame | None], arrow: Mapping[str, pa.Table]) -> dict[str, pa.Table] | None:
+        """Every input as an Arrow table in the driver, or None when the tick is too large
+        for the arranged path (Spark's size estimate of a DataFrame input, then its rows)."""
+        out = dict(arrow)
+        for source, df in frames.items():
+            if df is None:
+                continue
+            if _estimated_bytes(df) > ARRANGED_BYTES:
+                return None
+            out[source] = self._conform_arrow(source, df.toArrow())
+        return out if sum(t.num_rows for t in out.values()) <= ARRANGED_ROWS else None
+
+    def _step_arranged(self, plan: Plan, inputs: dict[str, pa.Table], clock: datetime | None,
+                       before_commit: Callable[[int, dict[str, DataFrame]], None] | None,
+                       started: float) -> dict[str, DataFrame]:
+        """One tick on arrangements: kernels in the driver over the touched keys only."""
+        fetched = time.perf_counter()
+        states = self._states()
+        run = ArrangedTick(plan, inputs, self.store.arrangements, self.store.runs, self.spark)
+        tables = {s.id: run.state_delta(s) for s in states}
+        evaluated = time.perf_counter()
+        tick = self.store.tick + 1
+        batches = self.store.write_arrow(tick, tables, {s.id: self._stored_schema(s) for s in states})
+        written = {s.id: [batches[s.id]] if s.id in batches else [] for s in states}
+        arrangements = {node: {key: self.store.runs.append(arr, tick, tables.get(node)) for key, arr in arrs.items()}
+                        for node, arrs in self.store.arrangements.items() if node in tables}
+        changes = {v.name: self._arrow_change(v, tables.get(v.state.id)) for v in self._views.values()}
+        if before_commit is not None:
+            before_commit(tick, changes)
+        written_at = time.perf_counter()
+        by_id = {s.id: s for s in states}
+        self.store.commit(tick, written, lambda node, df: self._merge(by_id[node], df), self._meta(clock),
+                          arrangements)
+        self._now = clock
+        done = time.perf_counter()
+        self.last_tick = TickStats("arranged", sum(t.num_rows for t in inputs.values()),
+                                   {"spark": fetched - started + run.spark_seconds,
+                                    "driver": evaluated - fetched - run.spark_seconds,
+                                    "write": written_at - evaluated, "commit": done - written_at})
+        return changes
+
+    def _arrow_change(self, view: View, table: pa.Table | None) -> DataFrame:
+        if table is None or table.num_rows == 0:
+            return self.spark.createDataFrame([], self._with_weight(view.schema))
+        return self.spark.createDataFrame(table)
+
+    def _arrange(self, plan: Plan, written: dict[str, list[Batch]], tick: int
+                 ) -> dict[str, dict[tuple[str, ...], Arrangement]]:
+        """The arrangements the plan needs, with this tick's batches appended by a bulk
+        build (one Spark job per arrangement, tasks sort and write the runs); an
+        arrangement not built yet is built from the node's whole spine."""
+        out: dict[str, dict[tuple[str, ...], Arrangement]] = {}
+        for spec in plan.specs.values():
+            arr = self.store.arrangements.get(spec.node, {}).get(spec.key)
+            batches = list(written.get(spec.node, []))
+            if arr is None:
+                arr = Arrangement(spec.node, spec.key, spec.additive)
+                spine = self.store.spines.get(spec.node)
+                batches = (list(spine.batches) if spine else []) + batches
+            if batches:
+                rows = Batch.open_many(self.spark, batches).mapInArrow(
+                    partial(build_runs, self.store.runs.root, arr, tick), BUILT_DDL).collect()
+                new: dict[int, list[Run]] = {}
+                for r in rows:
+                    new.setdefault(r["bucket"], []).append(Run(r["path"], r["rows"]))
+                arr = arr.with_runs(new)
+            out.setdefault(spec.node, {})[spec.key] = arr
+        return out
+
+    def _schema_of(self, op: Operator) -> StructType:
+        """The Spark types of a node's rows (from a plan over empty inputs, no job)."""
+        found = self._schemas_by_node.get(op.id)
+        if found is None:
+            if self._schema_tick is None:
+                ops = {o.id: o for o in walk(*self._roots())}
+                empty = self._typed_empty()
+
+                def before(node: str) -> DataFrame | None:
+                    o = ops.get(node)
+                    return empty.value(o.input) if isinstance(o, Integral) else None
+
+                self._schema_tick = Tick(empty._inputs, before, lambda _: True, set())
+            if isinstance(op, Delay):
+                return self._schema_of(op.input.input)
+            value = self._schema_tick.value(op)
+            if value is None:
+                raise NotArranged(f"no type for {op.label()}")
+            found = self._schemas_by_node[op.id] = value.schema
+        return found
+
+    def _stored_schema(self, state: State) -> StructType:
+        return self._schema_of(state if isinstance(state, Recompute) else state.input)
+
+    def _conform_arrow(self, source: str, table: pa.Table | pa.RecordBatch) -> pa.Table:
+        """A source's delta as an Arrow table of its columns (by name, any case) and types."""
+        if isinstance(table, pa.RecordBatch):
+            table = pa.Table.from_batches([table])
+        table = table.rename_columns([c.lower() for c in table.column_names])
+        schema = arrow_schema(self._with_weight(self._schemas[source]))
+        missing = [n for n in schema.names if n not in table.column_names]
+        if missing:
+            raise StreamError(f"delta for source {source!r} lacks columns {missing}")
+        return table.select(schema.names).cast(schema)
 
     def _change(self, view: View, batches: list[Batch]) -> DataFrame:
         frames = [b.open(self.spark) for b in batches]

@@ -4,14 +4,18 @@ commits a tick atomically.
 Layout under ``state_location`` (any Hadoop file system URI: file:, hdfs:, s3a:, ...)::
 
     _manifest/tick-000000000042.json        the committed tick: every state node's batches
+                                            and the runs of its arrangements
     state/<tick>-<uuid>/_node=<node id>/    one Parquet batch (a delta, or a compacted run)
+    arrangements/...                        indexed copies of probed integrals (.arrangement)
 
-All batches of a tick are written by one Spark job (one struct column per node,
-partitioned by node), because per-job overhead, not data, dominates small ticks; a node
-whose delta is empty gets no partition and no batch. A tick writes its batches first and
-its manifest last (written aside, then renamed), so a crash leaves the previous manifest
-in force; files no manifest names are removed on open. Spark reads every batch through
-the same file system, so executors on a cluster see the same state as the driver.
+A large tick writes all its batches by one Spark job (one struct column per node,
+partitioned by node), because per-job overhead, not data, dominates; a small tick on
+arrangements writes each batch as one Parquet file from the driver (pyarrow), in the same
+layout, because a Spark job costs more than the writing. A node whose delta is empty gets
+no batch. A tick writes its batches and runs first and its manifest last (written aside,
+then renamed), so a crash leaves the previous manifest in force; files no manifest names
+are removed on open. Spark reads every batch through the same file system, so executors
+on a cluster and any client of the catalog see the same state as the driver.
 """
 from __future__ import annotations
 
@@ -22,10 +26,13 @@ from dataclasses import dataclass, field
 from functools import reduce
 from typing import Any, Callable
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructField, StructType
 
 from ..errors import StateError
+from .arrangement import Arrangement, Run, RunStore
 from .zsets import pack
 
 MANIFEST_DIR = "_manifest"
@@ -172,6 +179,9 @@ class StateStore:
         self.max_batches = max_batches
         self.tick = 0
         self.spines: dict[str, Spine] = {}
+        #: each node's arrangements by key
+        self.arrangements: dict[str, dict[tuple[str, ...], Arrangement]] = {}
+        self.runs = RunStore(self.fs.root)
         self.meta: dict[str, Any] = {}
         self._retired: set[str] = set()  # compacted away last commit; kept one tick for readers
         self._load()
@@ -191,6 +201,10 @@ class StateStore:
             node: Spine([Batch.from_json(b) for b in entry["batches"]])
             for node, entry in doc["nodes"].items()
         }
+        self.arrangements = {
+            node: {a.key: a for a in (Arrangement.from_json(node, d) for d in entry.get("arrangements", []))}
+            for node, entry in doc["nodes"].items() if entry.get("arrangements")
+        }
         self._collect_garbage()
 
     def _collect_garbage(self) -> None:
@@ -205,6 +219,8 @@ class StateStore:
             else:
                 for name in dead:
                     self.fs.delete(self.fs.path(STATE_DIR, tick, name))
+        self.runs.collect_garbage({p for arrs in self.arrangements.values() for a in arrs.values()
+                                   for p in a.paths()} | self._retired)
         manifests = self._manifests()
         for name in manifests[:-KEEP_MANIFESTS]:
             self.fs.delete(self.fs.path(MANIFEST_DIR, name))
@@ -223,6 +239,8 @@ class StateStore:
         """Drop nodes' state from the open store: the next commit holds them anew."""
         for node in nodes & set(self.spines):
             self.spines.pop(node).release()
+        for node in nodes & set(self.arrangements):
+            del self.arrangements[node]
 
     def write(self, tick: int, frames: dict[str, DataFrame]) -> dict[str, Batch]:
         """Write one batch per node (not yet committed), :data:`PACK` nodes per Spark job;
@@ -242,13 +260,45 @@ class StateStore:
                     written[node] = Batch(path, self.fs.size(path), columns[node], chunk[node].schema.json())
         return written
 
+    def write_arrow(self, tick: int, tables: dict[str, pa.Table | None], schemas: dict[str, StructType]
+                    ) -> dict[str, Batch]:
+        """One batch per node (not yet committed) written from the driver as one Parquet
+        file each, in the layout :meth:`write` gives them; nodes whose table has no rows
+        get none. ``schemas`` are the nodes' rows as Spark types them."""
+        written: dict[str, Batch] = {}
+        base = f"{STATE_DIR}/{tick:012d}-{uuid.uuid4().hex[:8]}"
+        for node, table in tables.items():
+            if table is None or table.num_rows == 0:
+                continue
+            column = f"n_{node}"
+            packed = pa.table({column: pa.StructArray.from_arrays(
+                [c.combine_chunks() for c in table.columns], fields=list(table.schema))})
+            rel = f"{base}/_node={node}"
+            full = f"{self.runs.base}/{rel}"
+            self.runs.fs.create_dir(full, recursive=True)
+            pq.write_table(packed, f"{full}/part-00000.parquet", filesystem=self.runs.fs)
+            written[node] = Batch(self.fs.path(rel), self.runs.fs.get_file_info(f"{full}/part-00000.parquet").size,
+                                  column, schemas[node].json())
+        return written
+
     def commit(self, tick: int, appended: dict[str, list[Batch]], merge: Callable[[str, DataFrame], DataFrame],
-               meta: dict[str, Any]) -> None:
-        """Make ``tick`` durable: ``appended`` names every live node with its new batches.
+               meta: dict[str, Any], arrangements: dict[str, dict[tuple[str, ...], Arrangement]] | None = None) -> None:
+        """Make ``tick`` durable: ``appended`` names every live node with its new batches,
+        ``arrangements`` the arrangements of those nodes that have them (default: as they are).
 
         Nodes not named are dropped. Spines over their size budget are compacted first
-        (``merge`` consolidates the union of a run), inside the same atomic commit.
+        (``merge`` consolidates the union of a run), and so are arrangements' buckets,
+        inside the same atomic commit.
         """
+        arranged: dict[str, dict[tuple[str, ...], Arrangement]] = {}
+        retired_runs: list[Run] = []
+        for node, arrs in (self.arrangements if arrangements is None else arrangements).items():
+            if node not in appended:
+                continue
+            arranged[node] = {}
+            for key, arr in arrs.items():
+                arranged[node][key], gone = self.runs.compact(arr, tick)
+                retired_runs.extend(gone)
         spines: dict[str, Spine] = {}
         runs: dict[str, int] = {}
         for node, batches in appended.items():
@@ -267,17 +317,19 @@ class StateStore:
             "tick": tick,
             "committed_at": time.time(),
             "meta": meta,
-            "nodes": {n: {"batches": [b.to_json() for b in s.batches]} for n, s in spines.items()},
+            "nodes": {n: {"batches": [b.to_json() for b in s.batches]}
+                      | ({"arrangements": [a.to_json() for a in arranged[n].values()]} if arranged.get(n) else {})
+                      for n, s in spines.items()},
         }
         self.fs.write_atomic(self.fs.path(MANIFEST_DIR, f"tick-{tick:012d}.json"), json.dumps(doc, indent=1))
         dropped = [s for n, s in self.spines.items() if n not in spines]
-        self.tick, self.meta, self.spines = tick, meta, spines
+        self.tick, self.meta, self.spines, self.arrangements = tick, meta, spines, arranged
         for b in retired:
             if b.frame is not None:
                 b.frame.unpersist()
         for s in dropped:
             s.release()
-        stale, self._retired = self._retired, {b.path for b in retired}
+        stale, self._retired = self._retired, {b.path for b in retired} | {r.path for r in retired_runs}
         if self._retired or dropped or stale:
             self._collect_garbage()
 
