@@ -223,7 +223,7 @@ class ArrangedTick:
             table = table.rename_columns(schema.names)
         return table.cast(schema) if table.schema != schema else table
 
-    def _spark(self, op: Operator, table: pa.Table, f: Callable[[DataFrame], DataFrame]) -> pa.Table:
+    def _in_spark(self, op: Operator, table: pa.Table, f: Callable[[DataFrame], DataFrame]) -> pa.Table:
         """``f`` applied by Spark to ``table`` (a local relation: the delta only)."""
         started = time.perf_counter()
         out = self._conform(op, f(self._spark.createDataFrame(table)).toArrow())
@@ -246,13 +246,13 @@ class ArrangedTick:
             return None
         pairs = self.plan.renames.get(op.id)
         if pairs is None:
-            return self._spark(op, t, lambda df: zsets.project(df, op.exprs))
+            return self._in_spark(op, t, lambda df: zsets.project(df, op.exprs))
         return self._conform(op, pa.table({n: t.column(c) for n, c in pairs} | {WEIGHT: t.column(WEIGHT)}))
 
     @_eval.register
     def _(self, op: Filter) -> pa.Table | None:
         t = self.value(op.input)
-        return None if t is None else self._spark(op, t, lambda df: df.where(op.predicate))
+        return None if t is None else self._in_spark(op, t, lambda df: df.where(op.predicate))
 
     @_eval.register
     def _(self, op: Scale) -> pa.Table | None:
@@ -261,7 +261,7 @@ class ArrangedTick:
             return None
         if op.factor.strip() == "-1":
             return kernels.negate(t)
-        return self._spark(op, t, lambda df: zsets.scale(df, op.factor))
+        return self._in_spark(op, t, lambda df: zsets.scale(df, op.factor))
 
     @_eval.register
     def _(self, op: Plus) -> pa.Table | None:
@@ -296,7 +296,7 @@ class ArrangedTick:
         cols = (ours | theirs) if right is not None else (theirs | ours)
         out = pa.table({c: cols[c] for c in op.columns} | {WEIGHT: w})
         out = self._conform(op, out)
-        return self._spark(op, out, lambda df: df.where(op.on)) if residual else out
+        return self._in_spark(op, out, lambda df: df.where(op.on)) if residual else out
 
     @_eval.register
     def _(self, op: GroupDiff) -> pa.Table | None:
@@ -311,7 +311,7 @@ class ArrangedTick:
         groups = kernels.group_sums(kernels.concat([old, dp.cast(old.schema) if old is not None else dp]), keys)
         new = kernels.finish(groups, keys, op.aggs)
         if new is None:
-            new = self._spark(op, groups, lambda df: zsets.finish(df, keys, op.aggs)).select(
+            new = self._in_spark(op, groups, lambda df: zsets.finish(df, keys, op.aggs)).select(
                 list(op.columns) + [WEIGHT])
         new = self._conform(op, new)
         _, prior = self._runs.probe(self._arr[op.id][op.keys], dp, keys, safe)

@@ -286,8 +286,8 @@ def partials(delta: pa.Table, keys: Sequence[str], aggs: Sequence[AggCall], sche
 def _times(x: pa.ChunkedArray, w: pa.ChunkedArray) -> pa.ChunkedArray:
     """x·w as Spark types it: integers in int64, floats in float64, decimals exactly."""
     t = x.type
-    if pa.types.is_decimal(t):
-        return pc.multiply_checked(x, w.cast(pa.decimal128(20, 0)))
+    if pa.types.is_decimal(t):  # in 256 bits: the product's precision may pass 38 before its cast
+        return pc.multiply_checked(x.cast(pa.decimal256(t.precision, t.scale)), w.cast(pa.decimal256(20, 0)))
     if pa.types.is_floating(t):
         return pc.multiply(x.cast(pa.float64()), w.cast(pa.float64()))
     return pc.multiply_checked(x.cast(pa.int64()), w)

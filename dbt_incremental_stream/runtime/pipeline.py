@@ -54,6 +54,7 @@ class TickStats:
     path: str
     input_rows: int
     seconds: dict[str, float]
+    why: str | None = None  # why a tick took the DataFrame path
 
 
 def _estimated_bytes(df: DataFrame) -> int:
@@ -220,6 +221,10 @@ class Pipeline:
                 arrow[source] = self._conform_arrow(source, d)
                 continue
             if d is not None and not isinstance(d, DataFrame):
+                table = self._rows_arrow(source, d := list(d))
+                if table is not None:
+                    arrow[source] = table
+                    continue
                 d = self.delta(source, d)
             inputs[source] = None if d is None else self._conform(source, d)
 
@@ -231,13 +236,17 @@ class Pipeline:
                 inputs[CLOCK] = self.delta(CLOCK, moved)
 
         plan = self._arranged_plan()
-        if plan is not None and self._arranged_ready(plan):
+        why = str(self._plan) if plan is None else None
+        if plan is not None and not self._arranged_ready(plan):
+            why = "state to build"
+        elif plan is not None:
             fetched = self._fetch(inputs, arrow)
+            why = "a large delta" if fetched is None else None
             if fetched is not None:
                 try:
                     return self._step_arranged(plan, fetched, clock, before_commit, started)
-                except (NotArranged, kernels.UnsupportedKey, pa.ArrowInvalid, pa.ArrowNotImplementedError):
-                    pass  # the DataFrame path computes it, with Spark's own errors
+                except (NotArranged, kernels.UnsupportedKey, pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+                    why = f"{type(e).__name__}: {e}"  # the DataFrame path computes it, with Spark's own errors
         for source, table in arrow.items():
             inputs[source] = self._conform(source, self.spark.createDataFrame(table))
 
@@ -273,7 +282,7 @@ class Pipeline:
         finally:
             run.release()
         self.last_tick = TickStats("dataframe", sum(t.num_rows for t in arrow.values()),
-                                   {"spark": computed - started, "commit": time.perf_counter() - computed})
+                                   {"spark": computed - started, "commit": time.perf_counter() - computed}, why)
         return changes
 
     # --- the arranged path: small ticks on indexed state ---------------------------------
@@ -384,6 +393,25 @@ class Pipeline:
 
     def _stored_schema(self, state: State) -> StructType:
         return self._schema_of(state if isinstance(state, Recompute) else state.input)
+
+    def _rows_arrow(self, source: str, rows: list[tuple[Sequence[Any], int]]) -> pa.Table | None:
+        """``(row, weight)`` pairs as an Arrow table, each value converted as Spark's
+        ``createDataFrame`` converts it (``DataType.toInternal``); None for column types
+        that only Spark converts (nested types)."""
+        st = self._with_weight(self._schemas[source])
+        schema = arrow_schema(st)
+        data = [coerce_row(st, tuple(r) + (int(w),)) for r, w in rows]
+        columns = []
+        for i, (f, t) in enumerate(zip(st.fields, schema.types)):
+            values = [None if row[i] is None else f.dataType.toInternal(row[i]) for row in data]
+            if pa.types.is_timestamp(t) or pa.types.is_date(t):
+                raw = pa.array(values, pa.int64() if pa.types.is_timestamp(t) else pa.int32())
+                columns.append(raw.view(t))
+            elif pa.types.is_nested(t):
+                return None
+            else:
+                columns.append(pa.array(values, t))
+        return pa.Table.from_arrays(columns, schema=schema)
 
     def _conform_arrow(self, source: str, table: pa.Table | pa.RecordBatch) -> pa.Table:
         """A source's delta as an Arrow table of its columns (by name, any case) and types."""

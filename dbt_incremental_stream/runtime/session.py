@@ -5,6 +5,7 @@ import os
 import sys
 from typing import Mapping
 
+from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 #: defaults for the embedded local session; a profile's spark_conf overrides them
@@ -26,6 +27,36 @@ TICK_CONF: dict[str, str] = {
 }
 
 
+#: share of physical memory given to the heap of a local session's JVM, and its bounds
+LOCAL_HEAP_FRACTION = 0.25
+LOCAL_HEAP_MIN = 1 << 30  # Spark's own default: never size below it
+LOCAL_HEAP_MAX = 16 << 30  # past this, Python workers and the OS page cache need it more
+
+
+def local_driver_memory(master: str, conf: Mapping[str, str] | None = None) -> str | None:
+    """``spark.driver.memory`` for a local session: a share of physical memory.
+
+    In local mode the driver JVM is the executor too, so Spark's 1 GiB default heap is all
+    the memory a tick's joins, aggregates and cached state get, whatever the machine has.
+    The other 3/4 stay for the Python driver, its Arrow kernels, the Python workers and
+    the page cache. None (Spark decides) when the master is not local, when ``conf`` or
+    ``SPARK_DRIVER_MEMORY`` sets the heap, when a JVM already runs in this process (its
+    heap is fixed), or when the share is below Spark's default.
+    """
+    if not (master == "local" or master.startswith("local[")):
+        return None
+    if "spark.driver.memory" in (conf or {}) or os.environ.get("SPARK_DRIVER_MEMORY"):
+        return None
+    if SparkContext._gateway is not None:
+        return None
+    try:
+        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # not a POSIX system
+        return None
+    heap = min(int(physical * LOCAL_HEAP_FRACTION), LOCAL_HEAP_MAX)
+    return f"{heap >> 20}m" if heap >= LOCAL_HEAP_MIN else None
+
+
 def session(master: str = "local[2]", conf: Mapping[str, str] | None = None,
             app_name: str = "dbt-incremental-stream", *, hive: bool = False) -> SparkSession:
     """Get or create the process's SparkSession with :data:`TICK_CONF` under ``conf``.
@@ -33,13 +64,17 @@ def session(master: str = "local[2]", conf: Mapping[str, str] | None = None,
     ``hive``: a persistent catalog, as dbt-spark's session method has it (by default a
     Derby metastore in ``metastore_db/`` and tables in ``spark-warehouse/``, both in the
     working directory; ``spark_conf`` can point Spark at any Hive metastore instead).
+    A local session's heap is sized from the machine (:func:`local_driver_memory`) unless
+    ``conf`` sets ``spark.driver.memory``.
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.master(master).appName(app_name)
     if hive:
         builder = builder.enableHiveSupport()
-    for key, value in {**TICK_CONF, **(conf or {})}.items():
+    memory = local_driver_memory(master, conf)
+    sized = {"spark.driver.memory": memory} if memory else {}
+    for key, value in {**TICK_CONF, **sized, **(conf or {})}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
