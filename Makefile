@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: setup test demo bench bench-tpch bench-nexmark bench-all clean
+.PHONY: setup test unit demo bench bench-tpch bench-nexmark bench-all clean
 
 setup: $(VENV)/.installed
 
@@ -17,6 +17,10 @@ $(VENV)/.installed: setup.py
 
 test: setup
 	$(PY) -m pytest -n 2 --dist loadfile tests
+
+# the Spark-free tier: kernels and arrangements (seconds)
+unit: setup
+	$(PY) -m pytest -q tests/fast
 
 demo: setup
 	$(PY) examples/demo.py $(ARGS)

@@ -114,6 +114,14 @@ class RunStore:
         self._local = isinstance(self.fs, pafs.LocalFileSystem)
         self._cache: dict[str, pa.Table] = {}
 
+    @staticmethod
+    def open(root: str) -> RunStore | None:
+        """The run store of a location, or None when pyarrow has no file system for it."""
+        try:
+            return RunStore(root)
+        except (OSError, ValueError, ImportError):
+            return None
+
     def _full(self, path: str) -> str:
         return f"{self.base}/{path}"
 

@@ -57,6 +57,13 @@ class TickStats:
     why: str | None = None  # why a tick took the DataFrame path
 
 
+def _merge_arrow(state: State, table: pa.Table) -> pa.Table:
+    """:meth:`Pipeline._merge` in Arrow."""
+    if isinstance(state, Integral) and state.key is not None:
+        return kernels.sum_by(table, state.key)
+    return kernels.consolidate(table)
+
+
 def _estimated_bytes(df: DataFrame) -> int:
     """Spark's size estimate of a DataFrame's result (exact for local data)."""
     size = df._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()
@@ -277,7 +284,7 @@ class Pipeline:
             computed = time.perf_counter()
             by_id = {s.id: s for s in states}
             self.store.commit(tick, written, lambda node, df: self._merge(by_id[node], df), self._meta(clock),
-                              arrangements)
+                              arrangements, lambda node, t: _merge_arrow(by_id[node], t))
             self._now = clock
         finally:
             run.release()
@@ -291,6 +298,8 @@ class Pipeline:
         """The circuit's arranged form, or None when an operator has none (found once per circuit)."""
         if self._plan is None:
             try:
+                if self.store.runs is None:
+                    raise NotArranged(f"pyarrow has no file system for {self.store.fs.root}")
                 self._plan = Plan(self._states(), self._same_state(), self._schema_of)
             except NotArranged as e:
                 self._plan = e
@@ -319,13 +328,15 @@ class Pipeline:
         """One tick on arrangements: kernels in the driver over the touched keys only."""
         fetched = time.perf_counter()
         states = self._states()
+        assert self.store.runs is not None
         run = ArrangedTick(plan, inputs, self.store.arrangements, self.store.runs, self.spark)
         tables = {s.id: run.state_delta(s) for s in states}
         evaluated = time.perf_counter()
         tick = self.store.tick + 1
         batches = self.store.write_arrow(tick, tables, {s.id: self._stored_schema(s) for s in states})
         written = {s.id: [batches[s.id]] if s.id in batches else [] for s in states}
-        arrangements = {node: {key: self.store.runs.append(arr, tick, tables.get(node)) for key, arr in arrs.items()}
+        runs = self.store.runs
+        arrangements = {node: {key: runs.append(arr, tick, tables.get(node)) for key, arr in arrs.items()}
                         for node, arrs in self.store.arrangements.items() if node in tables}
         changes = {v.name: self._arrow_change(v, tables.get(v.state.id)) for v in self._views.values()}
         if before_commit is not None:
@@ -333,7 +344,7 @@ class Pipeline:
         written_at = time.perf_counter()
         by_id = {s.id: s for s in states}
         self.store.commit(tick, written, lambda node, df: self._merge(by_id[node], df), self._meta(clock),
-                          arrangements)
+                          arrangements, lambda node, t: _merge_arrow(by_id[node], t))
         self._now = clock
         done = time.perf_counter()
         self.last_tick = TickStats("arranged", sum(t.num_rows for t in inputs.values()),
@@ -362,7 +373,7 @@ class Pipeline:
                 batches = (list(spine.batches) if spine else []) + batches
             if batches:
                 rows = Batch.open_many(self.spark, batches).mapInArrow(
-                    partial(build_runs, self.store.runs.root, arr, tick), BUILT_DDL).collect()
+                    partial(build_runs, self.store.fs.root, arr, tick), BUILT_DDL).collect()
                 new: dict[int, list[Run]] = {}
                 for r in rows:
                     new.setdefault(r["bucket"], []).append(Run(r["path"], r["rows"]))

@@ -45,6 +45,8 @@ KEEP_MANIFESTS = 3
 #: batches at least this large are kept in Spark's cache; smaller ones are cheaper to
 #: re-read than to match against every cached plan while a tick's query is planned
 CACHE_BYTES = 4 << 20
+#: a compaction this small is merged in the driver (pyarrow) rather than by a Spark job
+ARROW_MERGE_BYTES = 32 << 20
 
 
 @dataclass
@@ -181,7 +183,8 @@ class StateStore:
         self.spines: dict[str, Spine] = {}
         #: each node's arrangements by key
         self.arrangements: dict[str, dict[tuple[str, ...], Arrangement]] = {}
-        self.runs = RunStore(self.fs.root)
+        #: arrangement runs, where pyarrow reaches the location (None: it does not, e.g. hdfs:)
+        self.runs: RunStore | None = RunStore.open(self.fs.root)
         self.meta: dict[str, Any] = {}
         self._retired: set[str] = set()  # compacted away last commit; kept one tick for readers
         self._load()
@@ -219,8 +222,9 @@ class StateStore:
             else:
                 for name in dead:
                     self.fs.delete(self.fs.path(STATE_DIR, tick, name))
-        self.runs.collect_garbage({p for arrs in self.arrangements.values() for a in arrs.values()
-                                   for p in a.paths()} | self._retired)
+        if self.runs is not None:
+            self.runs.collect_garbage({p for arrs in self.arrangements.values() for a in arrs.values()
+                                       for p in a.paths()} | self._retired)
         manifests = self._manifests()
         for name in manifests[:-KEEP_MANIFESTS]:
             self.fs.delete(self.fs.path(MANIFEST_DIR, name))
@@ -274,21 +278,43 @@ class StateStore:
             packed = pa.table({column: pa.StructArray.from_arrays(
                 [c.combine_chunks() for c in table.columns], fields=list(table.schema))})
             rel = f"{base}/_node={node}"
-            full = f"{self.runs.base}/{rel}"
-            self.runs.fs.create_dir(full, recursive=True)
-            pq.write_table(packed, f"{full}/part-00000.parquet", filesystem=self.runs.fs)
-            written[node] = Batch(self.fs.path(rel), self.runs.fs.get_file_info(f"{full}/part-00000.parquet").size,
+            fs, full = self._arrow_fs(rel)
+            fs.create_dir(full, recursive=True)
+            pq.write_table(packed, f"{full}/part-00000.parquet", filesystem=fs)
+            written[node] = Batch(self.fs.path(rel), fs.get_file_info(f"{full}/part-00000.parquet").size,
                                   column, schemas[node].json())
         return written
 
+    def _arrow_fs(self, rel: str) -> tuple[Any, str]:
+        """The pyarrow file system and path of ``rel`` under the location (the driver's
+        own reads and writes; only where pyarrow reaches the location)."""
+        if self.runs is None:
+            raise StateError(f"pyarrow cannot reach {self.fs.root}")
+        return self.runs.fs, f"{self.runs.base}/{rel}"
+
+    def read_arrow(self, batches: list[Batch]) -> pa.Table:
+        """Batches of one node as one Arrow table, read in the driver."""
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        schema = to_arrow_schema(StructType.fromJson(json.loads(batches[0].schema)), timezone="UTC")
+        tables = []
+        for b in batches:
+            fs, path = self._arrow_fs(b.path[len(self.fs.root) + 1:])
+            column = pq.read_table(path, filesystem=fs, columns=[b.column]).column(b.column)
+            children = column.combine_chunks().flatten() if column.num_chunks else []
+            tables.append(pa.Table.from_arrays(children, schema=schema) if children else schema.empty_table())
+        return pa.concat_tables(t.cast(schema) for t in tables)
+
     def commit(self, tick: int, appended: dict[str, list[Batch]], merge: Callable[[str, DataFrame], DataFrame],
-               meta: dict[str, Any], arrangements: dict[str, dict[tuple[str, ...], Arrangement]] | None = None) -> None:
+               meta: dict[str, Any], arrangements: dict[str, dict[tuple[str, ...], Arrangement]] | None = None,
+               merge_arrow: Callable[[str, pa.Table], pa.Table] | None = None) -> None:
         """Make ``tick`` durable: ``appended`` names every live node with its new batches,
         ``arrangements`` the arrangements of those nodes that have them (default: as they are).
 
         Nodes not named are dropped. Spines over their size budget are compacted first
-        (``merge`` consolidates the union of a run), and so are arrangements' buckets,
-        inside the same atomic commit.
+        (``merge`` consolidates the union of a run; ``merge_arrow``, if given, does it in
+        the driver for runs under :data:`ARROW_MERGE_BYTES`), and so are arrangements'
+        buckets, inside the same atomic commit.
         """
         arranged: dict[str, dict[tuple[str, ...], Arrangement]] = {}
         retired_runs: list[Run] = []
@@ -297,6 +323,7 @@ class StateStore:
                 continue
             arranged[node] = {}
             for key, arr in arrs.items():
+                assert self.runs is not None
                 arranged[node][key], gone = self.runs.compact(arr, tick)
                 retired_runs.extend(gone)
         spines: dict[str, Spine] = {}
@@ -307,8 +334,15 @@ class StateStore:
             start = spine.compaction(self.max_batches)
             if start is not None:
                 runs[node] = start
+        small = {node for node, start in runs.items() if merge_arrow is not None and self.runs is not None
+                 and sum(b.bytes for b in spines[node].batches[start:]) <= ARROW_MERGE_BYTES}
         merged = self.write(tick, {node: merge(node, Spine(spines[node].batches[start:]).frame(self.spark))
-                                   for node, start in runs.items()})  # type: ignore[arg-type]
+                                   for node, start in runs.items() if node not in small})  # type: ignore[arg-type]
+        if small:
+            assert merge_arrow is not None
+            merged |= self.write_arrow(
+                tick, {n: merge_arrow(n, self.read_arrow(spines[n].batches[runs[n]:])) for n in small},
+                {n: StructType.fromJson(json.loads(spines[n].batches[-1].schema)) for n in small})
         retired: list[Batch] = []
         for node, start in runs.items():
             retired.extend(spines[node].batches[start:])
