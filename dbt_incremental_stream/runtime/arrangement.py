@@ -32,10 +32,18 @@ import pyarrow.fs as pafs
 from . import kernels
 
 ARRANGEMENT_DIR = "arrangements"
-#: buckets of a new arrangement
-BUCKETS = 16
+#: rows per bucket a new arrangement is sized for, and its most buckets: a probe reads
+#: one run list per touched bucket, so few buckets keep a small tick's probes few, while
+#: bounded buckets keep every merge and every bulk-build task bounded
+BUCKET_ROWS = 1_000_000
+MAX_BUCKETS = 64
 #: runs a bucket may hold before its newest ones are merged
-MAX_RUNS = 6
+MAX_RUNS = 4
+
+
+def buckets_for(rows: int) -> int:
+    """The bucket count of an arrangement created over ``rows`` rows."""
+    return max(1, min(MAX_BUCKETS, -(-rows // BUCKET_ROWS)))
 #: rows a bulk build sorts at once (bounds a builder task's memory)
 BUILD_ROWS = 2_000_000
 
@@ -73,7 +81,7 @@ class Arrangement:
     node: str
     key: tuple[str, ...]
     additive: bool
-    buckets: int = BUCKETS
+    buckets: int = 1
     runs: tuple[tuple[Run, ...], ...] = field(default=())
 
     def __post_init__(self) -> None:
@@ -179,9 +187,13 @@ class RunStore:
             bucket[start:] = [self.write(arr, i, tick, kernels.sort_run(merged, arr.key))] if merged.num_rows else []
         return replace(arr, runs=tuple(tuple(b) for b in runs)), retired
 
-    def forget(self, paths: set[str]) -> None:
-        for p in paths:
-            self._cache.pop(p, None)
+    def remove(self, path: str) -> None:
+        """Delete a run no manifest names any more."""
+        self._cache.pop(path, None)
+        try:
+            self.fs.delete_file(self._full(path))
+        except FileNotFoundError:
+            pass
 
     def collect_garbage(self, live: set[str]) -> None:
         """Remove run files that ``live`` does not name (crashed ticks, merged runs)."""

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from decimal import Decimal
 from functools import partial
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import pyarrow as pa
 from pyspark.errors import AnalysisException, ParseException
@@ -34,7 +34,7 @@ from ..errors import CompileError, StateError, StreamError
 from ..sql.planner import CLOCK, CLOCK_COLUMN, parse, plan, uses_clock
 from . import kernels, zsets
 from .arranged import ArrangedTick, NotArranged, Plan, arrow_schema
-from .arrangement import BUILT_DDL, Arrangement, Run
+from .arrangement import BUILT_DDL, Arrangement, Run, buckets_for
 from .arrangement import build as build_runs
 from .evaluate import Tick, empty_tick
 from .state import Batch, StateStore
@@ -55,6 +55,25 @@ class TickStats:
     input_rows: int
     seconds: dict[str, float]
     why: str | None = None  # why a tick took the DataFrame path
+
+
+class _Changes(Mapping[str, DataFrame]):
+    """Views' changes as DataFrames made when first read (most ticks read few of them)."""
+
+    def __init__(self, make: dict[str, Callable[[], DataFrame]]):
+        self._make = make
+        self._made: dict[str, DataFrame] = {}
+
+    def __getitem__(self, name: str) -> DataFrame:
+        if name not in self._made:
+            self._made[name] = self._make[name]()
+        return self._made[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._make)
+
+    def __len__(self) -> int:
+        return len(self._make)
 
 
 def _merge_arrow(state: State, table: pa.Table) -> pa.Table:
@@ -209,7 +228,7 @@ class Pipeline:
         return self.spark.createDataFrame(data, schema)
 
     def step(self, deltas: Mapping[str, DataFrame | pa.Table | Rows | None], now: datetime | None = None,
-             before_commit: Callable[[int, dict[str, DataFrame]], None] | None = None) -> dict[str, DataFrame]:
+             before_commit: Callable[[int, Mapping[str, DataFrame]], None] | None = None) -> Mapping[str, DataFrame]:
         """Apply one tick of input changes, commit it, and return each view's change.
 
         ``now`` is the tick's time for views that read it (default: the clock, in UTC).
@@ -278,6 +297,7 @@ class Pipeline:
                 written[node].append(batch)
             # a view built this tick changes by all of its contents (its backfill and this delta)
             changes = {v.name: self._change(v, written.get(v.state.id, [])) for v in self._views.values()}
+            arranging = time.perf_counter()
             arrangements = self._arrange(plan, written, tick) if plan is not None else {}
             if before_commit is not None:
                 before_commit(tick, changes)
@@ -289,7 +309,8 @@ class Pipeline:
         finally:
             run.release()
         self.last_tick = TickStats("dataframe", sum(t.num_rows for t in arrow.values()),
-                                   {"spark": computed - started, "commit": time.perf_counter() - computed}, why)
+                                   {"spark": arranging - started, "arrange": computed - arranging,
+                                    "commit": time.perf_counter() - computed}, why)
         return changes
 
     # --- the arranged path: small ticks on indexed state ---------------------------------
@@ -323,8 +344,8 @@ class Pipeline:
         return out if sum(t.num_rows for t in out.values()) <= ARRANGED_ROWS else None
 
     def _step_arranged(self, plan: Plan, inputs: dict[str, pa.Table], clock: datetime | None,
-                       before_commit: Callable[[int, dict[str, DataFrame]], None] | None,
-                       started: float) -> dict[str, DataFrame]:
+                       before_commit: Callable[[int, Mapping[str, DataFrame]], None] | None,
+                       started: float) -> Mapping[str, DataFrame]:
         """One tick on arrangements: kernels in the driver over the touched keys only."""
         fetched = time.perf_counter()
         states = self._states()
@@ -338,7 +359,7 @@ class Pipeline:
         runs = self.store.runs
         arrangements = {node: {key: runs.append(arr, tick, tables.get(node)) for key, arr in arrs.items()}
                         for node, arrs in self.store.arrangements.items() if node in tables}
-        changes = {v.name: self._arrow_change(v, tables.get(v.state.id)) for v in self._views.values()}
+        changes = _Changes({v.name: partial(self._arrow_change, v, tables.get(v.state.id)) for v in self._views.values()})
         if before_commit is not None:
             before_commit(tick, changes)
         written_at = time.perf_counter()
@@ -368,9 +389,10 @@ class Pipeline:
             arr = self.store.arrangements.get(spec.node, {}).get(spec.key)
             batches = list(written.get(spec.node, []))
             if arr is None:
-                arr = Arrangement(spec.node, spec.key, spec.additive)
                 spine = self.store.spines.get(spec.node)
                 batches = (list(spine.batches) if spine else []) + batches
+                size = Batch.open_many(self.spark, batches).count() if batches else 0  # from Parquet footers
+                arr = Arrangement(spec.node, spec.key, spec.additive, buckets_for(size))
             if batches:
                 rows = Batch.open_many(self.spark, batches).mapInArrow(
                     partial(build_runs, self.store.fs.root, arr, tick), BUILT_DDL).collect()

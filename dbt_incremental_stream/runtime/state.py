@@ -20,6 +20,8 @@ on a cluster and any client of the catalog see the same state as the driver.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -125,7 +127,9 @@ class Spine:
 
 
 class FileSystem:
-    """The few Hadoop FileSystem calls the store needs, through Spark's JVM."""
+    """The few file system calls the store needs: through Spark's JVM (any Hadoop file
+    system), or directly when the location is local (a JVM round trip per call costs
+    more than the call)."""
 
     def __init__(self, spark: SparkSession, root: str):
         jvm = spark._jvm  # type: ignore[attr-defined]
@@ -134,22 +138,34 @@ class FileSystem:
         root_path = self._Path(root)
         self._fs = root_path.getFileSystem(spark._jsc.hadoopConfiguration())  # type: ignore[attr-defined]
         self.root = str(self._fs.makeQualified(root_path).toString()).rstrip("/")
+        self._local = self.root.startswith("file:")
 
     def path(self, *parts: str) -> str:
         return "/".join((self.root,) + parts)
 
+    @staticmethod
+    def _os(path: str) -> str:
+        return "/" + path[len("file:"):].lstrip("/")
+
     def list(self, path: str) -> list[str]:
+        if self._local:
+            return os.listdir(self._os(path)) if os.path.isdir(self._os(path)) else []
         if not self.exists(path):
             return []
         return [str(s.getPath().getName()) for s in self._fs.listStatus(self._Path(path))]
 
     def exists(self, path: str) -> bool:
+        if self._local:
+            return os.path.exists(self._os(path))
         return bool(self._fs.exists(self._Path(path)))
 
     def size(self, path: str) -> int:
         return int(self._fs.getContentSummary(self._Path(path)).getLength())
 
     def read_text(self, path: str) -> str:
+        if self._local:
+            with open(self._os(path), encoding="utf-8") as f:
+                return f.read()
         stream = self._fs.open(self._Path(path))
         try:
             return str(self._IOUtils.toString(stream, "UTF-8"))
@@ -157,17 +173,30 @@ class FileSystem:
             stream.close()
 
     def write_atomic(self, path: str, text: str) -> None:
-        tmp = self._Path(f"{path}.{uuid.uuid4().hex}.tmp")
-        out = self._fs.create(tmp, True)
+        tmp = f"{path}.{uuid.uuid4().hex}.tmp"
+        if self._local:
+            os.makedirs(os.path.dirname(self._os(path)), exist_ok=True)
+            with open(self._os(tmp), "w", encoding="utf-8") as f:
+                f.write(text)
+            os.replace(self._os(tmp), self._os(path))
+            return
+        out = self._fs.create(self._Path(tmp), True)
         try:
             out.write(bytearray(text.encode()))
         finally:
             out.close()
-        if not self._fs.rename(tmp, self._Path(path)):
-            self._fs.delete(tmp, False)
+        if not self._fs.rename(self._Path(tmp), self._Path(path)):
+            self._fs.delete(self._Path(tmp), False)
             raise StateError(f"could not commit {path}")
 
     def delete(self, path: str) -> None:
+        if self._local:
+            local = self._os(path)
+            if os.path.isdir(local):
+                shutil.rmtree(local, ignore_errors=True)
+            elif os.path.exists(local):
+                os.remove(local)
+            return
         self._fs.delete(self._Path(path), True)
 
 
@@ -364,8 +393,14 @@ class StateStore:
         for s in dropped:
             s.release()
         stale, self._retired = self._retired, {b.path for b in retired} | {r.path for r in retired_runs}
-        if self._retired or dropped or stale:
+        if dropped:
             self._collect_garbage()
+        else:  # what the last commit retired is no longer read by anyone: remove just that
+            for path in stale:
+                if path.startswith(self.fs.root):
+                    self.fs.delete(path)
+                elif self.runs is not None:
+                    self.runs.remove(path)
 
     def close(self) -> None:
         for s in self.spines.values():
