@@ -299,19 +299,27 @@ class Pipeline:
             changes = {v.name: self._change(v, written.get(v.state.id, [])) for v in self._views.values()}
             arranging = time.perf_counter()
             arrangements = self._arrange(plan, written, tick) if plan is not None else {}
-            if before_commit is not None:
-                before_commit(tick, changes)
-            computed = time.perf_counter()
-            by_id = {s.id: s for s in states}
-            self.store.commit(tick, written, lambda node, df: self._merge(by_id[node], df), self._meta(clock),
-                              arrangements, lambda node, t: _merge_arrow(by_id[node], t))
-            self._now = clock
+            computed = self._commit(tick, states, written, arrangements, changes, clock, before_commit)
         finally:
             run.release()
         self.last_tick = TickStats("dataframe", sum(t.num_rows for t in arrow.values()),
                                    {"spark": arranging - started, "arrange": computed - arranging,
                                     "commit": time.perf_counter() - computed}, why)
         return changes
+
+    def _commit(self, tick: int, states: list[State], written: dict[str, list[Batch]],
+                arrangements: dict[str, dict[tuple[str, ...], Arrangement]], changes: Mapping[str, DataFrame],
+                clock: datetime | None, before_commit: Callable[[int, Mapping[str, DataFrame]], None] | None) -> float:
+        """Hand the tick's changes to ``before_commit``, then commit the tick; returns when
+        the commit started."""
+        if before_commit is not None:
+            before_commit(tick, changes)
+        committing = time.perf_counter()
+        by_id = {s.id: s for s in states}
+        self.store.commit(tick, written, lambda node, df: self._merge(by_id[node], df), self._meta(clock),
+                          arrangements, lambda node, t: _merge_arrow(by_id[node], t))
+        self._now = clock
+        return committing
 
     # --- the arranged path: small ticks on indexed state ---------------------------------
 
@@ -360,13 +368,7 @@ class Pipeline:
         arrangements = {node: {key: runs.append(arr, tick, tables.get(node)) for key, arr in arrs.items()}
                         for node, arrs in self.store.arrangements.items() if node in tables}
         changes = _Changes({v.name: partial(self._arrow_change, v, tables.get(v.state.id)) for v in self._views.values()})
-        if before_commit is not None:
-            before_commit(tick, changes)
-        written_at = time.perf_counter()
-        by_id = {s.id: s for s in states}
-        self.store.commit(tick, written, lambda node, df: self._merge(by_id[node], df), self._meta(clock),
-                          arrangements, lambda node, t: _merge_arrow(by_id[node], t))
-        self._now = clock
+        written_at = self._commit(tick, states, written, arrangements, changes, clock, before_commit)
         done = time.perf_counter()
         self.last_tick = TickStats("arranged", sum(t.num_rows for t in inputs.values()),
                                    {"spark": fetched - started + run.spark_seconds,
