@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from decimal import Decimal
@@ -33,7 +34,7 @@ from ..circuit.operators import (WEIGHT, Delay, Input, Integral, Map, Operator, 
 from ..errors import CompileError, StateError, StreamError
 from ..sql.planner import CLOCK, CLOCK_COLUMN, parse, plan, uses_clock
 from . import kernels, zsets
-from .arranged import ArrangedTick, NotArranged, Plan, arrow_schema
+from .arranged import ArrangedTick, NotArranged, Plan, Spec, arrow_schema
 from .arrangement import BUILT_DDL, Arrangement, Run, buckets_for
 from .arrangement import build as build_runs
 from .evaluate import Tick, empty_tick
@@ -384,10 +385,10 @@ class Pipeline:
     def _arrange(self, plan: Plan, written: dict[str, list[Batch]], tick: int
                  ) -> dict[str, dict[tuple[str, ...], Arrangement]]:
         """The arrangements the plan needs, with this tick's batches appended by a bulk
-        build (one Spark job per arrangement, tasks sort and write the runs); an
-        arrangement not built yet is built from the node's whole spine."""
-        out: dict[str, dict[tuple[str, ...], Arrangement]] = {}
-        for spec in plan.specs.values():
+        build; an arrangement not built yet is built from the node's whole spine. One
+        Spark job per arrangement, all submitted at once (small ones finish in the
+        shadow of the large one)."""
+        def build(spec: Spec) -> Arrangement:
             arr = self.store.arrangements.get(spec.node, {}).get(spec.key)
             batches = list(written.get(spec.node, []))
             if arr is None:
@@ -395,13 +396,20 @@ class Pipeline:
                 batches = (list(spine.batches) if spine else []) + batches
                 size = Batch.open_many(self.spark, batches).count() if batches else 0  # from Parquet footers
                 arr = Arrangement(spec.node, spec.key, spec.additive, buckets_for(size))
-            if batches:
-                rows = Batch.open_many(self.spark, batches).mapInArrow(
-                    partial(build_runs, self.store.fs.root, arr, tick), BUILT_DDL).collect()
-                new: dict[int, list[Run]] = {}
-                for r in rows:
-                    new.setdefault(r["bucket"], []).append(Run(r["path"], r["rows"]))
-                arr = arr.with_runs(new)
+            if not batches:
+                return arr
+            rows = Batch.open_many(self.spark, batches).mapInArrow(
+                partial(build_runs, self.store.fs.root, arr, tick), BUILT_DDL).collect()
+            new: dict[int, list[Run]] = {}
+            for r in rows:
+                new.setdefault(r["bucket"], []).append(Run(r["path"], r["rows"]))
+            return arr.with_runs(new)
+
+        specs = list(plan.specs.values())
+        with ThreadPoolExecutor(max_workers=max(1, len(specs))) as pool:
+            built = list(pool.map(build, specs))
+        out: dict[str, dict[tuple[str, ...], Arrangement]] = {}
+        for spec, arr in zip(specs, built):
             out.setdefault(spec.node, {})[spec.key] = arr
         return out
 
