@@ -24,6 +24,16 @@ TICK_CONF: dict[str, str] = {
     # recording the Python call site of every DataFrame call costs several JVM round trips
     # each; a tick builds hundreds of them
     "spark.python.sql.dataFrameDebugging.enabled": "false",
+    # Python workers: Spark's defaults, pinned against a spark-defaults.conf that differs.
+    # A new worker costs ~0.6 s of CPU before it runs anything: on Python 3.11 it re-reads
+    # pyspark.zip's directory once per cached zip importer, compiles PySpark's worker
+    # modules from that zip (no .pyc in it) and imports pyarrow. bench/worker_floor.py,
+    # trivial mapInArrow job on 2 busy cores: p50 0.10-0.18 s on reused workers, 1.3 s
+    # forking one per task (reuse off), 2.4 s launching one per task (no daemon). Spark
+    # still closes all idle workers after 60-70 s without a Python task (a constant, no
+    # setting): the first Python job after such a pause pays the fork again (1.05 s).
+    "spark.python.use.daemon": "true",
+    "spark.python.worker.reuse": "true",
 }
 
 
