@@ -3,7 +3,7 @@
     python bench/memory.py [--rows 1000000] [--per-tick 200000] [--shapes filter,aggregate,...]
 
 Each shape runs in a fresh process (so peaks do not carry over): a Spark session
-(``local[2]``, the engine's defaults: 1 GiB driver heap), a pipeline with that one view
+(``local[2]``, the engine's defaults: heap sized from the machine), a pipeline with that one view
 over ``events`` (``--rows`` rows fed in ticks of ``--per-tick``; 10,000 keys, 20
 categories) and ``dim`` (10,000 rows, 50 regions), then one more tick of 1,000 changes.
 Measured: the state directory's size after the last tick (everything a restart needs),
@@ -139,8 +139,11 @@ def main() -> None:
         r = results[-1]
         print(f"  {shape}: state {r['state_bytes'] / 2**20:.1f} MiB, peak {r['peak'] / 2**20:.0f} MiB", file=sys.stderr)
     scale = 1_000_000 / args.rows
+    from dbt_incremental_stream.runtime.session import local_driver_memory
+
+    heap = local_driver_memory("local[2]") or "1g"
     print(f"\n{args.rows:,} input rows in ticks of {args.per_tick:,}, then a tick of 1,000 changes; local[2], "
-          "1 GiB driver heap; per 1M input rows\n")
+          f"driver heap {heap}; per 1M input rows\n")
     print("| shape | state on disk (MiB) | peak RSS, all processes (MiB) | idle RSS (MiB) | peak above idle (MiB) "
           "| load (s) | view rows |")
     print("|---|---|---|---|---|---|---|")
