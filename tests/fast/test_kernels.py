@@ -177,3 +177,21 @@ def test_compaction_keeps_the_integral(tmp_path_factory, ticks):
                     full[k] += w
         assert {r: w for r, w in full.items() if w} == {r: w for r, w in want.items() if w}
     store.collect_garbage(arr.paths())
+
+
+def test_partials_keep_spark_types_and_exact_decimals():
+    """Σx·w of a DECIMAL stays exact (the product passes 38 digits before its cast), of a
+    DOUBLE is a double, of an INT a bigint; an overflow raises instead of wrapping."""
+    delta = pa.table({"k": pa.array([1, 1, 2], pa.int32()),
+                      "d": pa.array([Decimal("99999999999999999999.99"), Decimal("0.01"), None], pa.decimal128(22, 2)),
+                      "i": pa.array([2**31 - 1, 1, 5], pa.int32()), WEIGHT: pa.array([3, -1, 2], pa.int64())})
+    aggs = (AggCall("s", "sum", "d"), AggCall("t", "sum", "i"))
+    schema = pa.schema([("k", pa.int32()), (COUNT, pa.int64()), ("s__s", pa.decimal128(38, 2)), ("s__n", pa.int64()),
+                        ("t__s", pa.int64()), ("t__n", pa.int64())])
+    got = {r["k"]: r for r in kernels.partials(delta, ["k"], aggs, schema).to_pylist()}
+    assert got[1]["s__s"] == Decimal("299999999999999999999.96") and got[1][COUNT] == 2
+    assert got[2]["s__s"] is None and got[2]["s__n"] == 0 and got[2]["t__s"] == 10
+    assert got[1]["t__s"] == 3 * (2**31 - 1) - 1
+    big = delta.set_column(2, "i", pa.array([2**62, 1, 1], pa.int64()))
+    with pytest.raises(pa.ArrowInvalid):
+        kernels.partials(big, ["k"], aggs, schema)
