@@ -91,3 +91,37 @@ def test_integration_project_on_a_standalone_cluster(cluster, tmp_path, kafka):
             assert run.returncode == 0, f"{mode}: " + run.stdout[-3000:] + run.stderr[-3000:]
     local, on_cluster = fingerprints(roots["local"], envs["local"]), fingerprints(roots["cluster"], envs["cluster"])
     assert local == on_cluster and all(n for n, _ in local.values()), (local, on_cluster)
+
+
+ARRANGED_ON_CLUSTER = """
+import sys
+from dbt_incremental_stream.differential import Differential
+from dbt_incremental_stream.runtime.session import session
+from tests.workload import SOURCES
+
+spark = session(sys.argv[1])
+views = {"revenue": "SELECT c.region, COUNT(*) AS n, SUM(o.amount) AS s FROM orders o "
+                    "JOIN customers c ON o.cust = c.id GROUP BY c.region"}
+diff = Differential(spark, sys.argv[2], SOURCES, views)
+diff.step({"orders": [((i, i % 5, i * 1.25, i % 3, "open"), 1) for i in range(200)],
+           "customers": [((i, f"n{i}", f"r{i % 2}"), 1) for i in range(5)]})
+assert diff.pipeline.last_tick.path == "dataframe"
+diff.step({"orders": [((3, 3, 3.75, 0, "open"), -1), ((500, 1, 9.5, 1, "paid"), 1)],
+           "customers": [((1, "n1", "r1"), -1), ((1, "n1", "r0"), 1)]})
+assert diff.pipeline.last_tick.path == "arranged", diff.pipeline.last_tick.why
+arrangements = diff.pipeline.store.arrangements
+assert sum(a.rows for arrs in arrangements.values() for a in arrs.values()) > 200
+diff.close()
+print("ok")
+"""
+
+
+@pytest.mark.slow
+def test_arrangements_built_by_executors_serve_the_driver(cluster, tmp_path):
+    """The first tick builds the arrangements in the executors' tasks (mapInArrow, runs
+    written under the state location); the next tick, on arrangements, reads them in the
+    driver; both equal DuckDB."""
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    run = subprocess.run([sys.executable, "-c", ARRANGED_ON_CLUSTER, cluster, str(tmp_path / "state")], env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stdout[-3000:] + run.stderr[-3000:]
