@@ -77,6 +77,7 @@ def test_envelopes(spark, kafka, tmp_path, envelope):
     else:  # update id 1, delete id 2, add id 4
         send([((1, "z", 9.0), 1), ((2, "b", 1.0), None), ((4, "c", 7.0), 1)])
     project.advance()
+    assert project.pipe.last_tick.path == "arranged", project.pipe.last_tick.why  # a small tick: on arrangements
     assert rows(spark, src) == +want
     assert not any(check_project(project).values())
     assert project.advance() is False  # nothing new: no tick
