@@ -100,7 +100,6 @@ def main() -> None:
     for source in ("orders", "customers", "products"):
         pipe.snapshot(source).write.parquet(str(work / "tables" / source))
     t = time.perf_counter()
-    batch = {}
     for source in ("orders", "customers", "products"):
         spark.read.parquet(str(work / "tables" / source)).createOrReplaceTempView(source)
     for name, sql in VIEWS.items():
