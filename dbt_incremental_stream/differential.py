@@ -20,13 +20,12 @@ import sqlglot
 from sqlglot import exp
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from .circuit.operators import WEIGHT, quote
 from .project import CHANGELOG_COLUMNS, CHANGELOG_TABLE, Project, quote_relation
 from .runtime.pipeline import Pipeline, coerce_row
-from .runtime.zsets import expand, pack
+from .runtime.zsets import arrow_schema, expand, pack
 from .sql.relations import engine_name, rename
 from .sql.planner import CLOCK, total_order, with_clock
 
@@ -90,7 +89,7 @@ class Oracle:
     def _insert(self, name: str, schema: StructType, data: list[Row]) -> None:
         """Rows into DuckDB as one Arrow table (row by row takes minutes at 100k rows); row
         by row only when a value does not convert to the column's Arrow type."""
-        arrow = to_arrow_schema(schema, timezone="UTC")
+        arrow = arrow_schema(schema)
         try:
             table = pa.Table.from_arrays([pa.array([r[i] for r in data], type=f.type) for i, f in enumerate(arrow)],
                                          schema=arrow)

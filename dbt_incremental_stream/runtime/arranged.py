@@ -24,7 +24,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import sqlglot
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 from sqlglot import exp
 
@@ -45,6 +44,7 @@ from ..circuit.operators import (
     is_identifier,
     walk,
 )
+from ..sql.planner import DIALECT, _conjuncts
 from . import kernels, zsets
 from .arrangement import Arrangement, RunStore
 
@@ -97,14 +97,10 @@ class Plan:
         self.specs[(node, key)] = Spec(node, key, additive)
 
     def _check(self, op: Operator) -> None:
-        if isinstance(op, (Input, Plus, Partials, Integral, Delay)):
+        if isinstance(op, (Input, Plus, Partials, Integral, Delay, Filter, Scale)):
             return
         if isinstance(op, Map):
             self.renames[op.id] = self._renames(op)
-            return
-        if isinstance(op, Filter):
-            return
-        if isinstance(op, Scale):
             return
         if isinstance(op, GroupDiff) and op.linear:
             before = op.before
@@ -173,7 +169,7 @@ class Plan:
 def _on(op: Join) -> tuple[tuple[bool, ...], bool]:
     """Per key pair whether it is NULL-safe (``<=>``), and whether ``on`` says more than
     the key equalities."""
-    terms = _conjuncts(sqlglot.parse_one(op.on, read="spark"))
+    terms = _conjuncts(sqlglot.parse_one(op.on, read=DIALECT))
     pairs = {(unquote(a), unquote(b)) for a, b in op.keys}
     found: dict[tuple[str, str], bool] = {}
     residual = False
@@ -189,11 +185,6 @@ def _on(op: Join) -> tuple[tuple[bool, ...], bool]:
     return tuple(found.get((unquote(a), unquote(b)), False) for a, b in op.keys), residual
 
 
-def _conjuncts(e: exp.Expression) -> list[exp.Expression]:
-    e = e.unnest()
-    if isinstance(e, exp.And):
-        return _conjuncts(e.left) + _conjuncts(e.right)
-    return [e]
 
 
 class ArrangedTick:
@@ -210,7 +201,7 @@ class ArrangedTick:
         self.spark_seconds = 0.0  # spent in Spark passes
 
     def arrow_schema(self, op: Operator) -> pa.Schema:
-        return arrow_schema(self.plan.schema(op))
+        return zsets.arrow_schema(self.plan.schema(op))
 
     def value(self, op: Operator) -> pa.Table | None:
         if op.id not in self._memo:
@@ -330,6 +321,3 @@ class ArrangedTick:
         return kernels.sum_by(t, state.key) if state.key is not None else kernels.consolidate(t)
 
 
-def arrow_schema(schema: StructType) -> pa.Schema:
-    """Spark's types in Arrow, as ``toArrow`` gives them."""
-    return to_arrow_schema(schema, timezone="UTC")

@@ -34,7 +34,7 @@ from ..circuit.operators import (WEIGHT, Delay, Input, Integral, Map, Operator, 
 from ..errors import CompileError, StateError, StreamError
 from ..sql.planner import CLOCK, CLOCK_COLUMN, parse, plan, uses_clock
 from . import kernels, zsets
-from .arranged import ArrangedTick, NotArranged, Plan, Spec, arrow_schema
+from .arranged import ArrangedTick, NotArranged, Plan, Spec
 from .arrangement import BUILT_DDL, Arrangement, Run, buckets_for
 from .arrangement import build as build_runs
 from .evaluate import Tick, empty_tick
@@ -224,9 +224,8 @@ class Pipeline:
     def delta(self, source: str, rows: Rows) -> DataFrame:
         """A delta DataFrame for ``source`` from ``(row, weight)`` pairs."""
         st = self._schemas[source.lower()]
-        schema = StructType(list(st.fields) + [StructField(WEIGHT, zsets.LONG, False)])
         data = [coerce_row(st, r) + (int(w),) for r, w in rows]
-        return self.spark.createDataFrame(data, schema)
+        return self.spark.createDataFrame(data, zsets.with_weight(st))
 
     def step(self, deltas: Mapping[str, DataFrame | pa.Table | Rows | None], now: datetime | None = None,
              before_commit: Callable[[int, Mapping[str, DataFrame]], None] | None = None) -> Mapping[str, DataFrame]:
@@ -379,7 +378,7 @@ class Pipeline:
 
     def _arrow_change(self, view: View, table: pa.Table | None) -> DataFrame:
         if table is None or table.num_rows == 0:
-            return self.spark.createDataFrame([], self._with_weight(view.schema))
+            return self._change(view, [])
         return self.spark.createDataFrame(table)
 
     def _arrange(self, plan: Plan, written: dict[str, list[Batch]], tick: int
@@ -441,8 +440,8 @@ class Pipeline:
         """``(row, weight)`` pairs as an Arrow table, each value converted as Spark's
         ``createDataFrame`` converts it (``DataType.toInternal``); None for column types
         that only Spark converts (nested types)."""
-        st = self._with_weight(self._schemas[source])
-        schema = arrow_schema(st)
+        st = zsets.with_weight(self._schemas[source])
+        schema = zsets.arrow_schema(st)
         data = [coerce_row(st, tuple(r) + (int(w),)) for r, w in rows]
         columns = []
         for i, (f, t) in enumerate(zip(st.fields, schema.types)):
@@ -461,7 +460,7 @@ class Pipeline:
         if isinstance(table, pa.RecordBatch):
             table = pa.Table.from_batches([table])
         table = table.rename_columns([c.lower() for c in table.column_names])
-        schema = arrow_schema(self._with_weight(self._schemas[source]))
+        schema = zsets.arrow_schema(zsets.with_weight(self._schemas[source]))
         missing = [n for n in schema.names if n not in table.column_names]
         if missing:
             raise StreamError(f"delta for source {source!r} lacks columns {missing}")
@@ -470,7 +469,7 @@ class Pipeline:
     def _change(self, view: View, batches: list[Batch]) -> DataFrame:
         frames = [b.open(self.spark) for b in batches]
         if not frames:
-            return self.spark.createDataFrame([], self._with_weight(view.schema))
+            return self.spark.createDataFrame([], zsets.with_weight(view.schema))
         return frames[0] if len(frames) == 1 else zsets.consolidate(zsets.union(frames))  # type: ignore[arg-type]
 
     def _backfill(self, new: list[State], tick: int, written: dict[str, list[Batch]]) -> None:
@@ -536,13 +535,10 @@ class Pipeline:
         """A tick over empty inputs and state: typed empty values of every node (kept
         until the circuit changes, its values never do)."""
         if self._empty is None:
-            self._empty = empty_tick({n: self.spark.createDataFrame([], self._with_weight(s))
+            self._empty = empty_tick({n: self.spark.createDataFrame([], zsets.with_weight(s))
                                       for n, s in self._schemas.items()})
         return self._empty
 
-    @staticmethod
-    def _with_weight(schema: StructType) -> StructType:
-        return StructType(list(schema.fields) + [StructField(WEIGHT, zsets.LONG, False)])
 
     def _meta(self, now: datetime | None) -> dict[str, Any]:
         return {
@@ -562,7 +558,7 @@ class Pipeline:
         """
         node, schema = self._contents(name)
         df = self.store.before(node)
-        df = self.spark.createDataFrame([], self._with_weight(schema)) if df is None else zsets.consolidate(df)
+        df = self.spark.createDataFrame([], zsets.with_weight(schema)) if df is None else zsets.consolidate(df)
         return df if weights else zsets.expand(df)
 
     def _contents(self, name: str) -> tuple[str, StructType]:

@@ -35,7 +35,7 @@ from pyspark.sql.types import StructField, StructType
 
 from ..errors import StateError
 from .arrangement import Arrangement, Run, RunStore
-from .zsets import pack
+from .zsets import arrow_schema, pack
 
 MANIFEST_DIR = "_manifest"
 STATE_DIR = "state"
@@ -323,9 +323,7 @@ class StateStore:
 
     def read_arrow(self, batches: list[Batch]) -> pa.Table:
         """Batches of one node as one Arrow table, read in the driver."""
-        from pyspark.sql.pandas.types import to_arrow_schema
-
-        schema = to_arrow_schema(StructType.fromJson(json.loads(batches[0].schema)), timezone="UTC")
+        schema = arrow_schema(StructType.fromJson(json.loads(batches[0].schema)))
         tables = []
         for b in batches:
             fs, path = self._arrow_fs(b.path[len(self.fs.root) + 1:])

@@ -4,8 +4,10 @@ from __future__ import annotations
 from functools import reduce
 from typing import Iterable, Mapping, Sequence
 
+import pyarrow as pa
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import LongType, StructField, StructType
 
 from ..circuit.operators import COUNT, WEIGHT, AggCall, partial_columns, quote
@@ -43,6 +45,11 @@ def pack(frames: Mapping[str, DataFrame], columns: Mapping[str, str], tag: str) 
 def with_weight(schema: StructType) -> StructType:
     """``schema`` with the weight column."""
     return StructType(list(schema.fields) + [StructField(WEIGHT, LONG, False)])
+
+
+def arrow_schema(schema: StructType) -> pa.Schema:
+    """Spark's types in Arrow, as ``toArrow`` gives them (timestamps in UTC)."""
+    return to_arrow_schema(schema, timezone="UTC")
 
 
 def project(df: DataFrame, exprs: Sequence[tuple[str, str]]) -> DataFrame:
