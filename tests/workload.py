@@ -67,8 +67,10 @@ def run(data: st.DataObject, make: Callable[[], Differential], sources: list[str
     """Drive ``ticks`` random ticks, checking every view after each one."""
     diff = make()
     try:
-        for _ in range(ticks):
+        for tick in range(ticks):
             diff.step(changes(data, diff, sources))
+            # every operator has an arranged form: a small tick after the first runs on arrangements
+            assert tick == 0 or diff.pipeline.last_tick.path == "arranged", diff.pipeline.last_tick.why
     finally:
         diff.close()
     return diff

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from functools import singledispatchmethod
 from typing import Callable, Mapping, Sequence
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import sqlglot
@@ -37,11 +38,15 @@ from ..circuit.operators import (
     Join,
     Map,
     Operator,
+    Pad,
     Partials,
     Plus,
     Recompute,
     Scale,
+    WindowDiff,
     is_identifier,
+    passthrough,
+    quote,
     walk,
 )
 from ..sql.planner import DIALECT, _conjuncts
@@ -59,14 +64,37 @@ def unquote(identifier: str) -> str:
     return identifier[1:-1].replace("``", "`")
 
 
+ROW = "__row"  # the probe row of each matched state row, carried through a side's chain
+
+
 @dataclass(frozen=True)
 class Side:
-    """One side of a join read from state: ``integral`` (before this tick, or including
-    it when ``after``), whose column ``rename[c]`` is the side's column ``c``."""
+    """State read through row-wise operators: ``integral`` (before this tick, or including
+    it when ``after``), then ``chain`` (Maps and Filters, innermost first). ``rename[c]``
+    is the integral's column that the side's column ``c`` copies, for the columns that
+    are copies: only those can be probed."""
 
     integral: Integral
     after: bool
+    chain: tuple[Operator, ...]
     rename: dict[str, str]
+
+    def key(self, columns: Sequence[str]) -> tuple[str, ...]:
+        computed = [c for c in columns if c not in self.rename]
+        if computed:
+            raise NotArranged(f"the key {computed} is computed over state")
+        return tuple(self.rename[c] for c in columns)
+
+
+@dataclass(frozen=True)
+class JoinPlan:
+    """A join of a delta with ``state``, the right side when ``state_right``."""
+
+    state: Side
+    state_right: bool
+    null_safe: tuple[bool, ...]
+    residual: bool
+    computed: bool  # a key of the delta's side is an expression: Spark computes it first
 
 
 @dataclass(frozen=True)
@@ -85,7 +113,8 @@ class Plan:
         self.same = same
         self.schema = schema
         self.specs: dict[tuple[str, tuple[str, ...]], Spec] = {}
-        self.sides: dict[str, tuple[Side | None, Side | None, tuple[bool, ...], bool]] = {}
+        self.joins: dict[str, JoinPlan] = {}
+        self.before: dict[str, Side] = {}  # per-group recompute: the input's integral
         self.renames: dict[str, list[tuple[str, str]] | None] = {}
         for op in walk(*states):
             self._check(op)
@@ -97,7 +126,7 @@ class Plan:
         self.specs[(node, key)] = Spec(node, key, additive)
 
     def _check(self, op: Operator) -> None:
-        if isinstance(op, (Input, Plus, Partials, Integral, Delay, Filter, Scale)):
+        if isinstance(op, (Input, Plus, Partials, Integral, Delay, Filter, Scale, Pad)):
             return
         if isinstance(op, Map):
             self.renames[op.id] = self._renames(op)
@@ -109,32 +138,44 @@ class Plan:
             self._need(before.input.id, op.keys, True)
             self._need(op.id, op.keys, False)
             return
+        if isinstance(op, (GroupDiff, WindowDiff)):
+            keys = group_keys(op)
+            side = self._side(op.before)
+            if side is None or side.integral.key is not None:
+                raise NotArranged(f"{op.label()}: its input is not kept as rows")
+            self.before[op.id] = side
+            self._need(self.state_of(side.integral), side.key(keys), False)
+            self._need(op.id, keys, False)
+            return
         if isinstance(op, Join):
-            self.sides[op.id] = self._join(op)
+            self.joins[op.id] = self._join(op)
             return
         raise NotArranged(f"{op.label()} has no arranged form yet")
 
-    def _renames(self, op: Map) -> list[tuple[str, str]] | None:
-        """(output, input column) when every expression is a column, maybe cast to the
-        type it already has; None when Spark must evaluate it."""
+    def _copies(self, op: Map) -> dict[str, str]:
+        """Output column → the input column it copies, maybe cast to the type it has."""
         types = {f.name: f.dataType.simpleString() for f in self.schema(op.input).fields}
-        out = []
+        out = {}
         for name, e in op.exprs:
             if is_identifier(e):
-                out.append((name, unquote(e)))
+                out[name] = unquote(e)
                 continue
             m = _CAST.match(e)
             if m and is_identifier(m.group(1)) and types.get(unquote(m.group(1))) == m.group(2).strip().lower():
-                out.append((name, unquote(m.group(1))))
-                continue
-            return None
+                out[name] = unquote(m.group(1))
         return out
 
+    def _renames(self, op: Map) -> list[tuple[str, str]] | None:
+        """(output, input column) when every expression is a copy; None when Spark must
+        evaluate one."""
+        copies = self._copies(op)
+        return [(n, copies[n]) for n, _ in op.exprs] if len(copies) == len(op.exprs) else None
+
     def _side(self, op: Operator) -> Side | None:
-        """``op`` as an integral under renames, or None when it is a delta."""
-        maps: list[Map] = []
-        while isinstance(op, Map):
-            maps.append(op)
+        """``op`` as an integral under row-wise operators, or None when it is a delta."""
+        chain: list[Operator] = []
+        while isinstance(op, (Map, Filter)):
+            chain.append(op)
             op = op.input
         if isinstance(op, Delay):
             integral, after = op.input, False
@@ -143,48 +184,51 @@ class Plan:
         else:
             return None
         rename = {c: c for c in integral.columns}
-        for m in reversed(maps):
-            pairs = self._renames(m)
-            if pairs is None:
-                raise NotArranged(f"a join side computes {m.label()} over its state")
-            rename = {name: rename[src] for name, src in pairs}
-        return Side(integral, after, rename)
+        for m in reversed(chain):
+            if isinstance(m, Map):
+                rename = {name: rename[src] for name, src in self._copies(m).items() if src in rename}
+        return Side(integral, after, tuple(reversed(chain)), rename)
 
-    def _join(self, op: Join) -> tuple[Side | None, Side | None, tuple[bool, ...], bool]:
-        if not op.keys or not all(is_identifier(a) and is_identifier(b) for a, b in op.keys):
-            raise NotArranged(f"{op.label()}: no equi-join on columns")
+    def _join(self, op: Join) -> JoinPlan:
         left, right = self._side(op.left), self._side(op.right)
         if (left is None) == (right is None):
             raise NotArranged(f"{op.label()}: not a delta joined with an integral")
         null_safe, residual = _on(op)
         state, i = (right, 1) if right is not None else (left, 0)
         assert state is not None
-        key = tuple(state.rename[unquote(pair[i])] for pair in op.keys)
         if state.integral.key is not None:
             raise NotArranged(f"{op.label()}: joins partial sums")
-        self._need(self.state_of(state.integral), key, False)
-        return left, right, null_safe, residual
+        if not all(is_identifier(pair[i]) for pair in op.keys):
+            raise NotArranged(f"{op.label()}: the key of its state side is an expression")
+        self._need(self.state_of(state.integral), state.key([unquote(pair[i]) for pair in op.keys]), False)
+        computed = not all(is_identifier(pair[1 - i]) for pair in op.keys)
+        return JoinPlan(state, right is not None, null_safe, residual, computed)
+
+
+def group_keys(op: Operator) -> tuple[str, ...]:
+    """The columns a per-group recompute is keyed by."""
+    return op.keys if isinstance(op, GroupDiff) else op.partition  # type: ignore[attr-defined]
 
 
 def _on(op: Join) -> tuple[tuple[bool, ...], bool]:
     """Per key pair whether it is NULL-safe (``<=>``), and whether ``on`` says more than
     the key equalities."""
-    terms = _conjuncts(sqlglot.parse_one(op.on, read=DIALECT))
-    pairs = {(unquote(a), unquote(b)) for a, b in op.keys}
+    def norm(e: exp.Expression | str) -> str:
+        return (sqlglot.parse_one(e, read=DIALECT) if isinstance(e, str) else e).sql(DIALECT)
+
+    pairs = [(norm(a), norm(b)) for a, b in op.keys]
     found: dict[tuple[str, str], bool] = {}
     residual = False
-    for t in terms:
-        if isinstance(t, (exp.EQ, exp.NullSafeEQ)) and isinstance(t.left, exp.Column) and isinstance(t.right, exp.Column):
-            p = (t.left.name, t.right.name)
-            q = (p[1], p[0])
-            hit = p if p in pairs else q if q in pairs else None
+    for t in _conjuncts(sqlglot.parse_one(op.on, read=DIALECT)):
+        if isinstance(t, (exp.EQ, exp.NullSafeEQ)):
+            p = (norm(t.left), norm(t.right))
+            hit = p if p in pairs else (p[1], p[0]) if (p[1], p[0]) in pairs else None
             if hit is not None:
                 found[hit] = isinstance(t, exp.NullSafeEQ)
                 continue
-        residual = True
-    return tuple(found.get((unquote(a), unquote(b)), False) for a, b in op.keys), residual
-
-
+        if not (isinstance(t, exp.Boolean) and t.this):
+            residual = True
+    return tuple(found.get(p, False) for p in pairs), residual
 
 
 class ArrangedTick:
@@ -209,10 +253,16 @@ class ArrangedTick:
         return self._memo[op.id]
 
     def _conform(self, op: Operator, table: pa.Table) -> pa.Table:
+        """``table`` with ``op``'s column names and types (a carried ``ROW`` stays last)."""
         schema = self.arrow_schema(op)
+        row = table.column(ROW) if ROW in table.column_names else None
+        if row is not None:
+            table = table.drop_columns([ROW])
         if table.schema.names != schema.names:
             table = table.rename_columns(schema.names)
-        return table.cast(schema) if table.schema != schema else table
+        if table.schema != schema:
+            table = table.cast(schema)
+        return table if row is None else table.append_column(ROW, row)
 
     def _in_spark(self, op: Operator, table: pa.Table, f: Callable[[DataFrame], DataFrame]) -> pa.Table:
         """``f`` applied by Spark to ``table`` (a local relation: the delta only)."""
@@ -220,6 +270,36 @@ class ArrangedTick:
         out = self._conform(op, f(self._spark.createDataFrame(table)).toArrow())
         self.spark_seconds += time.perf_counter() - started
         return out
+
+    def _row_wise(self, op: Operator, t: pa.Table) -> pa.Table:
+        """A Map or Filter applied to ``t``, keeping a carried ``ROW`` column."""
+        if isinstance(op, Filter):
+            return self._in_spark(op, t, lambda df: df.where(op.predicate))
+        assert isinstance(op, Map)
+        extra = [c for c in t.column_names if c == ROW]
+        pairs = self.plan.renames.get(op.id)
+        if pairs is None:
+            return self._in_spark(op, t, lambda df: zsets.project(df, op.exprs + passthrough(extra)).select(
+                *[quote(n) for n, _ in op.exprs], quote(WEIGHT), *map(quote, extra)))
+        cols = {n: t.column(c) for n, c in pairs} | {WEIGHT: t.column(WEIGHT)} | {c: t.column(c) for c in extra}
+        return self._conform(op, pa.Table.from_arrays(list(cols.values()), names=list(cols)))
+
+    def _read(self, side: Side, probe: pa.Table, probe_keys: Sequence[str], side_keys: Sequence[str],
+              null_safe: Sequence[bool]) -> tuple[np.ndarray, pa.Table | None]:
+        """The rows of ``side`` whose ``side_keys`` equal a ``probe`` row's ``probe_keys``:
+        (the probe row of each match, the matched rows in the side's columns)."""
+        key = side.key(side_keys)
+        arr = self._arr[self.plan.state_of(side.integral)][key]
+        extra = self.value(side.integral.input) if side.after else None
+        rows, matched = self._runs.probe(arr, probe, probe_keys, null_safe, extra)
+        if matched is None or not side.chain:
+            return rows, matched
+        t = matched.append_column(ROW, pa.array(rows, pa.int64()))
+        for op in side.chain:
+            t = self._row_wise(op, t)
+        if t.num_rows == 0:
+            return np.zeros(0, np.int64), None
+        return t.column(ROW).to_numpy(), t.drop_columns([ROW])
 
     @singledispatchmethod
     def _eval(self, op: Operator) -> pa.Table | None:
@@ -233,17 +313,12 @@ class ArrangedTick:
     @_eval.register
     def _(self, op: Map) -> pa.Table | None:
         t = self.value(op.input)
-        if t is None:
-            return None
-        pairs = self.plan.renames.get(op.id)
-        if pairs is None:
-            return self._in_spark(op, t, lambda df: zsets.project(df, op.exprs))
-        return self._conform(op, pa.table({n: t.column(c) for n, c in pairs} | {WEIGHT: t.column(WEIGHT)}))
+        return None if t is None else self._row_wise(op, t)
 
     @_eval.register
     def _(self, op: Filter) -> pa.Table | None:
         t = self.value(op.input)
-        return None if t is None else self._in_spark(op, t, lambda df: df.where(op.predicate))
+        return None if t is None else self._row_wise(op, t)
 
     @_eval.register
     def _(self, op: Scale) -> pa.Table | None:
@@ -259,38 +334,55 @@ class ArrangedTick:
         return kernels.concat(self._conform(op, t) for i in op.inputs if (t := self.value(i)) is not None)
 
     @_eval.register
+    def _(self, op: Pad) -> pa.Table | None:
+        t = self.value(op.input)
+        if t is None:
+            return None
+        schema = self.arrow_schema(op)
+        cols = [t.column(c) for c in op.input.columns]
+        cols += [pa.nulls(t.num_rows, schema.field(i).type) for i in range(len(cols), len(op.columns))]
+        return pa.Table.from_arrays(cols + [t.column(WEIGHT)], schema=schema)
+
+    @_eval.register
     def _(self, op: Partials) -> pa.Table | None:
         t = self.value(op.input)
         return None if t is None else kernels.partials(t, op.keys, op.aggs, self.arrow_schema(op))
 
     @_eval.register
     def _(self, op: Join) -> pa.Table | None:
-        left, right, null_safe, residual = self.plan.sides[op.id]
-        state, delta_op = (right, op.left) if right is not None else (left, op.right)
-        assert state is not None
-        delta = self.value(delta_op)
+        j = self.plan.joins[op.id]
+        delta = self.value(op.left if j.state_right else op.right)
         if delta is None:
             return None
-        i = 0 if right is not None else 1
-        delta_keys = [unquote(pair[i]) for pair in op.keys]
-        node = self.plan.state_of(state.integral)
-        key = tuple(state.rename[unquote(pair[1 - i])] for pair in op.keys)
-        arr = self._arr[node][key]
-        extra = self.value(state.integral.input) if state.after else None
-        rows, matched = self._runs.probe(arr, delta, delta_keys, null_safe, extra)
+        i = 0 if j.state_right else 1
+        keys = [unquote(p[i]) if is_identifier(p[i]) else f"__k{n}" for n, p in enumerate(op.keys)]
+        if j.computed:
+            delta = self._keyed(delta, [(k, p[i]) for k, p in zip(keys, op.keys) if not is_identifier(p[i])])
+        rows, matched = self._read(j.state, delta, keys, [unquote(p[1 - i]) for p in op.keys], j.null_safe)
         if matched is None:
             return None
         mine = delta.take(pa.array(rows))
+        if j.computed:
+            mine = mine.select(list(op.left.columns if j.state_right else op.right.columns) + [WEIGHT])
         w = pc.multiply_checked(mine.column(WEIGHT), matched.column(WEIGHT))
-        theirs = {name: matched.column(src) for name, src in state.rename.items()}
-        ours = {c: mine.column(c) for c in kernels.data_columns(mine)}
-        cols = (ours | theirs) if right is not None else (theirs | ours)
-        out = pa.table({c: cols[c] for c in op.columns} | {WEIGHT: w})
-        out = self._conform(op, out)
-        return self._in_spark(op, out, lambda df: df.where(op.on)) if residual else out
+        theirs = [matched.column(c) for c in kernels.data_columns(matched)]
+        ours = [mine.column(c) for c in kernels.data_columns(mine)]
+        out = self._conform(op, pa.Table.from_arrays((ours + theirs if j.state_right else theirs + ours) + [w],
+                                                     names=list(op.columns) + [WEIGHT]))
+        return self._in_spark(op, out, lambda df: df.where(op.on)) if j.residual else out
+
+    def _keyed(self, delta: pa.Table, exprs: list[tuple[str, str]]) -> pa.Table:
+        """``delta`` with computed key columns ``(name, Spark SQL)`` appended."""
+        started = time.perf_counter()
+        df = self._spark.createDataFrame(delta)
+        out = df.selectExpr(*map(quote, df.columns), *(f"{e} AS {quote(n)}" for n, e in exprs)).toArrow()
+        self.spark_seconds += time.perf_counter() - started
+        return out.cast(pa.schema(list(delta.schema) + list(out.schema)[delta.num_columns:]))
 
     @_eval.register
     def _(self, op: GroupDiff) -> pa.Table | None:
+        if not op.linear:
+            return self._recompute(op, self._regroup)
         dp = self.value(op.delta)
         if dp is None:
             return None
@@ -304,11 +396,41 @@ class ArrangedTick:
         if new is None:
             new = self._in_spark(op, groups, lambda df: zsets.finish(df, keys, op.aggs)).select(
                 list(op.columns) + [WEIGHT])
-        new = self._conform(op, new)
-        _, prior = self._runs.probe(self._arr[op.id][op.keys], dp, keys, safe)
-        if prior is not None:
-            new = pa.concat_tables([kernels.negate(prior).cast(new.schema), new])
-        return kernels.consolidate(new)
+        return self._retract(op, dp, self._conform(op, new))
+
+    @_eval.register
+    def _(self, op: WindowDiff) -> pa.Table | None:
+        return self._recompute(op, lambda rows: self._in_spark(op, rows, lambda df: zsets.window_diff(
+            None, df, None, op.partition, op.funcs, op.keep)) if rows.num_rows else None)
+
+    def _regroup(self, op: GroupDiff, rows: pa.Table) -> pa.Table:
+        new = kernels.regroup(rows, op.keys, op.aggs, self.arrow_schema(op))
+        if new is None:
+            new = self._in_spark(op, rows, lambda df: zsets.group_diff(None, df, None, op.keys, op.aggs, False))
+        return new
+
+    def _recompute(self, op: GroupDiff | WindowDiff, compute: Callable) -> pa.Table | None:
+        """The touched groups' rows (their stored rows and this tick's), recomputed by
+        ``compute``, minus what was emitted for them before."""
+        delta = self.value(op.delta)
+        if delta is None:
+            return None
+        keys = list(group_keys(op))
+        touched = (pa.table({k: delta.column(k) for k in keys}).group_by(keys, use_threads=False).aggregate([])
+                   if keys else pa.table({ROW: [0]}))
+        _, old = self._read(self.plan.before[op.id], touched, keys, keys, [True] * len(keys))
+        rows = kernels.consolidate(kernels.concat([old.cast(delta.schema) if old is not None else None, delta]))
+        new = compute(op, rows) if isinstance(op, GroupDiff) else compute(rows)
+        return self._retract(op, touched, new)
+
+    def _retract(self, op: Operator, touched: pa.Table, new: pa.Table | None) -> pa.Table | None:
+        """``new`` minus the rows ``op`` emitted before for the ``touched`` groups."""
+        keys = list(group_keys(op))
+        _, prior = self._runs.probe(self._arr[op.id][tuple(keys)], touched, keys, [True] * len(keys))
+        if prior is None:
+            return new
+        prior = kernels.negate(prior)
+        return kernels.consolidate(prior if new is None else pa.concat_tables([prior.cast(new.schema), new]))
 
     def state_delta(self, state: Operator) -> pa.Table | None:
         """What a state node adds this tick, as stored: consolidated, partial sums as they are."""
@@ -319,5 +441,3 @@ class ArrangedTick:
         if t is None or isinstance(state.input, Partials):
             return t
         return kernels.sum_by(t, state.key) if state.key is not None else kernels.consolidate(t)
-
-

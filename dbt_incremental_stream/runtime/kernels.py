@@ -316,3 +316,51 @@ def finish(groups: pa.Table, keys: Sequence[str], aggs: Sequence[AggCall]) -> pa
     out[WEIGHT] = pa.chunked_array([np.ones(groups.num_rows, np.int64)], pa.int64())
     table = pa.table(out)
     return table.filter(pc.not_equal(count, 0)) if keys else table
+
+
+# --- per-group recompute ------------------------------------------------------------
+
+_HASH_AGG = {"min": "min", "max": "max", "count": "count_distinct"}
+
+
+def regroup(rows: pa.Table, keys: Sequence[str], aggs: Sequence[AggCall], schema: pa.Schema) -> pa.Table | None:
+    """The aggregate row (weight 1) of every group in ``rows``, a consolidated Z-set in
+    which a row of weight w counts w times, typed as ``schema``. Linear aggregates are
+    finished from their partial sums as :func:`finish` does; MIN, MAX and
+    COUNT(DISTINCT) are Arrow's hash aggregates. None when Spark's own semantics decide:
+    SUM/AVG(DISTINCT), AVG of a DECIMAL, MIN/MAX of floats (Spark orders NaN above
+    every number, Arrow skips it)."""
+    live = rows.filter(pc.greater(rows.column(WEIGHT), 0))
+    w = live.column(WEIGHT)
+    cols: dict[str, pa.ChunkedArray] = {k: live.column(k) for k in keys}
+    cols[COUNT] = w
+    specs: list[tuple] = [(COUNT, "sum")]
+    linear = [a for a in aggs if a.linear]
+    for a in linear:
+        if a.arg is None:
+            continue
+        x, names = live.column(a.arg), partial_columns(a)
+        if a.func != "count":
+            cols[names[0]] = _times(x, w)
+            specs.append((names[0], "sum"))
+        cols[names[-1]] = pc.if_else(pc.is_valid(x), w, 0)
+        specs.append((names[-1], "sum"))
+    for a in aggs:
+        if a.linear:
+            continue
+        assert a.arg is not None
+        x = live.column(a.arg)
+        if a.func not in _HASH_AGG or (a.func != "count" and pa.types.is_floating(x.type)):
+            return None
+        cols[a.name] = x
+        specs.append((a.name, _HASH_AGG[a.func], pc.CountOptions("only_valid")) if a.func == "count"
+                     else (a.name, _HASH_AGG[a.func]))
+    out = pa.table(cols).group_by(list(keys), use_threads=False).aggregate(specs)
+    named = {f"{s[0]}_{s[1]}": s[0] for s in specs}
+    out = out.rename_columns([named.get(c, c) for c in out.column_names])
+    done = finish(out, keys, linear)
+    if done is None:
+        return None
+    values = {a.name: (done.column(a.name) if a.linear else out.column(a.name)) for a in aggs}
+    table = pa.table({k: done.column(k) for k in keys} | values | {WEIGHT: done.column(WEIGHT)})
+    return table.cast(schema)

@@ -259,7 +259,7 @@ class Pipeline:
             clock = now or datetime.now(timezone.utc).replace(tzinfo=None)
             if clock != self._now:
                 moved = [((clock,), 1)] + ([((self._now,), -1)] if self._now is not None else [])
-                inputs[CLOCK] = self.delta(CLOCK, moved)
+                arrow[CLOCK] = self._rows_arrow(CLOCK, moved)
 
         plan = self._arranged_plan()
         why = str(self._plan) if plan is None else None
