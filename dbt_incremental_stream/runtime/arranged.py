@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass
-from functools import singledispatchmethod
+from functools import partial, singledispatchmethod
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
@@ -50,7 +50,7 @@ from ..circuit.operators import (
     walk,
 )
 from ..sql.planner import DIALECT, _conjuncts
-from . import kernels, zsets
+from . import expressions, kernels, zsets
 from .arrangement import Arrangement, RunStore
 
 _CAST = re.compile(r"^CAST\((`(?:[^`]|``)+`) AS (.+)\)$", re.S)
@@ -64,6 +64,7 @@ def unquote(identifier: str) -> str:
     return identifier[1:-1].replace("``", "`")
 
 
+_ARROW_DECLINES = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError)  # Spark decides instead
 ROW = "__row"  # the probe row of each matched state row, carried through a side's chain
 
 
@@ -98,6 +99,17 @@ class JoinPlan:
 
 
 @dataclass(frozen=True)
+class RowNumber:
+    """A window Arrow computes: ROW_NUMBER() OVER (PARTITION BY ``partition`` ORDER BY
+    ``order``) as column ``name``, rows kept where ``keep`` holds."""
+
+    name: str
+    partition: tuple[str, ...]
+    order: tuple[tuple[str, bool, bool], ...]  # (column, descending, nulls first)
+    keep: expressions.Compiled | None
+
+
+@dataclass(frozen=True)
 class Spec:
     """An arrangement a circuit needs: state node ``node`` by ``key``."""
 
@@ -109,13 +121,18 @@ class Spec:
 class Plan:
     """What the arranged path needs to know about a circuit, found once."""
 
-    def __init__(self, states: Sequence[Operator], same: Mapping[str, str], schema: Callable[[Operator], StructType]):
+    def __init__(self, states: Sequence[Operator], same: Mapping[str, str], schema: Callable[[Operator], StructType],
+                 types: Callable[[Operator, list[str]], list[pa.DataType]]):
         self.same = same
         self.schema = schema
+        self.types = types  # Spark's types of expressions over a node's columns
         self.specs: dict[tuple[str, tuple[str, ...]], Spec] = {}
         self.joins: dict[str, JoinPlan] = {}
         self.before: dict[str, Side] = {}  # per-group recompute: the input's integral
         self.renames: dict[str, list[tuple[str, str]] | None] = {}
+        self.predicates: dict[str, expressions.Compiled] = {}  # filters and join conditions Arrow evaluates
+        self.values: dict[str, list[tuple[str, expressions.Compiled]]] = {}  # Maps Arrow computes
+        self.windows: dict[str, RowNumber] = {}  # windows Arrow computes
         for op in walk(*states):
             self._check(op)
 
@@ -126,10 +143,15 @@ class Plan:
         self.specs[(node, key)] = Spec(node, key, additive)
 
     def _check(self, op: Operator) -> None:
-        if isinstance(op, (Input, Plus, Partials, Integral, Delay, Filter, Scale, Pad)):
+        if isinstance(op, Filter):
+            self._predicate(op, op.predicate, op.input)
+            return
+        if isinstance(op, (Input, Plus, Partials, Integral, Delay, Scale, Pad)):
             return
         if isinstance(op, Map):
             self.renames[op.id] = self._renames(op)
+            if self.renames[op.id] is None:
+                self._values(op)
             return
         if isinstance(op, GroupDiff) and op.linear:
             before = op.before
@@ -146,11 +168,57 @@ class Plan:
             self.before[op.id] = side
             self._need(self.state_of(side.integral), side.key(keys), False)
             self._need(op.id, keys, False)
+            if isinstance(op, WindowDiff):
+                self._window(op)
             return
         if isinstance(op, Join):
             self.joins[op.id] = self._join(op)
+            if self.joins[op.id].residual:
+                self._predicate(op, op.on, op)
             return
         raise NotArranged(f"{op.label()} has no arranged form yet")
+
+    def _predicate(self, op: Operator, predicate: str, over: Operator) -> None:
+        compiled = expressions.predicate(predicate, zsets.arrow_schema(self.schema(over)),
+                                         partial(self.types, over))
+        if compiled is not None:
+            self.predicates[op.id] = compiled
+
+    def _window(self, op: WindowDiff) -> None:
+        """Arrow's form of a window that is one ROW_NUMBER over columns Arrow orders as
+        Spark does (not floats: Spark orders NaN above every number), kept by a predicate
+        Arrow evaluates."""
+        if len(op.funcs) != 1:
+            return
+        name, sql = op.funcs[0]
+        w = sqlglot.parse_one(sql, read=DIALECT)
+        if not (isinstance(w, exp.Window) and isinstance(w.this, exp.RowNumber) and w.args.get("order")):
+            return
+        types = zsets.arrow_schema(self.schema(op.delta))
+        terms = [w.args.get("partition_by") or [], [o.this for o in w.args["order"].expressions]]
+        if not all(isinstance(c, exp.Column) and c.name in types.names and not pa.types.is_floating(types.field(c.name).type)
+                   for part in terms for c in part):
+            return
+        keep = None
+        if op.keep:
+            keep = expressions.predicate(op.keep, zsets.arrow_schema(self.schema(op)))
+            if keep is None:
+                return
+        order = tuple((o.this.name, bool(o.args.get("desc")), bool(o.args.get("nulls_first")))
+                      for o in w.args["order"].expressions)
+        self.windows[op.id] = RowNumber(name, tuple(c.name for c in terms[0]), order, keep)
+
+    def _values(self, op: Map) -> None:
+        """Arrow's form of a Map's expressions, when every one has one."""
+        copies = self._copies(op)
+        schema = zsets.arrow_schema(self.schema(op.input))
+        out = []
+        for name, e in op.exprs:
+            f = _pick(copies[name]) if name in copies else expressions.value(e, schema, partial(self.types, op.input))
+            if f is None:
+                return
+            out.append((name, f))
+        self.values[op.id] = out
 
     def _copies(self, op: Map) -> dict[str, str]:
         """Output column → the input column it copies, maybe cast to the type it has."""
@@ -203,6 +271,10 @@ class Plan:
         self._need(self.state_of(state.integral), state.key([unquote(pair[i]) for pair in op.keys]), False)
         computed = not all(is_identifier(pair[1 - i]) for pair in op.keys)
         return JoinPlan(state, right is not None, null_safe, residual, computed)
+
+
+def _pick(column: str) -> expressions.Compiled:
+    return lambda t: t.column(column)
 
 
 def group_keys(op: Operator) -> tuple[str, ...]:
@@ -267,22 +339,49 @@ class ArrangedTick:
     def _in_spark(self, op: Operator, table: pa.Table, f: Callable[[DataFrame], DataFrame]) -> pa.Table:
         """``f`` applied by Spark to ``table`` (a local relation: the delta only)."""
         started = time.perf_counter()
-        out = self._conform(op, f(self._spark.createDataFrame(table)).toArrow())
+        out = self._conform(op, zsets.collect_arrow(f(self._spark.createDataFrame(table))))
         self.spark_seconds += time.perf_counter() - started
         return out
 
     def _row_wise(self, op: Operator, t: pa.Table) -> pa.Table:
         """A Map or Filter applied to ``t``, keeping a carried ``ROW`` column."""
         if isinstance(op, Filter):
-            return self._in_spark(op, t, lambda df: df.where(op.predicate))
+            return self._where(op, t, op.predicate)
         assert isinstance(op, Map)
         extra = [c for c in t.column_names if c == ROW]
         pairs = self.plan.renames.get(op.id)
         if pairs is None:
+            computed = self._computed(op, t)
+            if computed is not None:
+                return computed
             return self._in_spark(op, t, lambda df: zsets.project(df, op.exprs + passthrough(extra)).select(
                 *[quote(n) for n, _ in op.exprs], quote(WEIGHT), *map(quote, extra)))
         cols = {n: t.column(c) for n, c in pairs} | {WEIGHT: t.column(WEIGHT)} | {c: t.column(c) for c in extra}
         return self._conform(op, pa.Table.from_arrays(list(cols.values()), names=list(cols)))
+
+    def _computed(self, op: Map, t: pa.Table) -> pa.Table | None:
+        """A Map's columns computed by Arrow, or None when Spark must compute them."""
+        values = self.plan.values.get(op.id)
+        if values is None:
+            return None
+        try:
+            cols = [expressions.as_column(f(t), t.num_rows) for _, f in values]
+        except _ARROW_DECLINES:
+            return None
+        extra = [c for c in t.column_names if c == ROW]
+        return self._conform(op, pa.Table.from_arrays(cols + [t.column(WEIGHT)] + [t.column(c) for c in extra],
+                                                      names=[n for n, _ in values] + [WEIGHT] + extra))
+
+    def _where(self, op: Operator, t: pa.Table, predicate: str) -> pa.Table:
+        """The rows of ``t`` for which ``predicate`` is true: by Arrow when it compiles
+        (and its exact decimals fit the types Spark gives them)."""
+        compiled = self.plan.predicates.get(op.id)
+        if compiled is not None:
+            try:
+                return t.filter(expressions.as_column(compiled(t), t.num_rows))
+            except _ARROW_DECLINES:
+                pass
+        return self._in_spark(op, t, lambda df: df.where(predicate))
 
     def _read(self, side: Side, probe: pa.Table, probe_keys: Sequence[str], side_keys: Sequence[str],
               null_safe: Sequence[bool]) -> tuple[np.ndarray, pa.Table | None]:
@@ -369,13 +468,13 @@ class ArrangedTick:
         ours = [mine.column(c) for c in kernels.data_columns(mine)]
         out = self._conform(op, pa.Table.from_arrays((ours + theirs if j.state_right else theirs + ours) + [w],
                                                      names=list(op.columns) + [WEIGHT]))
-        return self._in_spark(op, out, lambda df: df.where(op.on)) if j.residual else out
+        return self._where(op, out, op.on) if j.residual else out
 
     def _keyed(self, delta: pa.Table, exprs: list[tuple[str, str]]) -> pa.Table:
         """``delta`` with computed key columns ``(name, Spark SQL)`` appended."""
         started = time.perf_counter()
         df = self._spark.createDataFrame(delta)
-        out = df.selectExpr(*map(quote, df.columns), *(f"{e} AS {quote(n)}" for n, e in exprs)).toArrow()
+        out = zsets.collect_arrow(df.selectExpr(*map(quote, df.columns), *(f"{e} AS {quote(n)}" for n, e in exprs)))
         self.spark_seconds += time.perf_counter() - started
         return out.cast(pa.schema(list(delta.schema) + list(out.schema)[delta.num_columns:]))
 
@@ -400,8 +499,20 @@ class ArrangedTick:
 
     @_eval.register
     def _(self, op: WindowDiff) -> pa.Table | None:
-        return self._recompute(op, lambda rows: self._in_spark(op, rows, lambda df: zsets.window_diff(
-            None, df, None, op.partition, op.funcs, op.keep)) if rows.num_rows else None)
+        return self._recompute(op, partial(self._window, op))
+
+    def _window(self, op: WindowDiff, rows: pa.Table) -> pa.Table | None:
+        """The window's rows over the touched partitions' ``rows``, as a consolidated Z-set."""
+        if rows.num_rows == 0:
+            return None
+        spec = self.plan.windows.get(op.id)
+        if spec is None:
+            return self._in_spark(op, rows, lambda df: zsets.window_diff(None, df, None, op.partition, op.funcs, op.keep))
+        out = kernels.row_number(kernels.expand(rows), spec.partition, spec.order, spec.name)
+        if spec.keep is not None:
+            out = out.filter(expressions.as_column(spec.keep(out), out.num_rows))
+        out = out.append_column(WEIGHT, pa.array(np.ones(out.num_rows, np.int64)))
+        return self._conform(op, kernels.consolidate(out))
 
     def _regroup(self, op: GroupDiff, rows: pa.Table) -> pa.Table:
         new = kernels.regroup(rows, op.keys, op.aggs, self.arrow_schema(op))

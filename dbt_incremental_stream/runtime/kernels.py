@@ -364,3 +364,41 @@ def regroup(rows: pa.Table, keys: Sequence[str], aggs: Sequence[AggCall], schema
     values = {a.name: (done.column(a.name) if a.linear else out.column(a.name)) for a in aggs}
     table = pa.table({k: done.column(k) for k in keys} | values | {WEIGHT: done.column(WEIGHT)})
     return table.cast(schema)
+
+
+def expand(table: pa.Table) -> pa.Table:
+    """A consolidated Z-set as the bag it stands for: a row per unit of positive weight
+    (without the weight column)."""
+    w = table.column(WEIGHT).to_numpy()
+    live = np.flatnonzero(w > 0)
+    return table.select(data_columns(table)).take(pa.array(np.repeat(live, w[live])))
+
+
+def row_number(bag: pa.Table, partition: Sequence[str], order: Sequence[tuple[str, bool, bool]],
+               name: str) -> pa.Table:
+    """``bag`` with ``ROW_NUMBER() OVER (PARTITION BY partition ORDER BY order)`` in column
+    ``name``; ``order`` is (column, descending, nulls first) per term. Each term sorts by
+    its NULL placement first, then by value, so every term places its NULLs as asked."""
+    keys: list[tuple[str, str]] = []
+    cols = {c: bag.column(c) for c in bag.column_names}
+    for i, c in enumerate(partition):
+        cols[f"__pn{i}"] = pc.is_valid(bag.column(c))
+        keys += [(f"__pn{i}", "ascending"), (c, "ascending")]
+    for i, (c, desc, nulls_first) in enumerate(order):
+        cols[f"__on{i}"] = pc.is_valid(bag.column(c)) if nulls_first else pc.is_null(bag.column(c))
+        keys += [(f"__on{i}", "ascending"), (c, "descending" if desc else "ascending")]
+    sorted_ = pa.table(cols).take(pc.sort_indices(pa.table(cols), sort_keys=keys))
+    n = sorted_.num_rows
+    start = np.ones(n, bool)
+    if n:
+        start[1:] = False
+        for c in partition:
+            x = sorted_.column(c)
+            prev, cur = x.slice(0, n - 1), x.slice(1)
+            differ = pc.fill_null(pc.not_equal(prev, cur), False).to_numpy(zero_copy_only=False)
+            differ |= pc.xor(pc.is_null(prev), pc.is_null(cur)).to_numpy(zero_copy_only=False)
+            start[1:] |= differ
+    idx = np.arange(n)
+    first = np.maximum.accumulate(np.where(start, idx, 0))
+    out = sorted_.select(bag.column_names)
+    return out.append_column(name, pa.array(idx - first + 1, pa.int32()))

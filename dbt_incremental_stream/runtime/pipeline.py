@@ -329,7 +329,7 @@ class Pipeline:
             try:
                 if self.store.runs is None:
                     raise NotArranged(f"pyarrow has no file system for {self.store.fs.root}")
-                self._plan = Plan(self._states(), self._same_state(), self._schema_of)
+                self._plan = Plan(self._states(), self._same_state(), self._schema_of, self._types_of)
             except NotArranged as e:
                 self._plan = e
         return self._plan if isinstance(self._plan, Plan) else None
@@ -433,27 +433,18 @@ class Pipeline:
             found = self._schemas_by_node[op.id] = value.schema
         return found
 
+    def _types_of(self, op: Operator, exprs: list[str]) -> list[pa.DataType]:
+        """Spark's types (in Arrow) of expressions over a node's columns (analysis only, no job)."""
+        df = self.spark.createDataFrame([], self._schema_of(op)).selectExpr(*exprs)
+        return list(zsets.arrow_schema(df.schema).types)
+
     def _stored_schema(self, state: State) -> StructType:
         return self._schema_of(state if isinstance(state, Recompute) else state.input)
 
     def _rows_arrow(self, source: str, rows: list[tuple[Sequence[Any], int]]) -> pa.Table | None:
-        """``(row, weight)`` pairs as an Arrow table, each value converted as Spark's
-        ``createDataFrame`` converts it (``DataType.toInternal``); None for column types
-        that only Spark converts (nested types)."""
+        """``(row, weight)`` pairs as an Arrow table (None for nested column types)."""
         st = zsets.with_weight(self._schemas[source])
-        schema = zsets.arrow_schema(st)
-        data = [coerce_row(st, tuple(r) + (int(w),)) for r, w in rows]
-        columns = []
-        for i, (f, t) in enumerate(zip(st.fields, schema.types)):
-            values = [None if row[i] is None else f.dataType.toInternal(row[i]) for row in data]
-            if pa.types.is_timestamp(t) or pa.types.is_date(t):
-                raw = pa.array(values, pa.int64() if pa.types.is_timestamp(t) else pa.int32())
-                columns.append(raw.view(t))
-            elif pa.types.is_nested(t):
-                return None
-            else:
-                columns.append(pa.array(values, t))
-        return pa.Table.from_arrays(columns, schema=schema)
+        return zsets.arrow_rows(st, [coerce_row(st, tuple(r) + (int(w),)) for r, w in rows])
 
     def _conform_arrow(self, source: str, table: pa.Table | pa.RecordBatch) -> pa.Table:
         """A source's delta as an Arrow table of its columns (by name, any case) and types."""

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from functools import reduce
-from typing import Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame
@@ -50,6 +50,34 @@ def with_weight(schema: StructType) -> StructType:
 def arrow_schema(schema: StructType) -> pa.Schema:
     """Spark's types in Arrow, as ``toArrow`` gives them (timestamps in UTC)."""
     return to_arrow_schema(schema, timezone="UTC")
+
+
+def arrow_rows(schema: StructType, rows: Sequence[Sequence[Any]]) -> pa.Table | None:
+    """Rows of Python values as an Arrow table of ``schema``, each value converted as
+    Spark's ``createDataFrame`` converts it (``DataType.toInternal``); None for column
+    types that only Spark converts (nested types)."""
+    arrow = arrow_schema(schema)
+    columns = []
+    for i, (f, t) in enumerate(zip(schema.fields, arrow.types)):
+        if pa.types.is_nested(t):
+            return None
+        values = [None if row[i] is None else f.dataType.toInternal(row[i]) for row in rows]
+        if pa.types.is_timestamp(t) or pa.types.is_date(t):
+            columns.append(pa.array(values, pa.int64() if pa.types.is_timestamp(t) else pa.int32()).view(t))
+        else:
+            columns.append(pa.array(values, t))
+    return pa.Table.from_arrays(columns, schema=arrow)
+
+
+def collect_arrow(df: DataFrame) -> pa.Table:
+    """``df``'s rows in the driver as Arrow. A plan Spark's optimizer folds into a local
+    relation (row-wise work on a local relation) is collected without a job."""
+    plan = df._jdf.queryExecution().optimizedPlan()
+    if plan.getClass().getSimpleName() == "LocalRelation":
+        table = arrow_rows(df.schema, df.collect())
+        if table is not None:
+            return table
+    return df.toArrow()
 
 
 def project(df: DataFrame, exprs: Sequence[tuple[str, str]]) -> DataFrame:

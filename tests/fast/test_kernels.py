@@ -195,3 +195,48 @@ def test_partials_keep_spark_types_and_exact_decimals():
     big = delta.set_column(2, "i", pa.array([2**62, 1, 1], pa.int64()))
     with pytest.raises(pa.ArrowInvalid):
         kernels.partials(big, ["k"], aggs, schema)
+
+
+def _ordered(v, desc: bool, nulls_first: bool):
+    """A sort key placing NULL as asked, then the value ascending or descending."""
+    return (0 if (v is None) == nulls_first else 1, 0 if v is None else (-v if desc else v))
+
+
+@given(st.lists(st.tuples(KEYS, st.one_of(st.none(), st.integers(-5, 5)), st.integers(1, 3)), max_size=25),
+       st.booleans(), st.booleans(), st.booleans())
+def test_row_number_numbers_each_partition_in_order(rows, partitioned, desc, nulls_first):
+    """ROW_NUMBER over the bag a Z-set stands for, against a sort in Python."""
+    t = table([(k, v, w) for k, v, w in rows])
+    part = ["k"] if partitioned else []
+    out = kernels.row_number(kernels.expand(t), part, [("v", desc, nulls_first), ("k", False, True)], "rn")
+    groups: dict = defaultdict(list)
+    for k, v, w in rows:
+        groups[k if partitioned else None] += [(k, v)] * w
+    want = Counter()
+    for members in groups.values():
+        members.sort(key=lambda r: (_ordered(r[1], desc, nulls_first), _ordered(r[0], False, True)))
+        want.update((k, v, i + 1) for i, (k, v) in enumerate(members))
+    assert Counter((r["k"], r["v"], r["rn"]) for r in out.to_pylist()) == want
+
+
+@given(DELTAS)
+def test_regroup_matches_python(ticks):
+    """MIN, MAX, COUNT(DISTINCT), COUNT and SUM per group of a consolidated Z-set."""
+    rows = [r for tick in ticks for r in tick]
+    t = kernels.consolidate(table(rows))
+    aggs = (AggCall("mn", "min", "v"), AggCall("mx", "max", "v"), AggCall("dc", "count", "v", True),
+            AggCall("n", "count", None), AggCall("s", "sum", "v"))
+    schema = pa.schema([("k", pa.int32()), ("mn", pa.int64()), ("mx", pa.int64()), ("dc", pa.int64()),
+                        ("n", pa.int64()), ("s", pa.int64()), (WEIGHT, pa.int64())])
+    out = kernels.regroup(t, ["k"], aggs, schema)
+    live: dict = defaultdict(list)
+    for (k, v), w in bag(t).items():
+        if w > 0:
+            live[k] += [v] * w
+    want = {}
+    for k, vs in live.items():
+        present = [v for v in vs if v is not None]
+        want[k] = (min(present, default=None), max(present, default=None), len(set(present)), len(vs),
+                   sum(present) if present else None)
+    assert {r["k"]: (r["mn"], r["mx"], r["dc"], r["n"], r["s"]) for r in out.to_pylist()} == want
+    assert all(r[WEIGHT] == 1 for r in out.to_pylist())

@@ -1,0 +1,291 @@
+"""Spark SQL expressions that Arrow evaluates exactly as Spark does, so a filter or a
+computed column on a small delta needs no Spark pass.
+
+Only a subset compiles, the one whose meaning is the same in both engines:
+
+- predicates: AND, OR, NOT (three-valued), IS [NOT] NULL, comparisons, BETWEEN, IN over
+  literals and LIKE, between values of one kind — integers, decimals (any scales),
+  strings (compared byte-wise, as Spark's default collation does), dates, booleans;
+- values: columns, literals, ``+ - *`` and unary minus over integers and decimals,
+  ``CASE WHEN``, ``EXTRACT(YEAR|MONTH|DAY FROM date)``. Every intermediate result is
+  cast to the type Spark gives that subexpression (its analyzer is asked once, when the
+  circuit is planned): decimals are computed exactly in 256 bits and the cast is safe,
+  so where Spark would round (precision loss) or overflow the cast raises
+  ``ArrowInvalid`` and the caller hands the expression to Spark instead; integer
+  arithmetic is checked, as ANSI mode is.
+
+Floating-point values (Spark orders NaN above every number and makes NaN = NaN true),
+timestamps (literals read in the session time zone), division, other functions and
+casts stay with Spark: the compilers return None for them.
+"""
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal, InvalidOperation
+from typing import Callable, Mapping
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import sqlglot
+from sqlglot import exp
+
+from ..sql.planner import DIALECT
+
+Compiled = Callable[[pa.Table], pa.ChunkedArray | pa.Array | pa.Scalar]
+Types = Callable[[list[str]], list[pa.DataType]]  # Spark's types (in Arrow) of expressions over the input
+
+
+class _Untranslatable(Exception):
+    pass
+
+
+_ERRORS = (_Untranslatable, sqlglot.errors.ParseError, pa.ArrowInvalid, pa.ArrowNotImplementedError, KeyError)
+
+
+def predicate(sql: str, schema: pa.Schema, types: Types | None = None) -> Compiled | None:
+    """A function from a table with ``schema`` to the mask of rows where ``sql`` is true
+    (NULL where it is NULL), or None. Without ``types`` its operands are columns and
+    literals only."""
+    try:
+        tree = sqlglot.parse_one(sql, read=DIALECT)
+        return _Compiler(schema, _typed(tree, types)).boolean(tree)
+    except _ERRORS:
+        return None
+
+
+def value(sql: str, schema: pa.Schema, types: Types) -> Compiled | None:
+    """A function from a table with ``schema`` to the column ``sql`` computes, typed as
+    Spark types it, or None."""
+    try:
+        tree = sqlglot.parse_one(sql, read=DIALECT)
+        return _Compiler(schema, _typed(tree, types)).value(tree)
+    except _ERRORS:
+        return None
+
+
+def _typed(tree: exp.Expression, types: Types | None) -> dict[str, pa.DataType]:
+    """Spark's type of every subexpression of ``tree`` that a value is computed for."""
+    if types is None:
+        return {}
+    texts = list(dict.fromkeys(n.sql(DIALECT) for n in tree.walk() if isinstance(n, _TYPED)))
+    try:
+        return dict(zip(texts, types(texts)))
+    except Exception as e:  # Spark's analyzer rejects a piece on its own: Spark evaluates the whole
+        raise _Untranslatable(str(e)) from None
+
+
+_TYPED = (exp.Add, exp.Sub, exp.Mul, exp.Neg, exp.Literal, exp.Case, exp.Extract, exp.Null, exp.Column, exp.Paren)
+_COMPARE = {exp.EQ: "equal", exp.NEQ: "not_equal", exp.LT: "less", exp.LTE: "less_equal",
+            exp.GT: "greater", exp.GTE: "greater_equal"}
+_ARITHMETIC = {exp.Add: pc.add_checked, exp.Sub: pc.subtract_checked, exp.Mul: pc.multiply_checked}
+_PARTS = {"YEAR": pc.year, "MONTH": pc.month, "DAY": pc.day}
+
+
+def _kind(t: pa.DataType) -> str:
+    if pa.types.is_integer(t):
+        return "int"
+    if pa.types.is_decimal(t):
+        return "dec"
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return "str"
+    if pa.types.is_date32(t):
+        return "date"
+    if pa.types.is_boolean(t):
+        return "bool"
+    raise _Untranslatable(str(t))
+
+
+def _wide(t: pa.DataType) -> pa.DataType:
+    """The exact 256-bit decimal holding a value of integer or decimal type ``t``."""
+    return pa.decimal256(t.precision, t.scale) if pa.types.is_decimal(t) else pa.decimal256(19, 0)
+
+
+class _Compiler:
+    """Builds closures over a table; raises :class:`_Untranslatable` for what Arrow
+    must not decide."""
+
+    def __init__(self, schema: pa.Schema, types: Mapping[str, pa.DataType]):
+        self.schema = schema
+        self.types = types
+
+    def _type(self, e: exp.Expression) -> pa.DataType:
+        return self.types[e.sql(DIALECT)]
+
+    # --- values ----------------------------------------------------------------------
+
+    def operand(self, e: exp.Expression) -> tuple[Compiled, str]:
+        """A value for a comparison: a column, a literal, or (with types) arithmetic."""
+        if isinstance(e, exp.Paren):
+            return self.operand(e.this)
+        if isinstance(e, exp.Column) and not e.table and e.name in self.schema.names:
+            name = e.name
+            return (lambda t: t.column(name)), _kind(self.schema.field(name).type)
+        if isinstance(e, exp.Literal) and e.is_string:
+            s = pa.scalar(e.this)
+            return (lambda t: s), "str"
+        if isinstance(e, exp.Literal):
+            s = _number(e.this)
+            return (lambda t: s), _kind(s.type)
+        if isinstance(e, exp.Boolean):
+            b = pa.scalar(bool(e.this))
+            return (lambda t: b), "bool"
+        if isinstance(e, exp.Cast) and e.to.is_type("date") and isinstance(e.this, exp.Literal) and e.this.is_string:
+            try:
+                d = pa.scalar(dt.date.fromisoformat(e.this.this), pa.date32())
+            except ValueError:
+                raise _Untranslatable(e.this.this) from None
+            return (lambda t: d), "date"
+        if self.types:
+            f = self.value(e)
+            return f, _kind(self._type(e))
+        raise _Untranslatable(type(e).__name__)
+
+    def value(self, e: exp.Expression) -> Compiled:
+        """``e`` computed, cast to the type Spark gives it."""
+        if isinstance(e, exp.Paren):
+            return self.value(e.this)
+        if isinstance(e, (exp.Column, exp.Literal)) and not isinstance(e, exp.Null):
+            f, _ = self._leaf(e)
+            return f
+        if isinstance(e, (exp.Predicate, exp.Not, exp.And, exp.Or, exp.Boolean)):
+            return self.boolean(e)
+        out = self._type(e)
+        if isinstance(e, exp.Null):
+            return lambda t: pa.nulls(t.num_rows, out)
+        if type(e) in _ARITHMETIC or isinstance(e, exp.Neg):
+            if _kind(out) not in ("int", "dec"):
+                raise _Untranslatable("arithmetic on " + str(out))
+            args = [e.this] if isinstance(e, exp.Neg) else [e.left, e.right]
+            fs = [self.value(a) for a in args]
+            kinds = [_kind(self._type(a)) for a in args]
+            if any(k not in ("int", "dec") for k in kinds):
+                raise _Untranslatable("arithmetic")
+            arith = pc.negate_checked if isinstance(e, exp.Neg) else _ARITHMETIC[type(e)]
+            if _kind(out) == "int":
+                return lambda t: arith(*(f(t) for f in fs)).cast(out)
+            wide = [_wide(self._type(a)) for a in args]
+            return lambda t: arith(*(f(t).cast(w) for f, w in zip(fs, wide))).cast(out)
+        if isinstance(e, exp.Case) and not e.this:
+            conds = [self.boolean(i.this) for i in e.args["ifs"]]
+            values = [self._cast(self.value(i.args["true"]), out) for i in e.args["ifs"]]
+            default = e.args.get("default")
+            otherwise = self._cast(self.value(default), out) if default else (lambda t: pa.scalar(None, out))
+
+            def case(t: pa.Table) -> pa.Array:
+                n = t.num_rows
+                masks = [as_column(c(t), n).fill_null(False) for c in conds]
+                return pc.case_when(pc.make_struct(*masks, field_names=[str(i) for i in range(len(masks))]),
+                                    *(as_column(v(t), n) for v in values), as_column(otherwise(t), n))
+            return case
+        if isinstance(e, exp.Extract) and e.this.name.upper() in _PARTS:
+            part, f = _PARTS[e.this.name.upper()], self.value(e.expression)
+            if not pa.types.is_date32(self._type(e.expression)):
+                raise _Untranslatable("EXTRACT")
+            return lambda t: part(f(t)).cast(out)
+        raise _Untranslatable(type(e).__name__)
+
+    def _leaf(self, e: exp.Expression) -> tuple[Compiled, pa.DataType]:
+        out = self._type(e)
+        if isinstance(e, exp.Column):
+            name = e.name
+            return (lambda t: t.column(name).cast(out)), out
+        s = pa.scalar(e.this if e.is_string else _number(e.this).as_py(), out)
+        return (lambda t: s), out
+
+    @staticmethod
+    def _cast(f: Compiled, out: pa.DataType) -> Compiled:
+        return lambda t: f(t).cast(out)
+
+    # --- predicates ------------------------------------------------------------------
+
+    def boolean(self, e: exp.Expression) -> Compiled:
+        f = self._positive(e)
+        if e.args.get("negate"):  # x NOT LIKE / NOT IN / NOT BETWEEN
+            return lambda t: pc.invert(f(t))
+        return f
+
+    def _same(self, *es: exp.Expression) -> list[Compiled]:
+        """Operands to compare: of one kind, or integers and decimals compared exactly."""
+        compiled = [self.operand(x) for x in es]
+        kinds = {k for _, k in compiled}
+        if kinds == {"int", "dec"}:
+            return [(lambda t, f=f: _as_decimal(f(t))) for f, _ in compiled]
+        if len(kinds) != 1:
+            raise _Untranslatable("values of different kinds")
+        return [f for f, _ in compiled]
+
+    def _positive(self, e: exp.Expression) -> Compiled:
+        if isinstance(e, exp.Paren):
+            return self.boolean(e.this)
+        if isinstance(e, (exp.And, exp.Or)):
+            a, b = self.boolean(e.left), self.boolean(e.right)
+            op = pc.and_kleene if isinstance(e, exp.And) else pc.or_kleene
+            return lambda t: op(a(t), b(t))
+        if isinstance(e, exp.Not):
+            f = self.boolean(e.this)
+            return lambda t: pc.invert(f(t))
+        if isinstance(e, exp.Is) and isinstance(e.expression, exp.Null):
+            x, _ = self.operand(e.this)
+            return lambda t: pc.is_null(as_column(x(t), t.num_rows))
+        if type(e) in _COMPARE:
+            a, b = self._same(e.left, e.right)
+            cmp = getattr(pc, _COMPARE[type(e)])
+            return lambda t: cmp(a(t), b(t))
+        if isinstance(e, exp.Between):
+            x, low, high = self._same(e.this, e.args["low"], e.args["high"])
+            return lambda t: pc.and_kleene(pc.greater_equal(x(t), low(t)), pc.less_equal(x(t), high(t)))
+        if isinstance(e, exp.In) and not e.args.get("query") and not e.args.get("unnest"):
+            x, kind = self.operand(e.this)
+            items = pa.array([_item(v, kind) for v in e.expressions])
+
+            def isin(t: pa.Table) -> pa.Array:
+                v = as_column(x(t), t.num_rows)
+                found = pc.is_in(v, value_set=items.cast(v.type))
+                return pc.if_else(pc.is_valid(v), found, pa.scalar(None, pa.bool_()))  # NULL IN (…) is NULL
+            return isin
+        if isinstance(e, exp.Like) and isinstance(e.expression, exp.Literal) and e.expression.is_string:
+            x, kind = self.operand(e.this)
+            if kind != "str":
+                raise _Untranslatable("LIKE")
+            pattern = e.expression.this
+            return lambda t: pc.match_like(as_column(x(t), t.num_rows), pattern)
+        if isinstance(e, exp.Boolean):
+            b = pa.scalar(bool(e.this))
+            return lambda t: as_column(b, t.num_rows)
+        if isinstance(e, exp.Column):
+            x, kind = self.operand(e)
+            if kind == "bool":
+                return x
+        raise _Untranslatable(type(e).__name__)
+
+
+def _number(text: str) -> pa.Scalar:
+    """A numeric literal as Spark reads it: digits an integer, a point a decimal."""
+    if text.isdigit():
+        return pa.scalar(int(text))
+    try:
+        d = Decimal(text)
+    except InvalidOperation:
+        raise _Untranslatable(text) from None
+    if "e" in text.lower() or not d.is_finite():
+        raise _Untranslatable(text)  # a double literal
+    digits, exponent = len(d.as_tuple().digits), int(d.as_tuple().exponent)
+    scale = max(0, -exponent)
+    return pa.scalar(d, pa.decimal128(max(digits, scale, 1), scale))
+
+
+def _item(e: exp.Expression, kind: str) -> object:
+    """An IN-list item of the kind of the value tested."""
+    if kind == "str" and isinstance(e, exp.Literal) and e.is_string:
+        return e.this
+    if kind == "int" and isinstance(e, exp.Literal) and not e.is_string and e.this.isdigit():
+        return int(e.this)
+    raise _Untranslatable("IN list")
+
+
+def _as_decimal(v: pa.Array | pa.ChunkedArray | pa.Scalar) -> pa.Array | pa.ChunkedArray | pa.Scalar:
+    return v.cast(_wide(v.type))
+
+
+def as_column(v: pa.Array | pa.ChunkedArray | pa.Scalar, n: int) -> pa.Array | pa.ChunkedArray:
+    return pa.repeat(v, n) if isinstance(v, pa.Scalar) else v
