@@ -19,17 +19,23 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import pyspark  # noqa: E402
+import sqlglot  # noqa: E402
 from dbt.cli.main import dbtRunner  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
+from sqlglot import exp  # noqa: E402
 
 from dbt_incremental_stream.connectors.broker import LocalBroker  # noqa: E402
 from dbt_incremental_stream.differential import compare  # noqa: E402
@@ -73,8 +79,9 @@ def bench_project(name: str, work: Path, bootstrap: str, events: ShopEvents, ord
         model.write_text(model.read_text().replace("changelog_table", "table"))
     tag = Path(name).name  # each project's models in schemas of their own
     for kind, root in (("stream", streaming), ("batch", batch)):
-        (root / "profiles.yml").write_text((root / "profiles.yml").read_text()
-                                           .replace("schema: shop", f"schema: {tag}_{kind}"))
+        profile = (root / "profiles.yml").read_text().replace("schema: shop", f"schema: {tag}_{kind}")
+        (root / "profiles.yml").write_text(re.sub(r"max_records_per_tick: \d+", "max_records_per_tick: 100000000",
+                                                  profile))  # the load in one tick
     views = marts(streaming)
     rows = [("initial dbt build (streaming)", dbt(streaming, "build")),
             ("dbt run, nothing new (streaming)", dbt(streaming, "run"))]
@@ -90,9 +97,50 @@ def bench_project(name: str, work: Path, bootstrap: str, events: ShopEvents, ord
                           [tuple(r) for r in spark.table(f"{tag}_batch.{model}").collect()])
         if problem:
             raise SystemExit(f"{name}/{model}: streaming and batch differ: {problem}")
+    rows += declarative_pipeline(spark, batch, work / name / "sdp", tag)
     rows.append(("dbt run --full-refresh (streaming)", dbt(streaming, "run", "--full-refresh")))
     print(f"  {name}: all {len(views)} streaming views equal to batch", file=sys.stderr)
     return [(name, run, seconds) for run, seconds in rows]
+
+
+def declarative_pipeline(spark, batch: Path, work: Path, tag: str) -> list[tuple[str, float]]:
+    """The batch project's models as materialized views of Spark Declarative Pipelines,
+    run with ``spark-pipelines run`` (which recomputes every materialized view), over
+    Parquet copies of the same input (its own Spark Connect server cannot share this
+    process's metastore). Returns the run's own time (from its log: run started → run
+    completed) and the whole command's (with its server's start)."""
+    compiled = next((batch / "target" / "compiled").iterdir()) / "models"
+    models = {f.stem: f.read_text() for f in compiled.rglob("*.sql")}
+    flows = work / "transformations"
+    flows.mkdir(parents=True)
+    for model, sql in models.items():
+        tree = sqlglot.parse_one(sql, read="spark")
+        for table in tree.find_all(exp.Table):
+            if table.name in models:
+                table.replace(exp.to_table(table.name))
+                continue
+            relation = f"{table.db}.{table.name}" if table.db else table.name
+            path = work / "input" / relation
+            if not path.exists():
+                spark.table(relation).write.parquet(str(path))
+            table.replace(exp.Table(this=exp.to_identifier(str(path), quoted=True), db=exp.to_identifier("parquet"),
+                                    alias=table.args.get("alias")))
+        (flows / f"{model}.sql").write_text(f"CREATE MATERIALIZED VIEW {model} AS {tree.sql('spark')};\n")
+    (work / "pipeline.yml").write_text(f"name: bench_{tag}\nstorage: {(work / 'storage').as_uri()}\n"
+                                       "libraries:\n  - glob:\n      include: transformations/**\n")
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+           "PYSPARK_PYTHON": sys.executable, "SPARK_HOME": str(Path(pyspark.__file__).parent)}
+    start = time.perf_counter()
+    done = subprocess.run(["spark-pipelines", "run", "--spec", "pipeline.yml"], cwd=work, env=env,
+                          capture_output=True, text=True)
+    whole = time.perf_counter() - start
+    stamps = {m.group(2): datetime.fromisoformat(m.group(1))
+              for m in re.finditer(r"^(\S+ \S+): (Starting run|Run is COMPLETED)", done.stdout + done.stderr, re.M)}
+    if done.returncode or len(stamps) != 2:
+        raise SystemExit(f"spark-pipelines failed in {work}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    run = (stamps["Run is COMPLETED"] - stamps["Starting run"]).total_seconds()
+    return [("Declarative Pipelines run, all materialized views (run only)", run),
+            ("Declarative Pipelines run, whole command (with its server start)", whole)]
 
 
 def main() -> None:
