@@ -24,13 +24,15 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import AbstractSet, Any, Mapping, Sequence
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType, TimestampType
 
 from .circuit.operators import WEIGHT, quote
-from .connectors.datasource import kafka_frame
+from .connectors.datasource import driver_rows, kafka_frame, row_schema
 from .connectors.kafka import KafkaSettings, KafkaSink, KafkaSource, KafkaTopics, KafkaWriter, Ranges
 from .errors import CompileError, ConnectorError, StateError, StreamError
 from .runtime import zsets
@@ -40,6 +42,8 @@ from .sql.relations import engine_name, referenced, rename
 STREAMING_VIEW = "streaming_view"
 CHANGELOG_TABLE = "changelog_table"
 KINDS = (STREAMING_VIEW, CHANGELOG_TABLE)
+#: a source's read of at most this many offsets is decoded in the driver, not by a Spark job
+DRIVER_READ = 100_000
 #: columns a changelog table has after the model's own
 CHANGELOG_COLUMNS = {"_op": "string", "_weight": "bigint", "_committed_at": "timestamp", "_tick": "bigint"}
 #: a Kafka source's records that could not be read, kept with the reason
@@ -289,9 +293,9 @@ class Project:
             self.last = report
             return True
 
-    def _read_tables(self) -> tuple[dict[str, DataFrame], dict[str, str | None]]:
+    def _read_tables(self) -> tuple[dict[str, DataFrame | pa.Table], dict[str, str | None]]:
         """Changes of table sources whose files changed, and their new fingerprints."""
-        deltas: dict[str, DataFrame] = {}
+        deltas: dict[str, DataFrame | pa.Table] = {}
         read: dict[str, str | None] = {}
         for rel in self.table_sources:
             table = self._table(rel)
@@ -303,7 +307,7 @@ class Project:
                 read[rel] = fingerprint
         return deltas, read
 
-    def _read_streams(self, deltas: dict[str, DataFrame], frames: list[DataFrame], report: TickReport
+    def _read_streams(self, deltas: dict[str, DataFrame | pa.Table], frames: list[DataFrame], report: TickReport
                       ) -> tuple[dict[str, Ranges], set[str], dict[str, DataFrame]]:
         """This tick's offset ranges of the Kafka sources (those of a crashed tick again, if
         one is to be redone), their changes (into ``deltas``), the sources that have more
@@ -326,6 +330,8 @@ class Project:
             report.offsets[rel] = sum(e - s for s, e in ranges[rel].values())
             if not report.offsets[rel]:
                 continue
+            if report.offsets[rel] <= DRIVER_READ and self._read_in_driver(source, ranges[rel], deltas, dead, report):
+                continue
             frame = kafka_frame(self.spark, self._settings(), source, ranges[rel]).persist()
             frames.append(frame)
             report.rows_in[rel], report.dead[rel] = _counts(frame)
@@ -334,6 +340,25 @@ class Project:
             if report.dead[rel]:
                 dead[rel] = frame.where(F.col("_reason").isNotNull())
         return ranges, behind, dead
+
+    def _read_in_driver(self, source: KafkaSource, ranges: Ranges, deltas: dict[str, DataFrame | pa.Table],
+                        dead: dict[str, DataFrame], report: TickReport) -> bool:
+        """A small read: decoded in the driver into Arrow, which a small tick runs on as it
+        is (no Spark job). False when a column type only Spark converts."""
+        rel = source.relation
+        table = zsets.arrow_rows(row_schema(source), driver_rows(self._settings(), source, ranges))
+        if table is None:
+            return False
+        good = pc.is_null(table.column("_reason"))
+        rows, letters = table.filter(good), table.filter(pc.invert(good))
+        report.rows_in[rel], report.dead[rel] = rows.num_rows, letters.num_rows
+        if rows.num_rows:
+            deltas[engine_name(rel)] = (rows.select([f.name for f in source.columns.fields] + [WEIGHT])
+                                        if source.envelope != "upsert" else
+                                        self._stream_delta(source, self.spark.createDataFrame(rows)))
+        if letters.num_rows:
+            dead[rel] = self.spark.createDataFrame(letters)
+        return True
 
     def _intent_path(self, tick: int) -> str:
         return self.pipe.store.fs.path("_manifest", f"intent-{tick:012d}.json")

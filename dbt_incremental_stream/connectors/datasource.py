@@ -6,6 +6,9 @@ decodes its records. A row is a change of the source (its columns, then ``_w``) 
 letter (``_reason`` set), tagged with the record's partition and offset.
 
     frame = kafka_frame(spark, settings, source, {0: (0, 100), 1: (40, 90)})
+
+A small tick's ranges are read in the driver instead (:func:`driver_rows`): the same
+rows, with no Spark job.
 """
 from __future__ import annotations
 
@@ -91,17 +94,28 @@ class _Reader(DataSourceReader):
                 for s in range(start, end, CHUNK)] or [_Range(0, 0, 0)]
 
     def read(self, partition: Any) -> Iterator[tuple[Any, ...]]:
-        source, part = self.source, partition
-        if part.end <= part.start:
-            return
-        decode = source.decoder(self.settings.registry)
-        nothing = (None,) * len(source.columns.fields)
-        for record in read_range(self.settings, source.topic, part.partition, part.start, part.end):
-            try:
-                changes = source_changes(source.envelope, source.schema, source.key, decode, record)
-            except Bad as e:
-                yield nothing + (0, record.partition, record.offset, record.value, str(e))
-                continue
-            meta = tuple(record.metadata(kind) for kind, _ in source.metadata)
-            for row, weight in changes:
-                yield row + meta + (weight, record.partition, record.offset, None, None)
+        return read_rows(self.settings, self.source, partition.partition, partition.start, partition.end)
+
+
+def read_rows(settings: KafkaSettings, source: KafkaSource, partition: int, start: int, end: int
+              ) -> Iterator[tuple[Any, ...]]:
+    """The rows (of :func:`row_schema`) of one partition's offsets [start, end)."""
+    if end <= start:
+        return
+    decode = source.decoder(settings.registry)
+    nothing = (None,) * len(source.columns.fields)
+    for record in read_range(settings, source.topic, partition, start, end):
+        try:
+            changes = source_changes(source.envelope, source.schema, source.key, decode, record)
+        except Bad as e:
+            yield nothing + (0, record.partition, record.offset, record.value, str(e))
+            continue
+        meta = tuple(record.metadata(kind) for kind, _ in source.metadata)
+        for row, weight in changes:
+            yield row + meta + (weight, record.partition, record.offset, None, None)
+
+
+def driver_rows(settings: KafkaSettings, source: KafkaSource, ranges: Ranges) -> list[tuple[Any, ...]]:
+    """The records in ``ranges`` read and decoded in the driver: for a small tick, whose
+    read as a Spark job costs more than the records do."""
+    return [r for p, (start, end) in sorted(ranges.items()) for r in read_rows(settings, source, p, start, end)]

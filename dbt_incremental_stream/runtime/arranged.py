@@ -66,6 +66,7 @@ def unquote(identifier: str) -> str:
 
 _ARROW_DECLINES = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError)  # Spark decides instead
 ROW = "__row"  # the probe row of each matched state row, carried through a side's chain
+PROBE_ROWS = 2_000_000  # more state rows than this in one probe (a cross join, the time moving): Spark's job
 
 
 @dataclass(frozen=True)
@@ -391,6 +392,8 @@ class ArrangedTick:
         arr = self._arr[self.plan.state_of(side.integral)][key]
         extra = self.value(side.integral.input) if side.after else None
         rows, matched = self._runs.probe(arr, probe, probe_keys, null_safe, extra)
+        if matched is not None and matched.num_rows > PROBE_ROWS:
+            raise NotArranged(f"a probe of {side.integral.label()} matches {matched.num_rows:,} rows of state")
         if matched is None or not side.chain:
             return rows, matched
         t = matched.append_column(ROW, pa.array(rows, pa.int64()))
