@@ -35,7 +35,7 @@ from .circuit.operators import WEIGHT, quote
 from .connectors.datasource import driver_rows, kafka_frame, row_schema
 from .connectors.kafka import KafkaSettings, KafkaSink, KafkaSource, KafkaTopics, KafkaWriter, Ranges
 from .errors import CompileError, ConnectorError, StateError, StreamError
-from .runtime import zsets
+from .runtime import kernels, zsets
 from .runtime.pipeline import Pipeline
 from .sql.relations import engine_name, referenced, rename
 
@@ -198,6 +198,8 @@ class Project:
                         replaced.add(engine_name(rel))
                         self._offsets.pop(rel, None)
                         self._caught_up.discard(rel)
+                    if self.streams[rel].envelope == "upsert":  # the rows a record replaces, by key
+                        pipe.index(engine_name(rel), self.streams[rel].key)
                 except StateError as e:
                     raise StreamError(f"the columns of Kafka source {rel!r} changed, and its retained input has the "
                                       f"old ones: run with --full-refresh to read topic {self.streams[rel].topic!r} "
@@ -354,11 +356,24 @@ class Project:
         report.rows_in[rel], report.dead[rel] = rows.num_rows, letters.num_rows
         if rows.num_rows:
             deltas[engine_name(rel)] = (rows.select([f.name for f in source.columns.fields] + [WEIGHT])
-                                        if source.envelope != "upsert" else
-                                        self._stream_delta(source, self.spark.createDataFrame(rows)))
+                                        if source.envelope != "upsert" else self._upsert_arrow(source, rows))
         if letters.num_rows:
             dead[rel] = self.spark.createDataFrame(letters)
         return True
+
+    def _upsert_arrow(self, source: KafkaSource, rows: pa.Table) -> DataFrame | pa.Table:
+        """:meth:`_stream_delta` of an upsert source on Arrow: the last record per key, and
+        the rows it replaces read from the source's arrangement by its key (by Spark until
+        that arrangement is built)."""
+        key = list(source.key)
+        ranked = kernels.row_number(rows, key, [("_partition", True, False), ("_offset", True, False)], "_n")
+        latest = ranked.filter(pc.equal(ranked.column("_n"), 1))
+        replaced = self.pipe.current_rows(engine_name(source.relation), key, latest.select(key))
+        if replaced is None:
+            return self._stream_delta(source, self.spark.createDataFrame(rows))
+        columns = [f.name for f in source.columns.fields] + [WEIGHT]
+        new = latest.filter(pc.greater(latest.column(WEIGHT), 0)).select(columns)
+        return kernels.consolidate(pa.concat_tables([new.cast(replaced.schema), kernels.negate(replaced)]))
 
     def _intent_path(self, tick: int) -> str:
         return self.pipe.store.fs.path("_manifest", f"intent-{tick:012d}.json")

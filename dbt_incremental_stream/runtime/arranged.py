@@ -140,7 +140,8 @@ class Plan:
     def state_of(self, integral: Integral) -> str:
         return self.same.get(integral.id, integral.id)
 
-    def _need(self, node: str, key: tuple[str, ...], additive: bool) -> None:
+    def need(self, node: str, key: tuple[str, ...], additive: bool = False) -> None:
+        """Keep state node ``node`` arranged by ``key``."""
         self.specs[(node, key)] = Spec(node, key, additive)
 
     def _check(self, op: Operator) -> None:
@@ -158,8 +159,8 @@ class Plan:
             before = op.before
             if not (isinstance(before, Delay) and before.input.key == op.keys):
                 raise NotArranged(f"{op.label()}: its partial sums are not a keyed integral")
-            self._need(before.input.id, op.keys, True)
-            self._need(op.id, op.keys, False)
+            self.need(before.input.id, op.keys, True)
+            self.need(op.id, op.keys, False)
             return
         if isinstance(op, (GroupDiff, WindowDiff)):
             keys = group_keys(op)
@@ -167,8 +168,8 @@ class Plan:
             if side is None or side.integral.key is not None:
                 raise NotArranged(f"{op.label()}: its input is not kept as rows")
             self.before[op.id] = side
-            self._need(self.state_of(side.integral), side.key(keys), False)
-            self._need(op.id, keys, False)
+            self.need(self.state_of(side.integral), side.key(keys), False)
+            self.need(op.id, keys, False)
             if isinstance(op, WindowDiff):
                 self._window(op)
             return
@@ -269,7 +270,7 @@ class Plan:
             raise NotArranged(f"{op.label()}: joins partial sums")
         if not all(is_identifier(pair[i]) for pair in op.keys):
             raise NotArranged(f"{op.label()}: the key of its state side is an expression")
-        self._need(self.state_of(state.integral), state.key([unquote(pair[i]) for pair in op.keys]), False)
+        self.need(self.state_of(state.integral), state.key([unquote(pair[i]) for pair in op.keys]), False)
         computed = not all(is_identifier(pair[1 - i]) for pair in op.keys)
         return JoinPlan(state, right is not None, null_safe, residual, computed)
 

@@ -131,6 +131,7 @@ class Pipeline:
         self._catalog: dict[str, Operator] = {}
         self._views: dict[str, View] = {}
         self._incremental = Incrementalizer()
+        self._indexes: set[tuple[str, tuple[str, ...]]] = set()  # (source, key) arranged for current_rows
         self._circuit_changed()
         #: how the last tick ran and where its time went
         self.last_tick: TickStats | None = None
@@ -174,6 +175,23 @@ class Pipeline:
         self._catalog[name] = Input(name, tuple(st.fieldNames()))
         self._analysis.createDataFrame([], st).createOrReplaceTempView(name)
         return replaced
+
+    def index(self, source: str, key: Sequence[str]) -> None:
+        """Keep ``source``'s rows arranged by ``key`` too, for :meth:`current_rows`."""
+        self._indexes.add((source.lower(), tuple(key)))
+        self._circuit_changed()
+
+    def current_rows(self, source: str, key: Sequence[str], keys: pa.Table) -> pa.Table | None:
+        """``source``'s rows (with weights) whose ``key`` equals a row of ``keys`` (NULL
+        matches NULL), from its arrangement by ``key`` (see :meth:`index`); None until that
+        arrangement is built."""
+        node = self._source_state(source.lower()).id
+        arr = self.store.arrangements.get(node, {}).get(tuple(key))
+        if arr is None or self.store.runs is None or self.pending:
+            return None
+        _, rows = self.store.runs.probe(arr, keys, list(key), [True] * len(key))
+        schema = zsets.arrow_schema(zsets.with_weight(self._schemas[source.lower()]))
+        return kernels.consolidate(rows.cast(schema)) if rows is not None else schema.empty_table()
 
     def add_view(self, name: str, sql: str) -> None:
         """Declare a view over sources and earlier views, maintained incrementally."""
@@ -330,6 +348,9 @@ class Pipeline:
                 if self.store.runs is None:
                     raise NotArranged(f"pyarrow has no file system for {self.store.fs.root}")
                 self._plan = Plan(self._states(), self._same_state(), self._schema_of, self._types_of)
+                for source, key in self._indexes:
+                    if source in self._schemas:
+                        self._plan.need(self._source_state(source).id, key)
             except NotArranged as e:
                 self._plan = e
         return self._plan if isinstance(self._plan, Plan) else None
