@@ -75,7 +75,8 @@ def main() -> None:
             rows.append(run_query(spark, work, q, sqls[q], ddl, ticks, args.batch_runs))
             r = rows[-1]
             print(f"  q{q:02d}: tick {r['tick']:.2f} s, batch {r['batch']:.2f} s, load {r['load']:.1f} s, "
-                  f"{'equal' if r['equal'] else 'DIFFERENT'}", flush=True)
+                  f"{r['jobs']:.0f} jobs / {r['stages']:.0f} stages per tick, {r['arrangements']} arrangements, "
+                  f"{r['path']}, {'equal' if r['equal'] else 'DIFFERENT'}", flush=True)
         report(rows, args)
     finally:
         shutil.rmtree(work, ignore_errors=True)

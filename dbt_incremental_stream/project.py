@@ -109,6 +109,7 @@ class Project:
         self._writers: dict[str, KafkaWriter] = {}
         self._new_logs: set[str] = set()  # changelog tables to start over at the next tick
         self._published = -1  # the tick the catalog views show, as far as this instance knows
+        self._view_sql: dict[str, str] = {}  # each catalog view's SQL as this instance last wrote it
         self._replay = self._intent(self.pipe.tick + 1)  # offset ranges a crashed tick had read: read them again
         self.last: TickReport | None = None
         self.dropped: dict[str, str] = {}
@@ -187,6 +188,7 @@ class Project:
         """Rebuild the pipeline for ``models``. A model other than ``deploying`` that no longer
         compiles (a model it reads changed) is dropped and named in :attr:`dropped`. A Kafka
         source in ``reread`` whose columns changed starts over from its topic's start."""
+        self._view_sql.clear()  # a redefinition may have had dbt drop or replace catalog views
         pipe = Pipeline(self.spark, self.location)
         pipe.notes = self.pipe.notes
         order = _topological(models)
@@ -457,7 +459,10 @@ class Project:
         views = [self._schema_of(rel) for rel in self.stream_sources]  # dbt creates only models' schemas
         views += [m.relation for m in self.models.values() if m.kind == STREAMING_VIEW]
         for rel in views:
-            self.spark.sql(f"CREATE OR REPLACE VIEW {quote_relation(rel)} AS {self.pipe.relation_sql(engine_name(rel))}")
+            sql = self.pipe.relation_sql(engine_name(rel))
+            if self._view_sql.get(rel) != sql:  # a relation whose state did not change keeps its view
+                self.spark.sql(f"CREATE OR REPLACE VIEW {quote_relation(rel)} AS {sql}")
+                self._view_sql[rel] = sql
 
     def _outputs(self, tick: int, changes: dict[str, DataFrame], dead: dict[str, DataFrame],
                  report: TickReport) -> None:
@@ -507,12 +512,19 @@ class Project:
 
     def _append(self, relation: str, rows: DataFrame, tick: int) -> None:
         """Append a tick's rows to a table partitioned by ``_tick``, idempotently: a tick
-        redone after a crash replaces its partition instead of adding to it."""
+        redone after a crash overwrites its partition (a static partition overwrite clears
+        the partition's directory, so files a crashed write left before the catalog knew
+        the partition go too) instead of adding to it."""
         table = quote_relation(self._schema_of(relation))
         columns = ", ".join(f"{quote(f.name)} {f.dataType.simpleString()}" for f in rows.schema)
         self.spark.sql(f"CREATE TABLE IF NOT EXISTS {table} ({columns}) USING parquet PARTITIONED BY (_tick)")
-        self.spark.sql(f"ALTER TABLE {table} DROP IF EXISTS PARTITION (_tick = {tick})")
-        rows.write.insertInto(table)
+        view = f"dbt_stream_append_{hashlib.sha1(relation.encode()).hexdigest()[:12]}"
+        rows.drop("_tick").createOrReplaceTempView(view)
+        try:
+            selected = ", ".join(quote(f.name) for f in rows.schema if f.name != "_tick")
+            self.spark.sql(f"INSERT OVERWRITE TABLE {table} PARTITION (_tick = {tick}) SELECT {selected} FROM {view}")
+        finally:
+            self.spark.catalog.dropTempView(view)
 
     # --- reading -----------------------------------------------------------------------
 

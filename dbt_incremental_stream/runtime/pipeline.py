@@ -84,6 +84,17 @@ def _merge_arrow(state: State, table: pa.Table) -> pa.Table:
     return kernels.consolidate(table)
 
 
+def _scan_paths(batches: Sequence[Batch]) -> list[tuple[str, str]]:
+    """(struct column, path) to scan for ``batches`` of one node: one glob over their
+    tick directories where they share a parent and a leaf (a scan that SQL names costs a
+    schema-inference job, so one scan instead of up to :data:`max_batches`)."""
+    parts = [b.path.rsplit("/", 2) for b in batches]
+    if len(batches) > 1 and len({(p[0], p[2], b.column) for p, b in zip(parts, batches)}) == 1 \
+            and all(len(p) == 3 and not set(p[1]) & set("{},*?[]\\") for p in parts):
+        return [(batches[0].column, f"{parts[0][0]}/{{{','.join(p[1] for p in parts)}}}/{parts[0][2]}")]
+    return [(b.column, b.path) for b in batches]
+
+
 def _estimated_bytes(df: DataFrame) -> int:
     """Spark's size estimate of a DataFrame's result (exact for local data)."""
     size = df._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()
@@ -594,7 +605,8 @@ class Pipeline:
         if spine is None or not spine.batches:
             nulls = ", ".join(f"CAST(NULL AS {f.dataType.simpleString()}) AS {quote(f.name)}" for f in schema)
             return f"SELECT {nulls} WHERE 1 = 0"
-        scans = " UNION ALL ".join(f"SELECT {quote(b.column)}.* FROM parquet.`{b.path}`" for b in spine.batches)
+        scans = " UNION ALL ".join(f"SELECT {quote(column)}.* FROM parquet.`{path}`"
+                                   for column, path in _scan_paths(spine.batches))
         return (f"SELECT {columns} FROM (SELECT {columns}, SUM({WEIGHT}) AS {WEIGHT} FROM ({scans}) "
                 f"GROUP BY {columns} HAVING SUM({WEIGHT}) > 0) LATERAL VIEW explode(sequence(1, {WEIGHT})) AS __copy")
 
