@@ -97,6 +97,7 @@ class JoinPlan:
     null_safe: tuple[bool, ...]
     residual: bool
     computed: bool  # a key of the delta's side is an expression: Spark computes it first
+    unkeyed: str | None = None  # why its state cannot be probed: a tick where its delta has rows takes Spark's job
 
 
 @dataclass(frozen=True)
@@ -268,8 +269,9 @@ class Plan:
         assert state is not None
         if state.integral.key is not None:
             raise NotArranged(f"{op.label()}: joins partial sums")
-        if not all(is_identifier(pair[i]) for pair in op.keys):
-            raise NotArranged(f"{op.label()}: the key of its state side is an expression")
+        if not all(is_identifier(pair[i]) for pair in op.keys):  # no arrangement by a computed key (yet)
+            return JoinPlan(state, right is not None, null_safe, residual, False,
+                            f"{op.label()}: the key of its state side is an expression")
         self.need(self.state_of(state.integral), state.key([unquote(pair[i]) for pair in op.keys]), False)
         computed = not all(is_identifier(pair[1 - i]) for pair in op.keys)
         return JoinPlan(state, right is not None, null_safe, residual, computed)
@@ -457,6 +459,10 @@ class ArrangedTick:
         delta = self.value(op.left if j.state_right else op.right)
         if delta is None:
             return None
+        if j.unkeyed is not None:
+            if delta.num_rows == 0:
+                return None
+            raise NotArranged(j.unkeyed)
         i = 0 if j.state_right else 1
         keys = [unquote(p[i]) if is_identifier(p[i]) else f"__k{n}" for n, p in enumerate(op.keys)]
         if j.computed:

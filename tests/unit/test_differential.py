@@ -265,3 +265,22 @@ def test_tumbling_and_hopping_windows_from_epoch_seconds(spark, tmp_path):
         diff.step({"events": [((1, t0 + timedelta(seconds=3.7), 1), -1), ((9, t0 + timedelta(seconds=13.9), 9), 1)]})
     finally:
         diff.close()
+
+
+def test_join_on_a_computed_key_of_its_state(spark, tmp_path):
+    """``ON o.cust % 3 = c.id``: a tick that changes only orders probes customers by id on
+    arrangements; one that changes customers needs orders by a computed key, which has no
+    arrangement, and takes the DataFrame path for that tick only."""
+    diff = Differential(spark, str(tmp_path), SOURCES,
+                        {"mod_join": "SELECT o.id, c.name FROM orders o JOIN customers c ON o.cust % 3 = c.id"})
+    try:
+        orders = [((i, i, i * 1.5, i % 4, "open"), 1) for i in range(1, 9)]
+        diff.step({"orders": orders[:5], "customers": [((1, "ann", "eu"), 1), ((2, "bob", "us"), 1)]})
+        diff.step({"orders": orders[5:] + [(orders[0][0], -1)]})
+        assert diff.pipeline.last_tick.path == "arranged", diff.pipeline.last_tick.why
+        diff.step({"customers": [((0, "cy", "eu"), 1), ((1, "ann", "eu"), -1)]})
+        assert diff.pipeline.last_tick.path == "dataframe" and "expression" in diff.pipeline.last_tick.why
+        diff.step({"orders": [((20, 3, 9.0, 1, "paid"), 1)]})
+        assert diff.pipeline.last_tick.path == "arranged", diff.pipeline.last_tick.why
+    finally:
+        diff.close()
