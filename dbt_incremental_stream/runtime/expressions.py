@@ -7,7 +7,8 @@ Only a subset compiles, the one whose meaning is the same in both engines:
   literals and LIKE, between values of one kind — integers, decimals (any scales),
   strings (compared byte-wise, as Spark's default collation does), dates, booleans;
 - values: columns, literals, ``+ - *`` and unary minus over integers and decimals,
-  ``CASE WHEN``, ``EXTRACT(YEAR|MONTH|DAY FROM date)``. Every intermediate result is
+  ``CASE WHEN``, ``EXTRACT(YEAR|MONTH|DAY FROM date)``, ``SUBSTRING(s, pos, len)`` with
+  literal positions. Every intermediate result is
   cast to the type Spark gives that subexpression (its analyzer is asked once, when the
   circuit is planned): decimals are computed exactly in 256 bits and the cast is safe,
   so where Spark would round (precision loss) or overflow the cast raises
@@ -74,7 +75,8 @@ def _typed(tree: exp.Expression, types: Types | None) -> dict[str, pa.DataType]:
         raise _Untranslatable(str(e)) from None
 
 
-_TYPED = (exp.Add, exp.Sub, exp.Mul, exp.Neg, exp.Literal, exp.Case, exp.Extract, exp.Null, exp.Column, exp.Paren)
+_TYPED = (exp.Add, exp.Sub, exp.Mul, exp.Neg, exp.Literal, exp.Case, exp.Extract, exp.Null, exp.Column, exp.Paren,
+          exp.Substring)
 _COMPARE = {exp.EQ: "equal", exp.NEQ: "not_equal", exp.LT: "less", exp.LTE: "less_equal",
             exp.GT: "greater", exp.GTE: "greater_equal"}
 _ARITHMETIC = {exp.Add: pc.add_checked, exp.Sub: pc.subtract_checked, exp.Mul: pc.multiply_checked}
@@ -177,6 +179,12 @@ class _Compiler:
                 return pc.case_when(pc.make_struct(*masks, field_names=[str(i) for i in range(len(masks))]),
                                     *(as_column(v(t), n) for v in values), as_column(otherwise(t), n))
             return case
+        if isinstance(e, exp.Substring):  # SUBSTRING(s, pos, len), 1-based on characters, pos and len literals
+            start, length = (_count(e.args.get(a)) for a in ("start", "length"))
+            f = self.value(e.this)
+            if start < 1 or _kind(self._type(e.this)) != "str":
+                raise _Untranslatable("SUBSTRING")
+            return lambda t: pc.utf8_slice_codeunits(f(t), start - 1, start - 1 + length)  # code points, as Spark
         if isinstance(e, exp.Extract) and e.this.name.upper() in _PARTS:
             part, f = _PARTS[e.this.name.upper()], self.value(e.expression)
             if not pa.types.is_date32(self._type(e.expression)):
@@ -272,6 +280,13 @@ def _number(text: str) -> pa.Scalar:
     digits, exponent = len(d.as_tuple().digits), int(d.as_tuple().exponent)
     scale = max(0, -exponent)
     return pa.scalar(d, pa.decimal128(max(digits, scale, 1), scale))
+
+
+def _count(e: exp.Expression | None) -> int:
+    """A non-negative integer literal."""
+    if isinstance(e, exp.Literal) and not e.is_string and str(e.this).isdigit():
+        return int(e.this)
+    raise _Untranslatable("a position that is not a literal")
 
 
 def _item(e: exp.Expression, kind: str) -> object:

@@ -25,15 +25,16 @@ PREDICATES = [
     "`i` IN (1, 3, 7)", "`i` NOT IN (1, 3, 7)", "`s` IN ('', 'small_tin')",
     "`day` < CAST('1995-01-02' AS DATE)", "`day` BETWEEN CAST('1995-01-01' AS DATE) AND CAST('1995-12-31' AS DATE)",
     "`f`", "NOT `f`", "`f` = TRUE", "`s` IS NOT NULL AND `day` IS NULL", "TRUE",
-    "0.908 * `b` > 10", "`d` * (1 - `d`) < 0.05", "`i` + 1 = 2",
+    "0.908 * `b` > 10", "`d` * (1 - `d`) < 0.05", "`i` + 1 = 2", "SUBSTRING(`s`, 1, 2) IN ('ab', 'Äb', 'sm')",
 ]
 VALUES = [
     "`d` * (1 - `d`)", "`d` * (1 - `d`) * (1 + `d`)", "`d` * `i`", "0.908 * `b`", "`i` + 1", "-`i`", "`b` - `i` * 2",
     "CASE WHEN `s` LIKE 'small%' THEN `d` * 2 ELSE 0 END", "CASE WHEN `i` < 10 THEN 1 END",
     "CASE WHEN `i` IS NULL THEN NULL ELSE `d` END", "EXTRACT(YEAR FROM `day`)", "EXTRACT(MONTH FROM `day`)", "TRUE",
     "0.2 * `d`", "`d` * 0.0001000000", "`i` IN (1, 3)", "`big` * `big`", "`big` * 0.5 + `d`",
+    "SUBSTRING(`s`, 1, 2)", "SUBSTRING(`s`, 2, 3)", "SUBSTRING(`s`, 1, 0)",
 ]
-SPARK_ONLY = ["`x` > 0", "`i` % 2 = 1", "`b` > 1e3", "upper(`s`) = 'ABC'", "`i` > 1.5 + `x`", "`d` / 7.0"]
+SPARK_ONLY = ["SUBSTRING(`s`, 0, 2) = 'ab'", "SUBSTRING(`s`, `i`, 2) = 'ab'", "`x` > 0", "`i` % 2 = 1", "`b` > 1e3", "upper(`s`) = 'ABC'", "`i` > 1.5 + `x`", "`d` / 7.0"]
 
 
 @pytest.fixture(scope="module")
