@@ -375,7 +375,7 @@ class Project:
             return self._stream_delta(source, self.spark.createDataFrame(rows))
         columns = [f.name for f in source.columns.fields] + [WEIGHT]
         new = latest.filter(pc.greater(latest.column(WEIGHT), 0)).select(columns)
-        return kernels.consolidate(pa.concat_tables([new.cast(replaced.schema), kernels.negate(replaced)]))
+        return kernels.consolidate(kernels.concat([new.cast(replaced.schema), kernels.negate(replaced)]))
 
     def _intent_path(self, tick: int) -> str:
         return self.pipe.store.fs.path("_manifest", f"intent-{tick:012d}.json")

@@ -551,7 +551,7 @@ class ArrangedTick:
         if prior is None:
             return new
         prior = kernels.negate(prior)
-        return kernels.consolidate(prior if new is None else pa.concat_tables([prior.cast(new.schema), new]))
+        return kernels.consolidate(prior if new is None else kernels.concat([prior.cast(new.schema), new]))
 
     def state_delta(self, state: Operator) -> pa.Table | None:
         """What a state node adds this tick, as stored: consolidated, partial sums as they are."""
