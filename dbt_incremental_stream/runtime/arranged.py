@@ -340,12 +340,16 @@ class ArrangedTick:
             table = table.cast(schema)
         return table if row is None else table.append_column(ROW, row)
 
-    def _in_spark(self, op: Operator, table: pa.Table, f: Callable[[DataFrame], DataFrame]) -> pa.Table:
-        """``f`` applied by Spark to ``table`` (a local relation: the delta only)."""
+    def _spark_pass(self, table: pa.Table, f: Callable[[DataFrame], DataFrame]) -> pa.Table:
+        """``f`` applied by Spark to ``table`` (a local relation: the delta only), timed."""
         started = time.perf_counter()
-        out = self._conform(op, zsets.collect_arrow(f(self._spark.createDataFrame(table))))
+        out = zsets.collect_arrow(f(self._spark.createDataFrame(table)))
         self.spark_seconds += time.perf_counter() - started
         return out
+
+    def _in_spark(self, op: Operator, table: pa.Table, f: Callable[[DataFrame], DataFrame]) -> pa.Table:
+        """``op``'s rows from ``f`` applied by Spark to ``table``."""
+        return self._conform(op, self._spark_pass(table, f))
 
     def _row_wise(self, op: Operator, t: pa.Table) -> pa.Table:
         """A Map or Filter applied to ``t``, keeping a carried ``ROW`` column."""
@@ -482,16 +486,14 @@ class ArrangedTick:
 
     def _keyed(self, delta: pa.Table, exprs: list[tuple[str, str]]) -> pa.Table:
         """``delta`` with computed key columns ``(name, Spark SQL)`` appended."""
-        started = time.perf_counter()
-        df = self._spark.createDataFrame(delta)
-        out = zsets.collect_arrow(df.selectExpr(*map(quote, df.columns), *(f"{e} AS {quote(n)}" for n, e in exprs)))
-        self.spark_seconds += time.perf_counter() - started
+        out = self._spark_pass(delta, lambda df: df.selectExpr(*map(quote, df.columns),
+                                                               *(f"{e} AS {quote(n)}" for n, e in exprs)))
         return out.cast(pa.schema(list(delta.schema) + list(out.schema)[delta.num_columns:]))
 
     @_eval.register
     def _(self, op: GroupDiff) -> pa.Table | None:
         if not op.linear:
-            return self._recompute(op, self._regroup)
+            return self._recompute(op, partial(self._regroup, op))
         dp = self.value(op.delta)
         if dp is None:
             return None
@@ -530,7 +532,8 @@ class ArrangedTick:
             new = self._in_spark(op, rows, lambda df: zsets.group_diff(None, df, None, op.keys, op.aggs, False))
         return new
 
-    def _recompute(self, op: GroupDiff | WindowDiff, compute: Callable) -> pa.Table | None:
+    def _recompute(self, op: GroupDiff | WindowDiff, compute: Callable[[pa.Table], pa.Table | None]
+                   ) -> pa.Table | None:
         """The touched groups' rows (their stored rows and this tick's), recomputed by
         ``compute``, minus what was emitted for them before."""
         delta = self.value(op.delta)
@@ -541,8 +544,7 @@ class ArrangedTick:
                    if keys else pa.table({ROW: [0]}))
         _, old = self._read(self.plan.before[op.id], touched, keys, keys, [True] * len(keys))
         rows = kernels.consolidate(kernels.concat([old.cast(delta.schema) if old is not None else None, delta]))
-        new = compute(op, rows) if isinstance(op, GroupDiff) else compute(rows)
-        return self._retract(op, touched, new)
+        return self._retract(op, touched, compute(rows))
 
     def _retract(self, op: Operator, touched: pa.Table, new: pa.Table | None) -> pa.Table | None:
         """``new`` minus the rows ``op`` emitted before for the ``touched`` groups."""

@@ -147,8 +147,7 @@ class _Compiler:
         if isinstance(e, exp.Paren):
             return self.value(e.this)
         if isinstance(e, (exp.Column, exp.Literal)) and not isinstance(e, exp.Null):
-            f, _ = self._leaf(e)
-            return f
+            return self._leaf(e)
         if isinstance(e, (exp.Predicate, exp.Not, exp.And, exp.Or, exp.Boolean)):
             return self.boolean(e)
         out = self._type(e)
@@ -192,13 +191,14 @@ class _Compiler:
             return lambda t: part(f(t)).cast(out)
         raise _Untranslatable(type(e).__name__)
 
-    def _leaf(self, e: exp.Expression) -> tuple[Compiled, pa.DataType]:
+    def _leaf(self, e: exp.Expression) -> Compiled:
+        """A column or a literal, typed as Spark types it."""
         out = self._type(e)
         if isinstance(e, exp.Column):
             name = e.name
-            return (lambda t: t.column(name).cast(out)), out
+            return lambda t: t.column(name).cast(out)
         s = pa.scalar(e.this if e.is_string else _number(e.this).as_py(), out)
-        return (lambda t: s), out
+        return lambda t: s
 
     @staticmethod
     def _cast(f: Compiled, out: pa.DataType) -> Compiled:

@@ -262,9 +262,21 @@ def partials(delta: pa.Table, keys: Sequence[str], aggs: Sequence[AggCall], sche
     """Per-group sums of a delta from which every linear aggregate is finalized:
     ``_cnt`` = Σw, and per aggregate Σx·w and Σw over non-NULL x (as Spark's
     ``partials`` computes them), typed as ``schema``."""
+    table = pa.table({k: delta.column(k) for k in keys} | _summands(delta, aggs))
+    values = [c for c in table.column_names if c not in keys]
+    if keys:
+        out = table.group_by(list(keys), use_threads=False).aggregate([(c, "sum") for c in values])
+        out = out.rename_columns([c[:-4] if c.endswith("_sum") and c[:-4] in values else c for c in out.column_names])
+    else:
+        out = pa.table({c: pa.array([pc.sum(table.column(c)).as_py()], table.schema.field(c).type) for c in values})
+    return out.select(schema.names).cast(schema)
+
+
+def _summands(delta: pa.Table, aggs: Sequence[AggCall]) -> dict[str, pa.ChunkedArray]:
+    """Per row, what each partial-sum column of linear ``aggs`` sums: ``_cnt`` = w, and per
+    aggregate x·w and w where x is not NULL."""
     w = delta.column(WEIGHT)
-    cols: dict[str, pa.ChunkedArray] = {k: delta.column(k) for k in keys}
-    cols[COUNT] = w
+    cols: dict[str, pa.ChunkedArray] = {COUNT: w}
     for a in aggs:
         if a.arg is None:
             continue
@@ -273,14 +285,7 @@ def partials(delta: pa.Table, keys: Sequence[str], aggs: Sequence[AggCall], sche
         if a.func != "count":
             cols[names[0]] = _times(x, w)
         cols[names[-1]] = pc.if_else(pc.is_valid(x), w, 0)
-    table = pa.table(cols)
-    values = [c for c in table.column_names if c not in keys]
-    if keys:
-        out = table.group_by(list(keys), use_threads=False).aggregate([(c, "sum") for c in values])
-        out = out.rename_columns([c[:-4] if c.endswith("_sum") and c[:-4] in values else c for c in out.column_names])
-    else:
-        out = pa.table({c: pa.array([pc.sum(table.column(c)).as_py()], table.schema.field(c).type) for c in values})
-    return out.select(schema.names).cast(schema)
+    return cols
 
 
 def _times(x: pa.ChunkedArray, w: pa.ChunkedArray) -> pa.ChunkedArray:
@@ -331,20 +336,10 @@ def regroup(rows: pa.Table, keys: Sequence[str], aggs: Sequence[AggCall], schema
     SUM/AVG(DISTINCT), AVG of a DECIMAL, MIN/MAX of floats (Spark orders NaN above
     every number, Arrow skips it)."""
     live = rows.filter(pc.greater(rows.column(WEIGHT), 0))
-    w = live.column(WEIGHT)
-    cols: dict[str, pa.ChunkedArray] = {k: live.column(k) for k in keys}
-    cols[COUNT] = w
-    specs: list[tuple] = [(COUNT, "sum")]
     linear = [a for a in aggs if a.linear]
-    for a in linear:
-        if a.arg is None:
-            continue
-        x, names = live.column(a.arg), partial_columns(a)
-        if a.func != "count":
-            cols[names[0]] = _times(x, w)
-            specs.append((names[0], "sum"))
-        cols[names[-1]] = pc.if_else(pc.is_valid(x), w, 0)
-        specs.append((names[-1], "sum"))
+    summands = _summands(live, linear)
+    cols: dict[str, pa.ChunkedArray] = {k: live.column(k) for k in keys} | summands
+    specs: list[tuple] = [(c, "sum") for c in summands]
     for a in aggs:
         if a.linear:
             continue
@@ -387,7 +382,8 @@ def row_number(bag: pa.Table, partition: Sequence[str], order: Sequence[tuple[st
     for i, (c, desc, nulls_first) in enumerate(order):
         cols[f"__on{i}"] = pc.is_valid(bag.column(c)) if nulls_first else pc.is_null(bag.column(c))
         keys += [(f"__on{i}", "ascending"), (c, "descending" if desc else "ascending")]
-    sorted_ = pa.table(cols).take(pc.sort_indices(pa.table(cols), sort_keys=keys))
+    table = pa.table(cols)
+    sorted_ = table.take(pc.sort_indices(table, sort_keys=keys))
     n = sorted_.num_rows
     start = np.ones(n, bool)
     if n:

@@ -562,7 +562,6 @@ class Pipeline:
                                       for n, s in self._schemas.items()})
         return self._empty
 
-
     def _meta(self, now: datetime | None) -> dict[str, Any]:
         return {
             "now": now.isoformat() if now else None,
