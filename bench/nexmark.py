@@ -118,7 +118,7 @@ def run_engine(spark, work: Path, bootstrap: str, name: str, rounds: Rounds) -> 
     project = Project(spark, str(work / f"dbsp-{name}"), kafka=settings)
     project.deploy(Model(f"nx.{name}", renamed(QUERIES[name], "nx.{s}"), sink=KafkaSink(out, "insert_delete")),
                    streams=streams)
-    seconds, events, out_rows, paths, stages = [], 0, 0, [], []
+    seconds, events, out_rows, paths, stages, splits = [], 0, 0, [], [], []
     spark_work = SparkWork(spark)
     for batch in rounds:
         for s, t in names.items():
@@ -130,6 +130,7 @@ def run_engine(spark, work: Path, bootstrap: str, name: str, rounds: Rounds) -> 
             if project.advance():
                 out_rows += sum(project.last.rows_out.values())
                 paths.append(project.pipe.last_tick.path)
+                splits.append(project.last.split)
             if not project.behind:
                 break
         seconds.append(time.perf_counter() - started)
@@ -139,6 +140,7 @@ def run_engine(spark, work: Path, bootstrap: str, name: str, rounds: Rounds) -> 
     project.close()
     return stats(name, "this engine", events, seconds, out_rows=out_rows, stages=statistics.median(stages[1:] or stages),
                  arranged=f"{paths[1:].count('arranged')}/{len(paths[1:])}",
+                 split={k: statistics.median(s.get(k, 0.0) for s in splits[1:] or splits) for k in splits[-1]},
                  equal="yes" if not any(problems.values()) else f"NO: {list(problems.values())[0][:200]}")
 
 
@@ -343,6 +345,8 @@ def main() -> None:
 
 def report(r: dict) -> None:
     what = r.get("unsupported") or f"{r['rate']:,.0f} events/s, p50 {r['p50']:.2f}s, equal {r['equal']}"
+    if "split" in r:
+        what += " (median tick: " + ", ".join(f"{k} {v:.2f}" for k, v in r["split"].items()) + ")"
     print(f"  {r['query']} {r['engine']}: {what}", file=sys.stderr)
 
 

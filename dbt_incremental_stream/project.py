@@ -20,6 +20,7 @@ import json
 import os
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import AbstractSet, Any, Mapping, Sequence
@@ -44,6 +45,8 @@ CHANGELOG_TABLE = "changelog_table"
 KINDS = (STREAMING_VIEW, CHANGELOG_TABLE)
 #: a source's read of at most this many offsets is decoded in the driver, not by a Spark job
 DRIVER_READ = 100_000
+#: catalog views written at once after a tick
+PUBLISHERS = 4
 #: columns a changelog table has after the model's own
 CHANGELOG_COLUMNS = {"_op": "string", "_weight": "bigint", "_committed_at": "timestamp", "_tick": "bigint"}
 #: a Kafka source's records that could not be read, kept with the reason
@@ -110,6 +113,7 @@ class Project:
         self._new_logs: set[str] = set()  # changelog tables to start over at the next tick
         self._published = -1  # the tick the catalog views show, as far as this instance knows
         self._view_sql: dict[str, str] = {}  # each catalog view's SQL as this instance last wrote it
+        self._schemas: set[str] = set()  # catalog schemas this instance made sure exist
         self._replay = self._intent(self.pipe.tick + 1)  # offset ranges a crashed tick had read: read them again
         self.last: TickReport | None = None
         self.dropped: dict[str, str] = {}
@@ -189,6 +193,7 @@ class Project:
         compiles (a model it reads changed) is dropped and named in :attr:`dropped`. A Kafka
         source in ``reread`` whose columns changed starts over from its topic's start."""
         self._view_sql.clear()  # a redefinition may have had dbt drop or replace catalog views
+        self._schemas.clear()
         pipe = Pipeline(self.spark, self.location)
         pipe.notes = self.pipe.notes
         order = _topological(models)
@@ -283,8 +288,10 @@ class Project:
                 }
                 if ranges and not replaying:  # a replayed tick keeps its intent
                     self._intend(tick, ranges)
+                report.split["read"] = time.monotonic() - started
                 self.pipe.step(deltas, now,
                                before_commit=lambda tick, changes: self._outputs(tick, changes, dead, report))
+                report.split.update(self.pipe.last_tick.seconds)
             finally:
                 for frame in frames:
                     frame.unpersist()
@@ -292,7 +299,9 @@ class Project:
             self.pipe.store.fs.delete(self._intent_path(tick))
             self._caught_up.update(set(self.stream_sources) - behind)
             self._new_logs.clear()
+            publishing = time.monotonic()
             self._publish()
+            report.split["publish"] = time.monotonic() - publishing
             report.seconds = time.monotonic() - started
             self.last = report
             return True
@@ -454,15 +463,29 @@ class Project:
 
     def _publish(self) -> None:
         """Point every streaming view's and Kafka source's catalog view at the committed state
-        (once per tick: a catalog write costs a metastore round trip each)."""
+        (once per tick). Each catalog write costs a metastore round trip and the analysis of
+        its query (a Parquet schema-inference job), so only changed views are written, and
+        by :data:`PUBLISHERS` threads: Spark runs their jobs side by side."""
         self._published = self.tick
         views = [self._schema_of(rel) for rel in self.stream_sources]  # dbt creates only models' schemas
         views += [m.relation for m in self.models.values() if m.kind == STREAMING_VIEW]
-        for rel in views:
-            sql = self.pipe.relation_sql(engine_name(rel))
-            if self._view_sql.get(rel) != sql:  # a relation whose state did not change keeps its view
-                self.spark.sql(f"CREATE OR REPLACE VIEW {quote_relation(rel)} AS {sql}")
-                self._view_sql[rel] = sql
+        changed = {rel: sql for rel in views
+                   if self._view_sql.get(rel) != (sql := self.pipe.relation_sql(engine_name(rel)))}
+        if len(changed) > 1:
+            with ThreadPoolExecutor(min(PUBLISHERS, len(changed)), thread_name_prefix="dbt-stream-publish") as pool:
+                list(pool.map(self._define_view, changed, changed.values()))
+        else:
+            for rel, sql in changed.items():
+                self._define_view(rel, sql)
+
+    def _define_view(self, rel: str, sql: str) -> None:
+        try:  # ALTER VIEW writes the catalog once, where CREATE OR REPLACE drops and creates
+            if rel not in self._view_sql:
+                raise LookupError(rel)
+            self.spark.sql(f"ALTER VIEW {quote_relation(rel)} AS {sql}")
+        except (LookupError, AnalysisException):  # not written by this instance, or dropped since
+            self.spark.sql(f"CREATE OR REPLACE VIEW {quote_relation(rel)} AS {sql}")
+        self._view_sql[rel] = sql
 
     def _outputs(self, tick: int, changes: dict[str, DataFrame], dead: dict[str, DataFrame],
                  report: TickReport) -> None:
@@ -506,8 +529,10 @@ class Project:
 
     def _schema_of(self, relation: str) -> str:
         """The relation, once its schema exists (dbt does not create sources' schemas)."""
-        if "." in relation:
-            self.spark.sql(f"CREATE SCHEMA IF NOT EXISTS {quote(relation.split('.')[0])}")
+        schema = relation.split(".")[0] if "." in relation else None
+        if schema is not None and schema not in self._schemas:  # once per instance: a catalog round trip
+            self.spark.sql(f"CREATE SCHEMA IF NOT EXISTS {quote(schema)}")
+            self._schemas.add(schema)
         return relation
 
     def _append(self, relation: str, rows: DataFrame, tick: int) -> None:
@@ -557,6 +582,9 @@ class TickReport:
     lag: dict[str, int] = field(default_factory=dict)  # offsets left to read after the tick
     rows_out: dict[str, int] = field(default_factory=dict)  # messages written per sink
     seconds: float = 0.0
+    #: where the time went: read (Kafka and table sources), the pipeline's own split
+    #: (spark, driver, write, commit), outputs (sinks, changelogs, dead letters), publish
+    split: dict[str, float] = field(default_factory=dict)
 
 
 def _counts(frame: DataFrame) -> tuple[int, int]:

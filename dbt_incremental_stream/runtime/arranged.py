@@ -124,10 +124,11 @@ class Plan:
     """What the arranged path needs to know about a circuit, found once."""
 
     def __init__(self, states: Sequence[Operator], same: Mapping[str, str], schema: Callable[[Operator], StructType],
-                 types: Callable[[Operator, list[str]], list[pa.DataType]]):
+                 types: Callable[[Operator, list[str]], list[pa.DataType]], zone: str = "UTC"):
         self.same = same
         self.schema = schema
         self.types = types  # Spark's types of expressions over a node's columns
+        self.zone = zone  # Spark's session time zone
         self.specs: dict[tuple[str, tuple[str, ...]], Spec] = {}
         self.joins: dict[str, JoinPlan] = {}
         self.before: dict[str, Side] = {}  # per-group recompute: the input's integral
@@ -183,7 +184,7 @@ class Plan:
 
     def _predicate(self, op: Operator, predicate: str, over: Operator) -> None:
         compiled = expressions.predicate(predicate, zsets.arrow_schema(self.schema(over)),
-                                         partial(self.types, over))
+                                         partial(self.types, over), self.zone)
         if compiled is not None:
             self.predicates[op.id] = compiled
 
@@ -217,7 +218,8 @@ class Plan:
         schema = zsets.arrow_schema(self.schema(op.input))
         out = []
         for name, e in op.exprs:
-            f = _pick(copies[name]) if name in copies else expressions.value(e, schema, partial(self.types, op.input))
+            f = (_pick(copies[name]) if name in copies
+                 else expressions.value(e, schema, partial(self.types, op.input), self.zone))
             if f is None:
                 return
             out.append((name, f))

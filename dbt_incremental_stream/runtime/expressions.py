@@ -7,8 +7,10 @@ Only a subset compiles, the one whose meaning is the same in both engines:
   literals and LIKE, between values of one kind — integers, decimals (any scales),
   strings (compared byte-wise, as Spark's default collation does), dates, booleans;
 - values: columns, literals, ``+ - *`` and unary minus over integers and decimals,
-  ``CASE WHEN``, ``EXTRACT(YEAR|MONTH|DAY FROM date)``, ``SUBSTRING(s, pos, len)`` with
-  literal positions. Every intermediate result is
+  ``CASE WHEN``, ``COALESCE``, ``CAST`` between integers and decimals (or to the type a
+  value has), ``EXTRACT(YEAR|MONTH|DAY FROM date)``, ``SUBSTRING(s, pos, len)`` with
+  literal positions, ``DATE_TRUNC(unit, timestamp)`` when the session time zone is UTC
+  (Spark truncates in the session's zone). Every intermediate result is
   cast to the type Spark gives that subexpression (its analyzer is asked once, when the
   circuit is planned): decimals are computed exactly in 256 bits and the cast is safe,
   so where Spark would round (precision loss) or overflow the cast raises
@@ -16,8 +18,8 @@ Only a subset compiles, the one whose meaning is the same in both engines:
   arithmetic is checked, as ANSI mode is.
 
 Floating-point values (Spark orders NaN above every number and makes NaN = NaN true),
-timestamps (literals read in the session time zone), division, other functions and
-casts stay with Spark: the compilers return None for them.
+timestamp literals and comparisons (read in the session time zone), division, other
+functions and casts stay with Spark: the compilers return None for them.
 """
 from __future__ import annotations
 
@@ -43,23 +45,23 @@ class _Untranslatable(Exception):
 _ERRORS = (_Untranslatable, sqlglot.errors.ParseError, pa.ArrowInvalid, pa.ArrowNotImplementedError, KeyError)
 
 
-def predicate(sql: str, schema: pa.Schema, types: Types | None = None) -> Compiled | None:
+def predicate(sql: str, schema: pa.Schema, types: Types | None = None, zone: str = "UTC") -> Compiled | None:
     """A function from a table with ``schema`` to the mask of rows where ``sql`` is true
     (NULL where it is NULL), or None. Without ``types`` its operands are columns and
-    literals only."""
+    literals only. ``zone``: Spark's session time zone."""
     try:
         tree = sqlglot.parse_one(sql, read=DIALECT)
-        return _Compiler(schema, _typed(tree, types)).boolean(tree)
+        return _Compiler(schema, _typed(tree, types), zone).boolean(tree)
     except _ERRORS:
         return None
 
 
-def value(sql: str, schema: pa.Schema, types: Types) -> Compiled | None:
+def value(sql: str, schema: pa.Schema, types: Types, zone: str = "UTC") -> Compiled | None:
     """A function from a table with ``schema`` to the column ``sql`` computes, typed as
     Spark types it, or None."""
     try:
         tree = sqlglot.parse_one(sql, read=DIALECT)
-        return _Compiler(schema, _typed(tree, types)).value(tree)
+        return _Compiler(schema, _typed(tree, types), zone).value(tree)
     except _ERRORS:
         return None
 
@@ -76,11 +78,16 @@ def _typed(tree: exp.Expression, types: Types | None) -> dict[str, pa.DataType]:
 
 
 _TYPED = (exp.Add, exp.Sub, exp.Mul, exp.Neg, exp.Literal, exp.Case, exp.Extract, exp.Null, exp.Column, exp.Paren,
-          exp.Substring)
+          exp.Substring, exp.Cast, exp.Coalesce, exp.TimestampTrunc)
 _COMPARE = {exp.EQ: "equal", exp.NEQ: "not_equal", exp.LT: "less", exp.LTE: "less_equal",
             exp.GT: "greater", exp.GTE: "greater_equal"}
 _ARITHMETIC = {exp.Add: pc.add_checked, exp.Sub: pc.subtract_checked, exp.Mul: pc.multiply_checked}
 _PARTS = {"YEAR": pc.year, "MONTH": pc.month, "DAY": pc.day}
+#: DATE_TRUNC's units (Spark's spellings) as Arrow's floor_temporal units; weeks start on Monday in both
+_TRUNC = {"YEAR": "year", "YYYY": "year", "YY": "year", "QUARTER": "quarter", "MONTH": "month", "MM": "month",
+          "MON": "month", "WEEK": "week", "DAY": "day", "DD": "day", "HOUR": "hour", "MINUTE": "minute",
+          "SECOND": "second", "MILLISECOND": "millisecond", "MICROSECOND": "microsecond"}
+_UTC = {"UTC", "Etc/UTC", "GMT", "Etc/GMT", "Z", "+00:00", "Zulu", "Universal"}
 
 
 def _kind(t: pa.DataType) -> str:
@@ -106,9 +113,10 @@ class _Compiler:
     """Builds closures over a table; raises :class:`_Untranslatable` for what Arrow
     must not decide."""
 
-    def __init__(self, schema: pa.Schema, types: Mapping[str, pa.DataType]):
+    def __init__(self, schema: pa.Schema, types: Mapping[str, pa.DataType], zone: str = "UTC"):
         self.schema = schema
         self.types = types
+        self.utc = zone in _UTC
 
     def _type(self, e: exp.Expression) -> pa.DataType:
         return self.types[e.sql(DIALECT)]
@@ -184,6 +192,23 @@ class _Compiler:
             if start < 1 or _kind(self._type(e.this)) != "str":
                 raise _Untranslatable("SUBSTRING")
             return lambda t: pc.utf8_slice_codeunits(f(t), start - 1, start - 1 + length)  # code points, as Spark
+        if isinstance(e, exp.Cast):  # a safe cast: exactly Spark's value, or ArrowInvalid
+            f = self.value(e.this)
+            _exact_cast(self._type(e.this), out)
+            return self._cast(f, out)
+        if isinstance(e, exp.Coalesce):
+            args = [e.this, *e.expressions]
+            for a in args:
+                _exact_cast(self._type(a), out)
+            fs = [self._cast(self.value(a), out) for a in args]
+            return lambda t: pc.coalesce(*(as_column(f(t), t.num_rows) for f in fs))
+        if isinstance(e, exp.TimestampTrunc):
+            unit = _TRUNC.get(e.args["unit"].name.upper())
+            if unit is None or not self.utc or not pa.types.is_timestamp(self._type(e.this)) \
+                    or not pa.types.is_timestamp(out):
+                raise _Untranslatable("DATE_TRUNC")
+            f = self.value(e.this)
+            return lambda t: pc.floor_temporal(f(t), unit=unit, week_starts_monday=True).cast(out)
         if isinstance(e, exp.Extract) and e.this.name.upper() in _PARTS:
             part, f = _PARTS[e.this.name.upper()], self.value(e.expression)
             if not pa.types.is_date32(self._type(e.expression)):
@@ -265,6 +290,22 @@ class _Compiler:
             if kind == "bool":
                 return x
         raise _Untranslatable(type(e).__name__)
+
+
+def _exact_cast(source: pa.DataType, target: pa.DataType) -> None:
+    """Whether Arrow's safe cast gives Spark's value or raises: between integers and
+    decimals (Arrow raises where Spark would round, truncate or overflow), from NULL, or to
+    the type a value already has."""
+    numbers = {"int", "dec"}
+    if pa.types.is_null(source):
+        return
+    try:
+        if {_kind(source), _kind(target)} <= numbers:
+            return
+    except _Untranslatable:
+        pass
+    if source != target:
+        raise _Untranslatable(f"CAST from {source} to {target}")
 
 
 def _number(text: str) -> pa.Scalar:

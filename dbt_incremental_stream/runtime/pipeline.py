@@ -328,19 +328,21 @@ class Pipeline:
             changes = {v.name: self._change(v, written.get(v.state.id, [])) for v in self._views.values()}
             arranging = time.perf_counter()
             arrangements = self._arrange(plan, written, tick) if plan is not None else {}
-            computed = self._commit(tick, states, written, arrangements, changes, clock, before_commit)
+            outputs, computed = self._commit(tick, states, written, arrangements, changes, clock, before_commit)
         finally:
             run.release()
         self.last_tick = TickStats("dataframe", sum(t.num_rows for t in arrow.values()),
-                                   {"spark": arranging - started, "arrange": computed - arranging,
-                                    "commit": time.perf_counter() - computed}, why)
+                                   {"spark": arranging - started, "arrange": outputs - arranging,
+                                    "outputs": computed - outputs, "commit": time.perf_counter() - computed}, why)
         return changes
 
     def _commit(self, tick: int, states: list[State], written: dict[str, list[Batch]],
                 arrangements: dict[str, dict[tuple[str, ...], Arrangement]], changes: Mapping[str, DataFrame],
-                clock: datetime | None, before_commit: Callable[[int, Mapping[str, DataFrame]], None] | None) -> float:
+                clock: datetime | None, before_commit: Callable[[int, Mapping[str, DataFrame]], None] | None
+                ) -> tuple[float, float]:
         """Hand the tick's changes to ``before_commit``, then commit the tick; returns when
-        the commit started."""
+        ``before_commit`` started and when the commit did."""
+        outputs = time.perf_counter()
         if before_commit is not None:
             before_commit(tick, changes)
         committing = time.perf_counter()
@@ -348,7 +350,7 @@ class Pipeline:
         self.store.commit(tick, written, lambda node, df: self._merge(by_id[node], df), self._meta(clock),
                           arrangements, lambda node, t: _merge_arrow(by_id[node], t))
         self._now = clock
-        return committing
+        return outputs, committing
 
     # --- the arranged path: small ticks on indexed state ---------------------------------
 
@@ -358,7 +360,8 @@ class Pipeline:
             try:
                 if self.store.runs is None:
                     raise NotArranged(f"pyarrow has no file system for {self.store.fs.root}")
-                self._plan = Plan(self._states(), self._same_state(), self._schema_of, self._types_of)
+                self._plan = Plan(self._states(), self._same_state(), self._schema_of, self._types_of,
+                                  self.spark.conf.get("spark.sql.session.timeZone") or "UTC")
                 for source, key in self._indexes:
                     if source in self._schemas:
                         self._plan.need(self._source_state(source).id, key)
@@ -400,12 +403,13 @@ class Pipeline:
         arrangements = {node: {key: runs.append(arr, tick, tables.get(node)) for key, arr in arrs.items()}
                         for node, arrs in self.store.arrangements.items() if node in tables}
         changes = _Changes({v.name: partial(self._arrow_change, v, tables.get(v.state.id)) for v in self._views.values()})
-        written_at = self._commit(tick, states, written, arrangements, changes, clock, before_commit)
+        outputs, committing = self._commit(tick, states, written, arrangements, changes, clock, before_commit)
         done = time.perf_counter()
         self.last_tick = TickStats("arranged", sum(t.num_rows for t in inputs.values()),
                                    {"spark": fetched - started + run.spark_seconds,
                                     "driver": evaluated - fetched - run.spark_seconds,
-                                    "write": written_at - evaluated, "commit": done - written_at})
+                                    "write": outputs - evaluated, "outputs": committing - outputs,
+                                    "commit": done - committing})
         return changes
 
     def _arrow_change(self, view: View, table: pa.Table | None) -> DataFrame:
