@@ -37,7 +37,7 @@ from .connectors.datasource import driver_rows, kafka_frame, row_schema
 from .connectors.kafka import KafkaSettings, KafkaSink, KafkaSource, KafkaTopics, KafkaWriter, Ranges
 from .errors import CompileError, ConnectorError, StateError, StreamError
 from .runtime import kernels, zsets
-from .runtime.pipeline import Pipeline
+from .runtime.pipeline import Changes, Pipeline
 from .sql.relations import engine_name, referenced, rename
 
 STREAMING_VIEW = "streaming_view"
@@ -487,7 +487,7 @@ class Project:
             self.spark.sql(f"CREATE OR REPLACE VIEW {quote_relation(rel)} AS {sql}")
         self._view_sql[rel] = sql
 
-    def _outputs(self, tick: int, changes: dict[str, DataFrame], dead: dict[str, DataFrame],
+    def _outputs(self, tick: int, changes: Changes, dead: dict[str, DataFrame],
                  report: TickReport) -> None:
         """The tick's outputs, written before it commits and once per tick: the changes of
         each changelog table and Kafka sink, and each Kafka source's dead letters (in
@@ -506,10 +506,10 @@ class Project:
             self._append(m.relation, rows, tick)
         for m in self.models.values():
             if m.sink is not None:
-                delta = changes[m.name]
-                columns = StructType([f for f in delta.schema.fields if f.name != WEIGHT])
-                rows = [(tuple(r[:-1]), int(r[-1]))
-                        for r in delta.select(*map(zsets.col, columns.fieldNames()), WEIGHT).collect()]
+                schema, collected = changes.rows(m.name)
+                columns = StructType([f for f in schema.fields if f.name != WEIGHT])
+                at_weight = schema.fieldNames().index(WEIGHT)
+                rows = [(tuple(v for i, v in enumerate(r) if i != at_weight), int(r[at_weight])) for r in collected]
                 payloads = m.sink.payloads(m.relation, columns, rows, self._settings().registry)
                 self._writer(m.relation).write(m.sink.topic, tick, payloads)
                 report.rows_out[m.relation] = len(payloads)

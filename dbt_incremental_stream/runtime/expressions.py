@@ -7,10 +7,13 @@ Only a subset compiles, the one whose meaning is the same in both engines:
   literals and LIKE, between values of one kind — integers, decimals (any scales),
   strings (compared byte-wise, as Spark's default collation does), dates, booleans;
 - values: columns, literals, ``+ - *`` and unary minus over integers and decimals,
-  ``CASE WHEN``, ``COALESCE``, ``CAST`` between integers and decimals (or to the type a
-  value has), ``EXTRACT(YEAR|MONTH|DAY FROM date)``, ``SUBSTRING(s, pos, len)`` with
-  literal positions, ``DATE_TRUNC(unit, timestamp)`` when the session time zone is UTC
-  (Spark truncates in the session's zone). Every intermediate result is
+  ``%`` of integers, ``/`` of integers (a double), ``FLOOR``, ``CASE WHEN``, ``COALESCE``,
+  ``CAST`` between integers and decimals (or to the type a value has),
+  ``EXTRACT(YEAR|MONTH|DAY FROM date)``, ``SUBSTRING(s, pos, len)`` with literal
+  positions, ``LENGTH``, ``REPLACE`` of a literal, ``LOWER``/``UPPER`` of ASCII strings,
+  ``UNIX_SECONDS``, ``TIMESTAMP_SECONDS``; and, when the session time zone is UTC (Spark
+  reads a timestamp's wall clock in the session's zone), ``DATE_TRUNC``, ``HOUR``,
+  ``MINUTE``, ``SECOND`` and ``DATE_FORMAT`` with a numeric pattern. Every intermediate result is
   cast to the type Spark gives that subexpression (its analyzer is asked once, when the
   circuit is planned): decimals are computed exactly in 256 bits and the cast is safe,
   so where Spark would round (precision loss) or overflow the cast raises
@@ -18,12 +21,13 @@ Only a subset compiles, the one whose meaning is the same in both engines:
   arithmetic is checked, as ANSI mode is.
 
 Floating-point values (Spark orders NaN above every number and makes NaN = NaN true),
-timestamp literals and comparisons (read in the session time zone), division, other
-functions and casts stay with Spark: the compilers return None for them.
+timestamp literals and comparisons (read in the session time zone), division of
+decimals, other functions and casts stay with Spark: the compilers return None for them.
 """
 from __future__ import annotations
 
 import datetime as dt
+import re
 from decimal import Decimal, InvalidOperation
 from typing import Callable, Mapping
 
@@ -78,7 +82,9 @@ def _typed(tree: exp.Expression, types: Types | None) -> dict[str, pa.DataType]:
 
 
 _TYPED = (exp.Add, exp.Sub, exp.Mul, exp.Neg, exp.Literal, exp.Case, exp.Extract, exp.Null, exp.Column, exp.Paren,
-          exp.Substring, exp.Cast, exp.Coalesce, exp.TimestampTrunc)
+          exp.Substring, exp.Cast, exp.Coalesce, exp.TimestampTrunc, exp.Mod, exp.Div, exp.Floor, exp.Hour,
+          exp.Minute, exp.Second, exp.Length, exp.Replace, exp.Lower, exp.Upper, exp.UnixSeconds, exp.Anonymous,
+          exp.TimeToStr)
 _COMPARE = {exp.EQ: "equal", exp.NEQ: "not_equal", exp.LT: "less", exp.LTE: "less_equal",
             exp.GT: "greater", exp.GTE: "greater_equal"}
 _ARITHMETIC = {exp.Add: pc.add_checked, exp.Sub: pc.subtract_checked, exp.Mul: pc.multiply_checked}
@@ -87,6 +93,12 @@ _PARTS = {"YEAR": pc.year, "MONTH": pc.month, "DAY": pc.day}
 _TRUNC = {"YEAR": "year", "YYYY": "year", "YY": "year", "QUARTER": "quarter", "MONTH": "month", "MM": "month",
           "MON": "month", "WEEK": "week", "DAY": "day", "DD": "day", "HOUR": "hour", "MINUTE": "minute",
           "SECOND": "second", "MILLISECOND": "millisecond", "MICROSECOND": "microsecond"}
+#: hour, minute and second of a timestamp, which Spark reads in the session's time zone
+_CLOCK_PARTS = {exp.Hour: pc.hour, exp.Minute: pc.minute, exp.Second: pc.second}
+#: DATE_FORMAT pattern letters (Java's) as strftime's; other letters stay with Spark
+_FORMAT = {"yyyy": "%Y", "MM": "%m", "dd": "%d", "HH": "%H", "mm": "%M", "ss": "%S"}
+_FORMAT_TOKENS = re.compile(r"yyyy|MM|dd|HH|mm|ss|[-:/ .,_]")
+_MICROS = 1_000_000
 _UTC = {"UTC", "Etc/UTC", "GMT", "Etc/GMT", "Z", "+00:00", "Zulu", "Universal"}
 
 
@@ -209,12 +221,92 @@ class _Compiler:
                 raise _Untranslatable("DATE_TRUNC")
             f = self.value(e.this)
             return lambda t: pc.floor_temporal(f(t), unit=unit, week_starts_monday=True).cast(out)
+        if isinstance(e, exp.Mod):  # Java's remainder (the dividend's sign): a - trunc(a / b) * b
+            a, b = self._ints(e.left, e.right)
+            return lambda t: pc.subtract_checked(a(t), pc.multiply_checked(pc.divide_checked(a(t), b(t)), b(t))
+                                                 ).cast(out)
+        if isinstance(e, exp.Div):  # integers divided as doubles (IEEE in both engines); ANSI raises on zero
+            if not pa.types.is_float64(out):
+                raise _Untranslatable("a division that is not of doubles")
+            a, b = self._ints(e.left, e.right)
+            return lambda t: pc.divide(a(t).cast(pa.float64()), _nonzero(b(t)).cast(pa.float64()))
+        if isinstance(e, exp.Floor) and not e.args.get("decimals"):
+            f, inner = self.value(e.this), self._type(e.this)
+            if not (pa.types.is_float64(inner) or pa.types.is_integer(inner)) or not pa.types.is_integer(out):
+                raise _Untranslatable("FLOOR")
+            return lambda t: pc.floor(f(t)).cast(out) if pa.types.is_float64(inner) else f(t).cast(out)
+        if type(e) in _CLOCK_PARTS or (isinstance(e, exp.Extract) and e.this.name.upper() in ("HOUR", "MINUTE")):
+            part = _CLOCK_PARTS[type(e)] if type(e) in _CLOCK_PARTS else getattr(pc, e.this.name.lower())
+            arg = e.expression if isinstance(e, exp.Extract) else e.this
+            f = self._timestamp(arg)
+            return lambda t: part(f(t)).cast(out)
+        if isinstance(e, exp.UnixSeconds):  # seconds since the epoch, rounded down (Spark's floorDiv)
+            f = self.value(e.this)
+            if not pa.types.is_timestamp(self._type(e.this)):
+                raise _Untranslatable("UNIX_SECONDS")
+            return lambda t: _floor_div(f(t).cast(pa.int64()), _MICROS).cast(out)
+        if isinstance(e, exp.Anonymous) and e.name.upper() == "TIMESTAMP_SECONDS" and len(e.expressions) == 1:
+            (f,) = self._ints(e.expressions[0])
+            return lambda t: pc.multiply_checked(f(t).cast(pa.int64()), _MICROS).cast(out)
+        if isinstance(e, exp.TimeToStr):  # DATE_FORMAT(timestamp, literal pattern)
+            return self._date_format(e, out)
+        if isinstance(e, exp.Length):  # characters (code points), as Spark counts them
+            f = self._string(e.this)
+            return lambda t: pc.utf8_length(f(t)).cast(out)
+        if isinstance(e, exp.Replace):
+            f = self._string(e.this)
+            search, replacement = e.expression, e.args.get("replacement")
+            if not (isinstance(search, exp.Literal) and search.is_string and search.this) or not (
+                    replacement is None or isinstance(replacement, exp.Literal) and replacement.is_string):
+                raise _Untranslatable("REPLACE")
+            pattern, with_ = search.this, "" if replacement is None else replacement.this
+            return lambda t: pc.replace_substring(f(t), pattern=pattern, replacement=with_)
+        if isinstance(e, (exp.Lower, exp.Upper)):  # Unicode case rules differ by library: ASCII only
+            f = self._string(e.this)
+            case = pc.ascii_lower if isinstance(e, exp.Lower) else pc.ascii_upper
+            return lambda t: case(_ascii(f(t)))
         if isinstance(e, exp.Extract) and e.this.name.upper() in _PARTS:
             part, f = _PARTS[e.this.name.upper()], self.value(e.expression)
             if not pa.types.is_date32(self._type(e.expression)):
                 raise _Untranslatable("EXTRACT")
             return lambda t: part(f(t)).cast(out)
         raise _Untranslatable(type(e).__name__)
+
+    def _ints(self, *es: exp.Expression) -> list[Compiled]:
+        """Operands that must be integers."""
+        if not all(pa.types.is_integer(self._type(x)) for x in es):
+            raise _Untranslatable("an operand that is not an integer")
+        return [self.value(x) for x in es]
+
+    def _string(self, e: exp.Expression) -> Compiled:
+        if _kind(self._type(e)) != "str":
+            raise _Untranslatable("a string function of another type")
+        return self.value(e)
+
+    def _timestamp(self, e: exp.Expression) -> Compiled:
+        """A timestamp whose wall clock is read: in UTC only."""
+        if not self.utc or not pa.types.is_timestamp(self._type(e)):
+            raise _Untranslatable("a timestamp read in a time zone other than UTC")
+        return self.value(e)
+
+    def _date_format(self, e: exp.TimeToStr, out: pa.DataType) -> Compiled:
+        """DATE_FORMAT with a pattern of whole-number fields, for years of four digits."""
+        inner = e.this.this if isinstance(e.this, exp.TimeStrToTime) else e.this
+        java = re.fullmatch(r"DATE_FORMAT\(.*, '([^'\\]*)'\)", e.sql(DIALECT), re.S)
+        tokens = _FORMAT_TOKENS.findall(java.group(1)) if java else []
+        if not java or "".join(tokens) != java.group(1) or _kind(out) != "str":
+            raise _Untranslatable("DATE_FORMAT")
+        pattern = "".join(_FORMAT.get(x, x) for x in tokens)
+        f = self._timestamp(inner)
+
+        def date_format(t: pa.Table) -> pa.Array:
+            v = as_column(f(t), t.num_rows)
+            years = pc.min_max(pc.year(v))
+            if years["min"].is_valid and (years["min"].as_py() < 1000 or years["max"].as_py() > 9999):
+                raise pa.ArrowInvalid("a year Spark writes with other than four digits")
+            seconds = pc.floor_temporal(v, unit="second").cast(pa.timestamp("s", tz=v.type.tz))
+            return pc.strftime(seconds, format=pattern)
+        return date_format
 
     def _leaf(self, e: exp.Expression) -> Compiled:
         """A column or a literal, typed as Spark types it."""
@@ -306,6 +398,25 @@ def _exact_cast(source: pa.DataType, target: pa.DataType) -> None:
         pass
     if source != target:
         raise _Untranslatable(f"CAST from {source} to {target}")
+
+
+def _nonzero(v: pa.Array | pa.ChunkedArray | pa.Scalar) -> pa.Array | pa.ChunkedArray | pa.Scalar:
+    """``v``, or ArrowInvalid where it holds a zero (Spark's ANSI division raises)."""
+    if pc.any(pc.equal(v, 0)).as_py():
+        raise pa.ArrowInvalid("division by zero")
+    return v
+
+
+def _ascii(v: pa.Array | pa.ChunkedArray | pa.Scalar) -> pa.Array | pa.ChunkedArray | pa.Scalar:
+    if not pc.all(pc.string_is_ascii(v)).as_py():
+        raise pa.ArrowInvalid("a string that is not ASCII")
+    return v
+
+
+def _floor_div(v: pa.Array | pa.ChunkedArray, k: int) -> pa.Array | pa.ChunkedArray:
+    """``v // k`` rounded toward negative infinity (Arrow's integer division truncates)."""
+    q = pc.divide(v, k)
+    return pc.subtract(q, pc.less(pc.subtract(v, pc.multiply(q, k)), 0).cast(v.type))
 
 
 def _number(text: str) -> pa.Scalar:

@@ -26,6 +26,8 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 import pyarrow as pa
 from pyspark.errors import AnalysisException, ParseException
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.conversion import ArrowTableToRowsConversion
+from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import DataType, DecimalType, DoubleType, FloatType, StructField, StructType
 
 from ..circuit.incremental import Incrementalizer
@@ -58,12 +60,14 @@ class TickStats:
     why: str | None = None  # why a tick took the DataFrame path
 
 
-class _Changes(Mapping[str, DataFrame]):
-    """Views' changes as DataFrames made when first read (most ticks read few of them)."""
+class Changes(Mapping[str, DataFrame]):
+    """Views' changes as DataFrames made when first read (most ticks read few of them);
+    on the arranged path also as the Arrow tables they are made from."""
 
-    def __init__(self, make: dict[str, Callable[[], DataFrame]]):
+    def __init__(self, make: dict[str, Callable[[], DataFrame]], tables: Mapping[str, pa.Table] | None = None):
         self._make = make
         self._made: dict[str, DataFrame] = {}
+        self._tables = tables or {}
 
     def __getitem__(self, name: str) -> DataFrame:
         if name not in self._made:
@@ -75,6 +79,16 @@ class _Changes(Mapping[str, DataFrame]):
 
     def __len__(self) -> int:
         return len(self._make)
+
+    def rows(self, name: str) -> tuple[StructType, list[tuple]]:
+        """A view's change as its columns and ``(value, ..., weight)`` tuples, as ``collect()``
+        gives them; from Arrow without a Spark round trip where the tick ran on arrangements."""
+        table = self._tables.get(name)
+        if table is None:
+            frame = self[name]
+            return frame.schema, [tuple(r) for r in frame.collect()]
+        schema = from_arrow_schema(table.schema)
+        return schema, ArrowTableToRowsConversion.convert(table, schema, return_as_tuples=True, binary_as_bytes=False)
 
 
 def _merge_arrow(state: State, table: pa.Table) -> pa.Table:
@@ -257,7 +271,7 @@ class Pipeline:
         return self.spark.createDataFrame(data, zsets.with_weight(st))
 
     def step(self, deltas: Mapping[str, DataFrame | pa.Table | Rows | None], now: datetime | None = None,
-             before_commit: Callable[[int, Mapping[str, DataFrame]], None] | None = None) -> Mapping[str, DataFrame]:
+             before_commit: Callable[[int, Changes], None] | None = None) -> Changes:
         """Apply one tick of input changes, commit it, and return each view's change.
 
         ``now`` is the tick's time for views that read it (default: the clock, in UTC).
@@ -325,7 +339,8 @@ class Pipeline:
             for node, batch in batches.items():
                 written[node].append(batch)
             # a view built this tick changes by all of its contents (its backfill and this delta)
-            changes = {v.name: self._change(v, written.get(v.state.id, [])) for v in self._views.values()}
+            frames = {v.name: self._change(v, written.get(v.state.id, [])) for v in self._views.values()}
+            changes = Changes({name: partial(frames.__getitem__, name) for name in frames})
             arranging = time.perf_counter()
             arrangements = self._arrange(plan, written, tick) if plan is not None else {}
             outputs, computed = self._commit(tick, states, written, arrangements, changes, clock, before_commit)
@@ -337,8 +352,8 @@ class Pipeline:
         return changes
 
     def _commit(self, tick: int, states: list[State], written: dict[str, list[Batch]],
-                arrangements: dict[str, dict[tuple[str, ...], Arrangement]], changes: Mapping[str, DataFrame],
-                clock: datetime | None, before_commit: Callable[[int, Mapping[str, DataFrame]], None] | None
+                arrangements: dict[str, dict[tuple[str, ...], Arrangement]], changes: Changes,
+                clock: datetime | None, before_commit: Callable[[int, Changes], None] | None
                 ) -> tuple[float, float]:
         """Hand the tick's changes to ``before_commit``, then commit the tick; returns when
         ``before_commit`` started and when the commit did."""
@@ -387,8 +402,8 @@ class Pipeline:
         return out if sum(t.num_rows for t in out.values()) <= ARRANGED_ROWS else None
 
     def _step_arranged(self, plan: Plan, inputs: dict[str, pa.Table], clock: datetime | None,
-                       before_commit: Callable[[int, Mapping[str, DataFrame]], None] | None,
-                       started: float) -> Mapping[str, DataFrame]:
+                       before_commit: Callable[[int, Changes], None] | None,
+                       started: float) -> Changes:
         """One tick on arrangements: kernels in the driver over the touched keys only."""
         fetched = time.perf_counter()
         states = self._states()
@@ -402,7 +417,8 @@ class Pipeline:
         runs = self.store.runs
         arrangements = {node: {key: runs.append(arr, tick, tables.get(node)) for key, arr in arrs.items()}
                         for node, arrs in self.store.arrangements.items() if node in tables}
-        changes = _Changes({v.name: partial(self._arrow_change, v, tables.get(v.state.id)) for v in self._views.values()})
+        changes = Changes({v.name: partial(self._arrow_change, v, tables.get(v.state.id)) for v in self._views.values()},
+                          {v.name: t for v in self._views.values() if (t := tables.get(v.state.id)) is not None})
         outputs, committing = self._commit(tick, states, written, arrangements, changes, clock, before_commit)
         done = time.perf_counter()
         self.last_tick = TickStats("arranged", sum(t.num_rows for t in inputs.values()),

@@ -30,6 +30,7 @@ PREDICATES = [
     "`day` < CAST('1995-01-02' AS DATE)", "`day` BETWEEN CAST('1995-01-01' AS DATE) AND CAST('1995-12-31' AS DATE)",
     "`f`", "NOT `f`", "`f` = TRUE", "`s` IS NOT NULL AND `day` IS NULL", "TRUE",
     "0.908 * `b` > 10", "`d` * (1 - `d`) < 0.05", "`i` + 1 = 2", "SUBSTRING(`s`, 1, 2) IN ('ab', 'Äb', 'sm')",
+    "`i` % 2 = 1", "upper(SUBSTRING(`s`, 2, 3)) = 'BC%'", "HOUR(`ts`) BETWEEN 8 AND 18",
 ]
 VALUES = [
     "`d` * (1 - `d`)", "`d` * (1 - `d`) * (1 + `d`)", "`d` * `i`", "0.908 * `b`", "`i` + 1", "-`i`", "`b` - `i` * 2",
@@ -42,11 +43,18 @@ VALUES = [
     "CAST(`s` AS STRING)", "CAST(`ts` AS TIMESTAMP)", "CAST(`d` AS INT)", "CAST(`i` AS DECIMAL(2,0))",
     "DATE_TRUNC('DAY', `ts`)", "DATE_TRUNC('MONTH', `ts`)", "DATE_TRUNC('WEEK', `ts`)", "DATE_TRUNC('HOUR', `ts`)",
     "DATE_TRUNC('YEAR', `ts`)", "DATE_TRUNC('QUARTER', `ts`)", "DATE_TRUNC('SECOND', `ts`)",
+    "`i` % 7", "`b` % -3", "`i` % `b`", "`b` / 4", "FLOOR(`b` / 4)", "FLOOR(`i`)", "`i` / 0", "`b` % 0",
+    "HOUR(`ts`)", "MINUTE(`ts`)", "SECOND(`ts`)", "EXTRACT(HOUR FROM `ts`)", "LENGTH(`s`)", "REPLACE(`s`, 'A', '')",
+    "REPLACE(`s`, 'BRASS', 'x')", "LOWER(SUBSTRING(`s`, 2, 3))", "UPPER(SUBSTRING(`s`, 2, 3))", "LOWER(`s`)",
+    "UNIX_SECONDS(`ts`)", "TIMESTAMP_SECONDS(FLOOR(UNIX_SECONDS(`ts`) / 10) * 10)", "DATE_FORMAT(`ts`, 'yyyy-MM-dd')",
+    "DATE_FORMAT(`ts`, 'HH:mm')", "DATE_FORMAT(`ts`, 'yyyy-MM-dd HH:mm:ss')",
 ]
 #: values Spark rounds, truncates or overflows: Arrow declines these at run time
-DECLINED_AT_RUN_TIME = {"CAST(`b` AS INT)", "CAST(`d` AS INT)", "CAST(`i` AS DECIMAL(2,0))"}
-SPARK_ONLY = ["CAST(`i` AS STRING) = '1'", "CAST(`x` AS INT) = 1", "DATE_TRUNC('DAY', `day`) IS NULL",
-              "COALESCE(`x`, 0) > 1", "SUBSTRING(`s`, 0, 2) = 'ab'", "SUBSTRING(`s`, `i`, 2) = 'ab'", "`x` > 0", "`i` % 2 = 1", "`b` > 1e3", "upper(`s`) = 'ABC'", "`i` > 1.5 + `x`", "`d` / 7.0"]
+DECLINED_AT_RUN_TIME = {"CAST(`b` AS INT)", "CAST(`d` AS INT)", "CAST(`i` AS DECIMAL(2,0))", "`i` / 0", "`b` % 0",
+                        "LOWER(`s`)"}
+SPARK_ONLY = ["`d` / 2 > 0", "`x` / 2 > 0", "DATE_FORMAT(`ts`, 'EEE') = 'Mon'", "REPLACE(`s`, '', 'x') = 'x'",
+              "CAST(`i` AS STRING) = '1'", "CAST(`x` AS INT) = 1", "DATE_TRUNC('DAY', `day`) IS NULL",
+              "COALESCE(`x`, 0) > 1", "SUBSTRING(`s`, 0, 2) = 'ab'", "SUBSTRING(`s`, `i`, 2) = 'ab'", "`x` > 0", "`b` > 1e3", "`i` > 1.5 + `x`", "`d` / 7.0"]
 
 
 @pytest.fixture(scope="module")
@@ -101,3 +109,5 @@ def test_date_trunc_is_spark_s_only_in_utc(spark, frame):
     df, table = frame
     assert expressions.value("DATE_TRUNC('DAY', `ts`)", table.schema, types(spark, df), "America/New_York") is None
     assert expressions.value("DATE_TRUNC('DAY', `ts`)", table.schema, types(spark, df), "UTC") is not None
+    for sql in ("HOUR(`ts`)", "DATE_FORMAT(`ts`, 'yyyy-MM-dd')"):
+        assert expressions.value(sql, table.schema, types(spark, df), "Asia/Kolkata") is None
