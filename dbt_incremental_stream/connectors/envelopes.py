@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from pyspark.sql.types import DataType, IntegerType, LongType, StringType, StructType, TimestampType
 
-from .formats import Bad, Decoder, Row, from_text, avro_record, value
+from .formats import Bad, Decoder, Row, avro_record, converter, from_text, value
 
 ENVELOPES = ("append", "upsert", "debezium", "insert_delete")
 #: the envelopes a format carries: a CSV line has no room for before/after or insert/delete
@@ -108,6 +108,9 @@ def _key_row(columns: StructType, key: Sequence[str], decode: Decoder, record: R
 
 
 def _get(doc: Mapping[str, Any], name: str) -> Any:
+    """Field ``name`` of a document, its name matched without regard to case."""
+    if name in doc:
+        return doc[name]
     for k, v in doc.items():
         if k.lower() == name:
             return v
@@ -117,7 +120,21 @@ def _get(doc: Mapping[str, Any], name: str) -> Any:
 def _row(columns: StructType, doc: Any) -> Row:
     if not isinstance(doc, dict):
         raise Bad(f"expected an object with the columns, got {type(doc).__name__}")
-    return tuple(value(f, _get(doc, f.name)) for f in columns.fields)
+    return tuple(convert(_get(doc, name)) for name, convert in _converters(columns))
+
+
+_CONVERTERS: dict[int, tuple[StructType, list[tuple[str, Callable[[Any], Any]]]]] = {}
+
+
+def _converters(columns: StructType) -> list[tuple[str, Callable[[Any], Any]]]:
+    """Each column's name and converter, made once per schema object (every record of a
+    source is decoded through the same one)."""
+    cached = _CONVERTERS.get(id(columns))
+    if cached is None or cached[0] is not columns:
+        if len(_CONVERTERS) >= 64:  # a long-lived worker sees a new schema object per task
+            _CONVERTERS.clear()
+        cached = _CONVERTERS[id(columns)] = (columns, [(f.name, converter(f)) for f in columns.fields])
+    return cached[1]
 
 
 # --- sinks -------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, timezone
 from decimal import Decimal, InvalidOperation
 from functools import lru_cache
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from pyspark.sql.types import (BinaryType, BooleanType, ByteType, DataType, DateType, DecimalType, DoubleType,
                                FloatType, IntegerType, LongType, ShortType, StringType, StructField, StructType,
@@ -186,45 +186,53 @@ def from_text(f: StructField, v: str) -> Any:
 
 def value(f: StructField, v: Any) -> Any:
     """``v`` as column ``f`` holds it."""
-    if v is None:
-        return None
+    return converter(f)(v)
+
+
+def converter(f: StructField) -> Callable[[Any], Any]:
+    """:func:`value` for one column, its type dispatched once (a source decodes every
+    record's fields through these)."""
     t: DataType = f.dataType
-    try:
-        if isinstance(t, _INTS):
-            if isinstance(v, bool) or not isinstance(v, int):
+    convert = _convert(t)
+
+    def checked(v: Any) -> Any:
+        if v is None:
+            return None
+        try:
+            return convert(v)
+        except (TypeError, ValueError, InvalidOperation) as e:
+            raise Bad(f"field {f.name!r}: {v!r} is not a {t.simpleString()}") from e
+    return checked
+
+
+def _convert(t: DataType) -> Callable[[Any], Any]:
+    """The conversion of a non-null document value to type ``t``; raises TypeError or
+    ValueError for a value of another type (a value is never guessed)."""
+    def of(*types: type, then: Callable[[Any], Any] = lambda v: v) -> Callable[[Any], Any]:
+        def convert(v: Any) -> Any:
+            if type(v) not in types:  # exact types: a JSON true is not the number 1
                 raise TypeError
-            return v
-        if isinstance(t, (DoubleType, FloatType)):
-            if isinstance(v, bool) or not isinstance(v, (int, float)):
-                raise TypeError
-            return float(v)
-        if isinstance(t, DecimalType):
-            if isinstance(v, bool) or not isinstance(v, (int, float, str, Decimal)):
-                raise TypeError
-            return Decimal(str(v))
-        if isinstance(t, StringType):
-            if not isinstance(v, str):
-                raise TypeError
-            return v
-        if isinstance(t, BooleanType):
-            if not isinstance(v, bool):
-                raise TypeError
-            return v
-        if isinstance(t, TimestampType):
-            if isinstance(v, datetime):
-                return v
-            return datetime.fromisoformat(str(v).replace("Z", "+00:00")).replace(tzinfo=None)
-        if isinstance(t, DateType):
-            if isinstance(v, date) and not isinstance(v, datetime):
-                return v
-            return date.fromisoformat(str(v))
-        if isinstance(t, BinaryType):
-            if not isinstance(v, (bytes, str)):
-                raise TypeError
-            return v.encode() if isinstance(v, str) else v
-    except (TypeError, ValueError, InvalidOperation) as e:
-        raise Bad(f"field {f.name!r}: {v!r} is not a {t.simpleString()}") from e
-    return v  # nested types as parsed
+            return then(v)
+        return convert
+
+    if isinstance(t, _INTS):
+        return of(int)
+    if isinstance(t, (DoubleType, FloatType)):
+        return of(int, float, then=float)
+    if isinstance(t, DecimalType):
+        return of(int, float, str, Decimal, then=lambda v: Decimal(str(v)))
+    if isinstance(t, StringType):
+        return of(str)
+    if isinstance(t, BooleanType):
+        return of(bool)
+    if isinstance(t, TimestampType):
+        return lambda v: v if isinstance(v, datetime) else datetime.fromisoformat(
+            str(v).replace("Z", "+00:00")).replace(tzinfo=None)
+    if isinstance(t, DateType):
+        return lambda v: v if isinstance(v, date) and not isinstance(v, datetime) else date.fromisoformat(str(v))
+    if isinstance(t, BinaryType):
+        return of(bytes, str, then=lambda v: v.encode() if isinstance(v, str) else v)
+    return lambda v: v  # nested types as parsed
 
 
 # --- encoding ----------------------------------------------------------------------------

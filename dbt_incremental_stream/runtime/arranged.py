@@ -136,6 +136,7 @@ class Plan:
         self.predicates: dict[str, expressions.Compiled] = {}  # filters and join conditions Arrow evaluates
         self.values: dict[str, list[tuple[str, expressions.Compiled]]] = {}  # Maps Arrow computes
         self.windows: dict[str, RowNumber] = {}  # windows Arrow computes
+        self.join_keys: dict[str, list[expressions.Compiled]] = {}  # a join's computed delta keys Arrow computes
         for op in walk(*states):
             self._check(op)
 
@@ -276,6 +277,13 @@ class Plan:
                             f"{op.label()}: the key of its state side is an expression")
         self.need(self.state_of(state.integral), state.key([unquote(pair[i]) for pair in op.keys]), False)
         computed = not all(is_identifier(pair[1 - i]) for pair in op.keys)
+        if computed:
+            delta = op.left if right is not None else op.right
+            schema = zsets.arrow_schema(self.schema(delta))
+            compiled = [expressions.value(pair[1 - i], schema, partial(self.types, delta), self.zone)
+                        for pair in op.keys if not is_identifier(pair[1 - i])]
+            if all(f is not None for f in compiled):
+                self.join_keys[op.id] = compiled  # type: ignore[assignment]
         return JoinPlan(state, right is not None, null_safe, residual, computed)
 
 
@@ -472,7 +480,7 @@ class ArrangedTick:
         i = 0 if j.state_right else 1
         keys = [unquote(p[i]) if is_identifier(p[i]) else f"__k{n}" for n, p in enumerate(op.keys)]
         if j.computed:
-            delta = self._keyed(delta, [(k, p[i]) for k, p in zip(keys, op.keys) if not is_identifier(p[i])])
+            delta = self._keyed(op, delta, [(k, p[i]) for k, p in zip(keys, op.keys) if not is_identifier(p[i])])
         rows, matched = self._read(j.state, delta, keys, [unquote(p[1 - i]) for p in op.keys], j.null_safe)
         if matched is None:
             return None
@@ -486,8 +494,16 @@ class ArrangedTick:
                                                      names=list(op.columns) + [WEIGHT]))
         return self._where(op, out, op.on) if j.residual else out
 
-    def _keyed(self, delta: pa.Table, exprs: list[tuple[str, str]]) -> pa.Table:
-        """``delta`` with computed key columns ``(name, Spark SQL)`` appended."""
+    def _keyed(self, op: Join, delta: pa.Table, exprs: list[tuple[str, str]]) -> pa.Table:
+        """``delta`` with computed key columns ``(name, Spark SQL)`` appended: by Arrow
+        where the plan compiled them, else by a Spark pass."""
+        compiled = self.plan.join_keys.get(op.id)
+        if compiled is not None:
+            try:
+                columns = [expressions.as_column(f(delta), delta.num_rows) for f in compiled]
+                return pa.Table.from_arrays([*delta.columns, *columns], names=[*delta.column_names, *(n for n, _ in exprs)])
+            except _ARROW_DECLINES:
+                pass
         out = self._spark_pass(delta, lambda df: df.selectExpr(*map(quote, df.columns),
                                                                *(f"{e} AS {quote(n)}" for n, e in exprs)))
         return out.cast(pa.schema(list(delta.schema) + list(out.schema)[delta.num_columns:]))

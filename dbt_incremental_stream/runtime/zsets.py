@@ -1,6 +1,7 @@
 """Z-set and aggregate primitives on Spark DataFrames (weight column ``_w``)."""
 from __future__ import annotations
 
+import time
 from functools import reduce
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -8,7 +9,7 @@ import pyarrow as pa
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import LongType, StructField, StructType
+from pyspark.sql.types import LongType, StructField, StructType, TimestampType
 
 from ..circuit.operators import COUNT, WEIGHT, AggCall, partial_columns, quote
 
@@ -47,6 +48,10 @@ def with_weight(schema: StructType) -> StructType:
     return StructType(list(schema.fields) + [StructField(WEIGHT, LONG, False)])
 
 
+#: whether this process's local time is UTC, as Spark's conversion of a naive datetime assumes
+_UTC_CLOCK = time.timezone == 0 and time.altzone == 0 and not time.daylight
+
+
 def arrow_schema(schema: StructType) -> pa.Schema:
     """Spark's types in Arrow, as ``toArrow`` gives them (timestamps in UTC)."""
     return to_arrow_schema(schema, timezone="UTC")
@@ -61,6 +66,10 @@ def arrow_rows(schema: StructType, rows: Sequence[Sequence[Any]]) -> pa.Table | 
     for i, (f, t) in enumerate(zip(schema.fields, arrow.types)):
         if pa.types.is_nested(t):
             return None
+        if not f.dataType.needConversion() or (_UTC_CLOCK and isinstance(f.dataType, TimestampType)):
+            # as they are (a naive datetime is local time to Spark; here local time is UTC)
+            columns.append(pa.array([row[i] for row in rows], t))
+            continue
         values = [None if row[i] is None else f.dataType.toInternal(row[i]) for row in rows]
         if pa.types.is_timestamp(t) or pa.types.is_date(t):
             columns.append(pa.array(values, pa.int64() if pa.types.is_timestamp(t) else pa.int32()).view(t))
