@@ -11,7 +11,8 @@ Only a subset compiles, the one whose meaning is the same in both engines:
   ``CAST`` between integers and decimals (or to the type a value has),
   ``EXTRACT(YEAR|MONTH|DAY FROM date)``, ``SUBSTRING(s, pos, len)`` with literal
   positions, ``LENGTH``, ``REPLACE`` of a literal, ``LOWER``/``UPPER`` of ASCII strings,
-  ``UNIX_SECONDS``, ``TIMESTAMP_SECONDS``; and, when the session time zone is UTC (Spark
+  ``UNIX_SECONDS``, ``TIMESTAMP_SECONDS``, ``REGEXP_EXTRACT`` of a pattern RE2 reads as
+  Java does; and, when the session time zone is UTC (Spark
   reads a timestamp's wall clock in the session's zone), ``DATE_TRUNC``, ``HOUR``,
   ``MINUTE``, ``SECOND`` and ``DATE_FORMAT`` with a numeric pattern. Every intermediate result is
   cast to the type Spark gives that subexpression (its analyzer is asked once, when the
@@ -84,7 +85,7 @@ def _typed(tree: exp.Expression, types: Types | None) -> dict[str, pa.DataType]:
 _TYPED = (exp.Add, exp.Sub, exp.Mul, exp.Neg, exp.Literal, exp.Case, exp.Extract, exp.Null, exp.Column, exp.Paren,
           exp.Substring, exp.Cast, exp.Coalesce, exp.TimestampTrunc, exp.Mod, exp.Div, exp.Floor, exp.Hour,
           exp.Minute, exp.Second, exp.Length, exp.Replace, exp.Lower, exp.Upper, exp.UnixSeconds, exp.Anonymous,
-          exp.TimeToStr)
+          exp.TimeToStr, exp.RegexpExtract)
 _COMPARE = {exp.EQ: "equal", exp.NEQ: "not_equal", exp.LT: "less", exp.LTE: "less_equal",
             exp.GT: "greater", exp.GTE: "greater_equal"}
 _ARITHMETIC = {exp.Add: pc.add_checked, exp.Sub: pc.subtract_checked, exp.Mul: pc.multiply_checked}
@@ -261,6 +262,20 @@ class _Compiler:
                 raise _Untranslatable("REPLACE")
             pattern, with_ = search.this, "" if replacement is None else replacement.this
             return lambda t: pc.replace_substring(f(t), pattern=pattern, replacement=with_)
+        if isinstance(e, exp.RegexpExtract):  # the group of the first match, '' where none
+            f, pattern, group = self._string(e.this), e.expression, e.args.get("group")
+            if not (isinstance(pattern, exp.Literal) and pattern.is_string):
+                raise _Untranslatable("REGEXP_EXTRACT of a pattern that is not a literal")
+            named, groups = _named_groups(pattern.this)
+            index = 1 if group is None else _count(group)
+            if not 1 <= index <= groups:
+                raise _Untranslatable("REGEXP_EXTRACT of a group the pattern does not have")
+
+            def extract(t: pa.Table) -> pa.Array:
+                v = as_column(f(t), t.num_rows)
+                found = pc.struct_field(pc.extract_regex(v, pattern=named), [index - 1])
+                return pc.if_else(pc.is_valid(v), pc.fill_null(found, ""), pa.scalar(None, pa.string()))
+            return extract
         if isinstance(e, (exp.Lower, exp.Upper)):  # Unicode case rules differ by library: ASCII only
             f = self._string(e.this)
             case = pc.ascii_lower if isinstance(e, exp.Lower) else pc.ascii_upper
@@ -398,6 +413,38 @@ def _exact_cast(source: pa.DataType, target: pa.DataType) -> None:
         pass
     if source != target:
         raise _Untranslatable(f"CAST from {source} to {target}")
+
+
+def _named_groups(pattern: str) -> tuple[str, int]:
+    """A Java regular expression as RE2 (Arrow's) with its groups named, and how many
+    groups it has, for the patterns both read alike: no escapes, no ``$`` (Java's also
+    matches before a final line break), no ``.`` outside a class (Java's excludes more
+    line breaks), no flags or special groups, no nested classes."""
+    if any(c in pattern for c in "\\$") or "(?" in pattern or "&&" in pattern:
+        raise _Untranslatable("a pattern RE2 may read differently")
+    out, groups, in_class, i = [], 0, False, 0
+    while i < len(pattern):
+        c = pattern[i]
+        if in_class:
+            if c == "[":
+                raise _Untranslatable("a nested character class")
+            in_class = c != "]"
+        elif c == "[":
+            if pattern.startswith(("]", "^]"), i + 1):  # a literal ] (Java) or an empty class
+                raise _Untranslatable("a class that starts with ]")
+            in_class = True
+        elif c == ".":
+            raise _Untranslatable("a . outside a character class")
+        elif c == "(":
+            groups += 1
+            out.append(f"(?P<g{groups}>")
+            i += 1
+            continue
+        out.append(c)
+        i += 1
+    if in_class:
+        raise _Untranslatable("an unclosed character class")
+    return "".join(out), groups
 
 
 def _nonzero(v: pa.Array | pa.ChunkedArray | pa.Scalar) -> pa.Array | pa.ChunkedArray | pa.Scalar:
