@@ -479,6 +479,9 @@ class Project:
                 self._define_view(rel, sql)
 
     def _define_view(self, rel: str, sql: str) -> None:
+        if rel not in self._view_sql and self._stored_view_sql(rel) == sql:  # as a previous instance left it
+            self._view_sql[rel] = sql
+            return
         try:  # ALTER VIEW writes the catalog once, where CREATE OR REPLACE drops and creates
             if rel not in self._view_sql:
                 raise LookupError(rel)
@@ -486,6 +489,21 @@ class Project:
         except (LookupError, AnalysisException):  # not written by this instance, or dropped since
             self.spark.sql(f"CREATE OR REPLACE VIEW {quote_relation(rel)} AS {sql}")
         self._view_sql[rel] = sql
+
+    def _stored_view_sql(self, rel: str) -> str | None:
+        """The SQL a catalog view has now (a metastore read, no analysis), or None."""
+        parts = rel.split(".")
+        if len(parts) > 2:
+            return None
+        try:
+            jvm = self.spark._jvm
+            database = jvm.scala.Some(parts[0]) if len(parts) == 2 else jvm.scala.Option.empty()
+            meta = self.spark._jsparkSession.sessionState().catalog().getTableMetadata(
+                jvm.org.apache.spark.sql.catalyst.TableIdentifier.apply(parts[-1], database))
+            text = meta.viewText()
+            return text.get() if text.isDefined() else None
+        except Exception:  # no such view yet, or a session without a JVM: the view is written
+            return None
 
     def _outputs(self, tick: int, changes: Changes, dead: dict[str, DataFrame],
                  report: TickReport) -> None:
