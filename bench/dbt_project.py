@@ -87,7 +87,12 @@ def bench_project(name: str, work: Path, bootstrap: str, events: ShopEvents, ord
             ("dbt run, nothing new (streaming)", dbt(streaming, "run"))]
     changed = max(1, int(orders * change))
     load(bootstrap, events, changed, per_round=changed)
+    log = streaming / "logs" / "dbt.log"
+    seen = len(log.read_text().splitlines()) if log.exists() else 0
     rows.append((f"dbt run after a {change:.1%} change (streaming)", dbt(streaming, "run")))
+    for line in log.read_text().splitlines()[seen:]:  # where the change's tick went (the adapter's debug line)
+        if "streaming model" in line and " tick " in line:
+            print(f"  {name}: {line.split('streaming model ', 1)[1]}", file=sys.stderr)
     if (batch / "seeds").exists():
         dbt(batch, "seed")
     rows.append(("dbt run of the same models as tables (batch)", dbt(batch, "run")))

@@ -8,7 +8,8 @@ ticks, each after sending ``--orders`` orders (with their payments, customer and
 changes). Prints, per tick and as medians: the tick's time split (read: Kafka ranges and
 decoding; spark / driver / write: the pipeline; outputs: sink, changelogs; commit; publish:
 catalog views) and the Spark jobs and stages it ran. ``--profile N`` adds the N functions
-with the most cumulative time over all ticks (cProfile).
+with the most cumulative time over all ticks (cProfile); ``--fresh`` opens the project
+anew before each tick, as each ``dbt run`` does.
 """
 from __future__ import annotations
 
@@ -41,6 +42,8 @@ def main() -> int:
     parser.add_argument("--ticks", type=int, default=20)
     parser.add_argument("--orders", type=int, default=15, help="orders sent before each tick (the demo: 15)")
     parser.add_argument("--profile", type=int, default=0, help="print the top N functions by cumulative time")
+    parser.add_argument("--fresh", action="store_true",
+                        help="open the project anew before each tick, as each `dbt run` does")
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="tick-profile-"))
@@ -71,6 +74,10 @@ def main() -> int:
             feed.send(orders=args.orders)
             time.sleep(0.2)  # the records are in the log
             work_done()
+            if args.fresh and i:
+                project.close()
+                project = Project(spark, creds.state_path(project_dir), kafka=creds.kafka_settings,
+                                  max_records=creds.max_records_per_tick)
             project.new_frontier()
             if i:
                 profiler.enable()

@@ -21,7 +21,7 @@ import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import AbstractSet, Any, Mapping, Sequence
 
@@ -158,17 +158,19 @@ class Project:
         """What ``dbt run`` does for one streaming model: drop models not in ``keep`` (once per
         invocation), deploy this one, tick until every source is caught up (to the end this
         instance saw first: one ``dbt run`` sees one frontier). Returns what
-        happened (``action``, ``tick``, a one-line ``message``) and models ``dropped``
-        because they no longer compile."""
+        happened (``action``, ``tick``, a one-line ``message``, the ``ticks``' reports) and
+        models ``dropped`` because they no longer compile."""
         with self._lock:
             if keep is not None:
                 self.prune(set(keep) | {model.relation})
             action = self.deploy(model, streams=[s for s in streams if s.relation in model.reads],
                                  full_refresh=full_refresh)
             ticked = more = self.advance()
-            dead = 0
+            dead, reports = 0, []
             while True:  # max_records: as many ticks as it takes to catch up
-                dead += sum(self.last.dead.values()) if more and self.last else 0
+                if more and self.last:
+                    dead += sum(self.last.dead.values())
+                    reports.append(asdict(self.last))
                 if not self.behind:
                     break
                 more = self.advance()
@@ -176,7 +178,7 @@ class Project:
             message = f"{action.upper()} at tick {self.tick}" + ("" if ticked else " (up to date)")
             if dead:
                 message += f", {dead} records to dead letters"
-            return {"action": action, "tick": self.tick, "message": message, "dropped": dropped}
+            return {"action": action, "tick": self.tick, "message": message, "dropped": dropped, "ticks": reports}
 
     def prune(self, keep: set[str]) -> list[str]:
         """Remove models not in ``keep`` (no longer streaming models of the project); their
@@ -479,14 +481,15 @@ class Project:
                 self._define_view(rel, sql)
 
     def _define_view(self, rel: str, sql: str) -> None:
-        if rel not in self._view_sql and self._stored_view_sql(rel) == sql:  # as a previous instance left it
+        known = self._view_sql[rel] if rel in self._view_sql else self._stored_view_sql(rel)
+        if known == sql:  # as a previous instance left it
             self._view_sql[rel] = sql
             return
         try:  # ALTER VIEW writes the catalog once, where CREATE OR REPLACE drops and creates
-            if rel not in self._view_sql:
+            if known is None:
                 raise LookupError(rel)
             self.spark.sql(f"ALTER VIEW {quote_relation(rel)} AS {sql}")
-        except (LookupError, AnalysisException):  # not written by this instance, or dropped since
+        except (LookupError, AnalysisException):  # no such view, or dropped since
             self.spark.sql(f"CREATE OR REPLACE VIEW {quote_relation(rel)} AS {sql}")
         self._view_sql[rel] = sql
 

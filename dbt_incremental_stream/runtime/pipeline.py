@@ -164,6 +164,9 @@ class Pipeline:
         self._now: datetime | None = datetime.fromisoformat(now) if now else None
         #: what a layer above keeps about this pipeline, committed with every tick
         self.notes: dict[str, Any] = dict(self.store.meta.get("notes", {}))
+        #: node schemas and expression types the last commit recorded (``_meta``): a new
+        #: instance's arranged plan reads them instead of building the circuit in Spark again
+        self._recorded: dict[str, dict[str, str]] = self.store.meta.get("types", {})
 
     # --- definition --------------------------------------------------------------------
 
@@ -245,7 +248,19 @@ class Pipeline:
         self._empty = None
         self._schema_tick: Tick | None = None
         self._schemas_by_node: dict[str, StructType] = {}
+        self._types_by_exprs: dict[str, str] = {}  # node id and expressions → their types' StructType JSON
+        self._recorded_valid: bool | None = None
         self._plan: Plan | NotArranged | None = None
+
+    def _recorded_types(self, kind: str) -> dict[str, str]:
+        """What the last commit recorded of ``kind`` ("schemas", "exprs"), while every
+        source it knew has the schema it had then (an operator's id names its SQL and its
+        inputs' columns, not their types)."""
+        if self._recorded_valid is None:
+            sources = self.store.meta.get("sources", {})
+            self._recorded_valid = all(json.loads(self._schemas[n].json()) == st
+                                       for n, st in sources.items() if n in self._schemas)
+        return self._recorded.get(kind, {}) if self._recorded_valid else {}
 
     def _check_new(self, name: str) -> None:
         if name in self._catalog:
@@ -467,6 +482,8 @@ class Pipeline:
     def _schema_of(self, op: Operator) -> StructType:
         """The Spark types of a node's rows (from a plan over empty inputs, no job)."""
         found = self._schemas_by_node.get(op.id)
+        if found is None and op.id in self._recorded_types("schemas"):
+            found = self._schemas_by_node[op.id] = StructType.fromJson(json.loads(self._recorded_types("schemas")[op.id]))
         if found is None:
             if self._schema_tick is None:
                 ops = {o.id: o for o in walk(*self._roots())}
@@ -487,8 +504,12 @@ class Pipeline:
 
     def _types_of(self, op: Operator, exprs: list[str]) -> list[pa.DataType]:
         """Spark's types (in Arrow) of expressions over a node's columns (analysis only, no job)."""
-        df = self.spark.createDataFrame([], self._schema_of(op)).selectExpr(*exprs)
-        return list(zsets.arrow_schema(df.schema).types)
+        key = f"{op.id} {json.dumps(exprs)}"
+        found = self._types_by_exprs.get(key) or self._recorded_types("exprs").get(key)
+        if found is None:
+            found = self.spark.createDataFrame([], self._schema_of(op)).selectExpr(*exprs).schema.json()
+        self._types_by_exprs[key] = found
+        return list(zsets.arrow_schema(StructType.fromJson(json.loads(found))).types)
 
     def _stored_schema(self, state: State) -> StructType:
         return self._schema_of(state if isinstance(state, Recompute) else state.input)
@@ -588,7 +609,16 @@ class Pipeline:
             "sources": {n: json.loads(s.json()) for n, s in self._schemas.items()},
             "views": {n: {"sql": v.sql, "state": v.state.id} for n, v in self._views.items()},
             "notes": self.notes,
+            "types": self._types_to_record(),
         }
+
+    def _types_to_record(self) -> dict[str, dict[str, str]]:
+        """The schemas and expression types known of the circuit's nodes, for the next instance."""
+        live = {o.id for o in walk(*self._roots())}
+        schemas = {**self._recorded_types("schemas"), **{n: s.json() for n, s in self._schemas_by_node.items()}}
+        exprs = {**self._recorded_types("exprs"), **self._types_by_exprs}
+        return {"schemas": {n: s for n, s in schemas.items() if n in live},
+                "exprs": {k: t for k, t in exprs.items() if k.split(" ", 1)[0] in live}}
 
     # --- reading -----------------------------------------------------------------------
 

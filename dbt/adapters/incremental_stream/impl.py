@@ -114,6 +114,9 @@ class IncrementalStreamAdapter(SparkAdapter):
         except StreamError as e:
             raise DbtRuntimeError(f"streaming model {name}: {e}") from e
         self._pruned = True
+        for report in result.pop("ticks", []):  # where each tick's time went, in dbt's debug log
+            logger.debug(f"streaming model {name}: tick {report['tick']} in {report['seconds']:.2f}s (" + ", ".join(
+                f"{part} {seconds:.2f}" for part, seconds in report["split"].items()) + ")")
         return result
 
     def _with_schema_file(self, kafka: dict[str, Any]) -> dict[str, Any]:
