@@ -12,7 +12,7 @@ Only a subset compiles, the one whose meaning is the same in both engines:
   ``EXTRACT(YEAR|MONTH|DAY FROM date)``, ``SUBSTRING(s, pos, len)`` with literal
   positions, ``LENGTH``, ``REPLACE`` of a literal, ``LOWER``/``UPPER`` of ASCII strings,
   ``UNIX_SECONDS``, ``TIMESTAMP_SECONDS``, ``REGEXP_EXTRACT`` of a pattern RE2 reads as
-  Java does; and, when the session time zone is UTC (Spark
+  Java does, ``TRY_ELEMENT_AT(SPLIT(s, c), n)`` for one plain character; and, when the session time zone is UTC (Spark
   reads a timestamp's wall clock in the session's zone), ``DATE_TRUNC``, ``HOUR``,
   ``MINUTE``, ``SECOND`` and ``DATE_FORMAT`` with a numeric pattern. Every intermediate result is
   cast to the type Spark gives that subexpression (its analyzer is asked once, when the
@@ -85,7 +85,7 @@ def _typed(tree: exp.Expression, types: Types | None) -> dict[str, pa.DataType]:
 _TYPED = (exp.Add, exp.Sub, exp.Mul, exp.Neg, exp.Literal, exp.Case, exp.Extract, exp.Null, exp.Column, exp.Paren,
           exp.Substring, exp.Cast, exp.Coalesce, exp.TimestampTrunc, exp.Mod, exp.Div, exp.Floor, exp.Hour,
           exp.Minute, exp.Second, exp.Length, exp.Replace, exp.Lower, exp.Upper, exp.UnixSeconds, exp.Anonymous,
-          exp.TimeToStr, exp.RegexpExtract)
+          exp.TimeToStr, exp.RegexpExtract, exp.Bracket)
 _COMPARE = {exp.EQ: "equal", exp.NEQ: "not_equal", exp.LT: "less", exp.LTE: "less_equal",
             exp.GT: "greater", exp.GTE: "greater_equal"}
 _ARITHMETIC = {exp.Add: pc.add_checked, exp.Sub: pc.subtract_checked, exp.Mul: pc.multiply_checked}
@@ -100,6 +100,7 @@ _CLOCK_PARTS = {exp.Hour: pc.hour, exp.Minute: pc.minute, exp.Second: pc.second}
 _FORMAT = {"yyyy": "%Y", "MM": "%m", "dd": "%d", "HH": "%H", "mm": "%M", "ss": "%S"}
 _FORMAT_TOKENS = re.compile(r"yyyy|MM|dd|HH|mm|ss|[-:/ .,_]")
 _MICROS = 1_000_000
+_REGEX_OPERATORS = set(".$|()[]{}^?*+\\")
 _UTC = {"UTC", "Etc/UTC", "GMT", "Etc/GMT", "Z", "+00:00", "Zulu", "Universal"}
 
 
@@ -276,6 +277,8 @@ class _Compiler:
                 found = pc.struct_field(pc.extract_regex(v, pattern=named), [index - 1])
                 return pc.if_else(pc.is_valid(v), pc.fill_null(found, ""), pa.scalar(None, pa.string()))
             return extract
+        if isinstance(e, exp.Bracket):  # TRY_ELEMENT_AT(SPLIT(s, one plain character), n > 0)
+            return self._split_element(e)
         if isinstance(e, (exp.Lower, exp.Upper)):  # Unicode case rules differ by library: ASCII only
             f = self._string(e.this)
             case = pc.ascii_lower if isinstance(e, exp.Lower) else pc.ascii_upper
@@ -303,6 +306,26 @@ class _Compiler:
         if not self.utc or not pa.types.is_timestamp(self._type(e)):
             raise _Untranslatable("a timestamp read in a time zone other than UTC")
         return self.value(e)
+
+    def _split_element(self, e: exp.Bracket) -> Compiled:
+        """The n-th piece of a string split on one character that is not a regex operator
+        (Spark splits on a Java regex, keeping empty pieces), NULL past the last piece."""
+        split = e.this
+        if not (e.args.get("safe") and e.args.get("offset") == 1 and len(e.expressions) == 1
+                and isinstance(split, exp.RegexpSplit) and not split.args.get("limit")):
+            raise _Untranslatable("an array element")
+        sep, n = split.expression, _count(e.expressions[0])
+        if not (isinstance(sep, exp.Literal) and sep.is_string and len(sep.this) == 1
+                and sep.this not in _REGEX_OPERATORS) or n < 1:
+            raise _Untranslatable("SPLIT on a pattern")
+        f, char = self._string(split.this), sep.this
+
+        def element(t: pa.Table) -> pa.Array:
+            pieces = pc.split_pattern(as_column(f(t), t.num_rows), pattern=char)
+            there = pc.greater_equal(pc.list_value_length(pieces), n)  # NULL for a NULL string
+            padded = pc.if_else(there.fill_null(False), pieces, pa.scalar([None] * n, pieces.type))
+            return pc.if_else(there, pc.list_element(padded, n - 1), pa.scalar(None, pa.string()))
+        return element
 
     def _date_format(self, e: exp.TimeToStr, out: pa.DataType) -> Compiled:
         """DATE_FORMAT with a pattern of whole-number fields, for years of four digits."""
