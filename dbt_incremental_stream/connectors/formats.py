@@ -225,9 +225,8 @@ def _convert(t: DataType) -> Callable[[Any], Any]:
         return of(str)
     if isinstance(t, BooleanType):
         return of(bool)
-    if isinstance(t, TimestampType):
-        return lambda v: v if isinstance(v, datetime) else datetime.fromisoformat(
-            str(v).replace("Z", "+00:00")).replace(tzinfo=None)
+    if isinstance(t, TimestampType):  # a text with an offset is that instant, held in UTC as Spark's CAST does
+        return lambda v: _plain(v if isinstance(v, datetime) else datetime.fromisoformat(str(v).replace("Z", "+00:00")))
     if isinstance(t, DateType):
         return lambda v: v if isinstance(v, date) and not isinstance(v, datetime) else date.fromisoformat(str(v))
     if isinstance(t, BinaryType):
