@@ -3,8 +3,10 @@ commits a tick atomically.
 
 Layout under ``state_location`` (any Hadoop file system URI: file:, hdfs:, s3a:, ...)::
 
-    _manifest/tick-000000000042.json        the committed tick: every state node's batches
-                                            and the runs of its arrangements
+    _manifest/tick-000000000042.json        the committed tick: every state node's batches,
+                                            the runs of its arrangements, and the pipeline's
+                                            meta (sources' schemas, views, the node schemas
+                                            and expression types its plan compiled against)
     state/<tick>-<uuid>/_node=<node id>/    one Parquet batch (a delta, or a compacted run)
     arrangements/...                        indexed copies of probed integrals (.arrangement)
 
