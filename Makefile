@@ -18,7 +18,7 @@ $(VENV)/.installed: setup.py
 test: setup
 	$(PY) -m pytest -n 2 --dist loadfile tests
 
-# the Spark-free tier: kernels and arrangements (seconds)
+# the Spark-free tier: kernels, arrangements and the Kafka decoder's values (seconds)
 unit: setup
 	$(PY) -m pytest -q tests/fast
 
