@@ -250,6 +250,7 @@ class Pipeline:
         self._schemas_by_node: dict[str, StructType] = {}
         self._types_by_exprs: dict[str, str] = {}  # node id and expressions → their types' StructType JSON
         self._recorded_valid: bool | None = None
+        self._to_record: tuple[tuple[int, int], dict[str, dict[str, str]]] | None = None  # by what it was made of
         self._plan: Plan | NotArranged | None = None
 
     def _recorded_types(self, kind: str) -> dict[str, str]:
@@ -482,8 +483,9 @@ class Pipeline:
     def _schema_of(self, op: Operator) -> StructType:
         """The Spark types of a node's rows (from a plan over empty inputs, no job)."""
         found = self._schemas_by_node.get(op.id)
-        if found is None and op.id in self._recorded_types("schemas"):
-            found = self._schemas_by_node[op.id] = StructType.fromJson(json.loads(self._recorded_types("schemas")[op.id]))
+        recorded = self._recorded_types("schemas").get(op.id) if found is None else None
+        if recorded is not None:
+            found = self._schemas_by_node[op.id] = StructType.fromJson(json.loads(recorded))
         if found is None:
             if self._schema_tick is None:
                 ops = {o.id: o for o in walk(*self._roots())}
@@ -613,12 +615,18 @@ class Pipeline:
         }
 
     def _types_to_record(self) -> dict[str, dict[str, str]]:
-        """The schemas and expression types known of the circuit's nodes, for the next instance."""
+        """The schemas and expression types known of the circuit's nodes, for the next instance
+        (made again only when this instance has learnt more: most commits learn nothing)."""
+        known = (len(self._schemas_by_node), len(self._types_by_exprs))
+        if self._to_record is not None and self._to_record[0] == known:
+            return self._to_record[1]
         live = {o.id for o in walk(*self._roots())}
         schemas = {**self._recorded_types("schemas"), **{n: s.json() for n, s in self._schemas_by_node.items()}}
         exprs = {**self._recorded_types("exprs"), **self._types_by_exprs}
-        return {"schemas": {n: s for n, s in schemas.items() if n in live},
-                "exprs": {k: t for k, t in exprs.items() if k.split(" ", 1)[0] in live}}
+        recorded = {"schemas": {n: s for n, s in schemas.items() if n in live},
+                    "exprs": {k: t for k, t in exprs.items() if k.split(" ", 1)[0] in live}}
+        self._to_record = (known, recorded)
+        return recorded
 
     # --- reading -----------------------------------------------------------------------
 
