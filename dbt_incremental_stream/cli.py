@@ -109,7 +109,7 @@ def _explain_model(args: argparse.Namespace) -> int:
 
 def _equivalence(args: argparse.Namespace) -> int:
     from .differential import Mismatch, replay
-    from .project import quote_relation
+    from .catalog import quote_relation
     from .runtime.session import session
     from .sql.relations import engine_name, referenced, rename
 

@@ -23,7 +23,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from .circuit.operators import WEIGHT, quote
-from .project import CHANGELOG_COLUMNS, CHANGELOG_TABLE, Project, quote_relation
+from .catalog import quote_relation
+from .project import CHANGELOG_COLUMNS, CHANGELOG_TABLE, Project
 from .runtime.pipeline import Pipeline, coerce_row
 from .runtime.zsets import arrow_schema, expand, pack
 from .sql.relations import engine_name, rename

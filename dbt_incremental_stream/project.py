@@ -20,7 +20,6 @@ import json
 import os
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import AbstractSet, Any, Mapping, Sequence
@@ -32,6 +31,7 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType, TimestampType
 
+from .catalog import Catalog, quote_relation
 from .circuit.operators import WEIGHT, quote
 from .connectors.datasource import driver_rows, kafka_frame, row_schema
 from .connectors.kafka import KafkaSettings, KafkaSink, KafkaSource, KafkaTopics, KafkaWriter, Ranges
@@ -45,8 +45,6 @@ CHANGELOG_TABLE = "changelog_table"
 KINDS = (STREAMING_VIEW, CHANGELOG_TABLE)
 #: a source's read of at most this many offsets is decoded in the driver, not by a Spark job
 DRIVER_READ = 100_000
-#: catalog views written at once after a tick
-PUBLISHERS = 4
 #: columns a changelog table has after the model's own
 CHANGELOG_COLUMNS = {"_op": "string", "_weight": "bigint", "_committed_at": "timestamp", "_tick": "bigint"}
 #: a Kafka source's records that could not be read, kept with the reason
@@ -82,10 +80,6 @@ class Model:
         return Model(doc["relation"], doc["sql"], doc["kind"], KafkaSink.from_config(doc.get("sink")))
 
 
-def quote_relation(relation: str) -> str:
-    return ".".join(quote(p) for p in relation.split("."))
-
-
 class Project:
     """The deployed models at ``state_location`` and the pipeline that maintains them.
 
@@ -112,8 +106,7 @@ class Project:
         self._writers: dict[str, KafkaWriter] = {}
         self._new_logs: set[str] = set()  # changelog tables to start over at the next tick
         self._published = -1  # the tick the catalog views show, as far as this instance knows
-        self._view_sql: dict[str, str] = {}  # each catalog view's SQL as this instance last wrote it
-        self._schemas: set[str] = set()  # catalog schemas this instance made sure exist
+        self.catalog = Catalog(spark)
         self._replay = self._intent(self.pipe.tick + 1)  # offset ranges a crashed tick had read: read them again
         self.last: TickReport | None = None
         self.dropped: dict[str, str] = {}
@@ -194,8 +187,7 @@ class Project:
         """Rebuild the pipeline for ``models``. A model other than ``deploying`` that no longer
         compiles (a model it reads changed) is dropped and named in :attr:`dropped`. A Kafka
         source in ``reread`` whose columns changed starts over from its topic's start."""
-        self._view_sql.clear()  # a redefinition may have had dbt drop or replace catalog views
-        self._schemas.clear()
+        self.catalog.forget()  # a redefinition may have had dbt drop or replace catalog views
         pipe = Pipeline(self.spark, self.location)
         pipe.notes = self.pipe.notes
         order = _topological(models)
@@ -465,48 +457,12 @@ class Project:
 
     def _publish(self) -> None:
         """Point every streaming view's and Kafka source's catalog view at the committed state
-        (once per tick). Each catalog write costs a metastore round trip and the analysis of
-        its query (a Parquet schema-inference job), so only changed views are written, and
-        by :data:`PUBLISHERS` threads: Spark runs their jobs side by side."""
+        (once per tick)."""
         self._published = self.tick
-        views = [self._schema_of(rel) for rel in self.stream_sources]  # dbt creates only models' schemas
+        views = [self.catalog.ensure_schema(rel) for rel in self.stream_sources]  # dbt creates only models' schemas
         views += [m.relation for m in self.models.values() if m.kind == STREAMING_VIEW]
-        changed = {rel: sql for rel in views
-                   if self._view_sql.get(rel) != (sql := self.pipe.relation_sql(engine_name(rel)))}
-        if len(changed) > 1:
-            with ThreadPoolExecutor(min(PUBLISHERS, len(changed)), thread_name_prefix="dbt-stream-publish") as pool:
-                list(pool.map(self._define_view, changed, changed.values()))
-        else:
-            for rel, sql in changed.items():
-                self._define_view(rel, sql)
-
-    def _define_view(self, rel: str, sql: str) -> None:
-        known = self._view_sql[rel] if rel in self._view_sql else self._stored_view_sql(rel)
-        if known == sql:  # as a previous instance left it
-            self._view_sql[rel] = sql
-            return
-        try:  # ALTER VIEW writes the catalog once, where CREATE OR REPLACE drops and creates
-            if known is None:
-                raise LookupError(rel)
-            self.spark.sql(f"ALTER VIEW {quote_relation(rel)} AS {sql}")
-        except (LookupError, AnalysisException):  # no such view, or dropped since
-            self.spark.sql(f"CREATE OR REPLACE VIEW {quote_relation(rel)} AS {sql}")
-        self._view_sql[rel] = sql
-
-    def _stored_view_sql(self, rel: str) -> str | None:
-        """The SQL a catalog view has now (a metastore read, no analysis), or None."""
-        parts = rel.split(".")
-        if len(parts) > 2:
-            return None
-        try:
-            jvm = self.spark._jvm
-            database = jvm.scala.Some(parts[0]) if len(parts) == 2 else jvm.scala.Option.empty()
-            meta = self.spark._jsparkSession.sessionState().catalog().getTableMetadata(
-                jvm.org.apache.spark.sql.catalyst.TableIdentifier.apply(parts[-1], database))
-            text = meta.viewText()
-            return text.get() if text.isDefined() else None
-        except Exception:  # no such view yet, or a session without a JVM: the view is written
-            return None
+        self.catalog.publish({rel: (self.pipe.relation_sql(engine_name(rel)), self.pipe.schema(engine_name(rel)))
+                              for rel in views})
 
     def _outputs(self, tick: int, changes: Changes, dead: dict[str, DataFrame],
                  report: TickReport) -> None:
@@ -548,20 +504,12 @@ class Project:
                                    ("dbt_stream_offset", str(r.offset).encode()),
                                    ("dbt_stream_reason", r.reason.encode())]) for r in letters.collect()])
 
-    def _schema_of(self, relation: str) -> str:
-        """The relation, once its schema exists (dbt does not create sources' schemas)."""
-        schema = relation.split(".")[0] if "." in relation else None
-        if schema is not None and schema not in self._schemas:  # once per instance: a catalog round trip
-            self.spark.sql(f"CREATE SCHEMA IF NOT EXISTS {quote(schema)}")
-            self._schemas.add(schema)
-        return relation
-
     def _append(self, relation: str, rows: DataFrame, tick: int) -> None:
         """Append a tick's rows to a table partitioned by ``_tick``, idempotently: a tick
         redone after a crash overwrites its partition (a static partition overwrite clears
         the partition's directory, so files a crashed write left before the catalog knew
         the partition go too) instead of adding to it."""
-        table = quote_relation(self._schema_of(relation))
+        table = quote_relation(self.catalog.ensure_schema(relation))
         columns = ", ".join(f"{quote(f.name)} {f.dataType.simpleString()}" for f in rows.schema)
         self.spark.sql(f"CREATE TABLE IF NOT EXISTS {table} ({columns}) USING parquet PARTITIONED BY (_tick)")
         view = f"dbt_stream_append_{hashlib.sha1(relation.encode()).hexdigest()[:12]}"

@@ -1,0 +1,138 @@
+"""Catalog views over committed state: how a tick becomes visible to every client of the catalog.
+
+After each commit every streaming view, and every Kafka source's retained input, is a
+catalog view whose SQL reads exactly the state files of that tick
+(:meth:`Pipeline.relation_sql <dbt_incremental_stream.runtime.pipeline.Pipeline.relation_sql>`).
+A tick changes which files a view reads, almost never its columns.
+
+Redefining a view with DDL (``ALTER VIEW … AS``) makes Spark analyse its query first, and
+analysing a query over Parquet files runs a schema-inference job: about 0.25 s per view,
+most of a small tick's time. So a view whose stored columns already are the ones its new
+SQL gives is rewritten in the metastore directly: its stored definition with the new text,
+one catalog write and no job, as ``ALTER VIEW`` itself writes it once analysed. DDL stays
+the path for a new view, changed columns, a view that was replaced by something else, and
+a session with cached plans (``ALTER VIEW`` uncaches them). Between two definitions of the
+project an instance is its views' only writer (as it is its state's), so it keeps each
+view's stored definition and the next tick's rewrite is a single catalog write.
+"""
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Mapping
+
+from pyspark.errors import AnalysisException
+from pyspark.sql import SparkSession
+from pyspark.sql.types import StructType
+
+from .circuit.operators import quote
+
+#: catalog views written at once after a tick
+PUBLISHERS = 4
+
+
+def quote_relation(relation: str) -> str:
+    return ".".join(quote(p) for p in relation.split("."))
+
+
+class Catalog:
+    """The catalog views and schemas one project instance writes, and what it knows of them."""
+
+    def __init__(self, spark: SparkSession):
+        self.spark = spark
+        self._view_sql: dict[str, str] = {}  # each catalog view's SQL as this instance last wrote it
+        self._schemas: set[str] = set()  # catalog schemas this instance made sure exist
+        self._text_fields: tuple[int, ...] | None = None  # positions of a CatalogTable's view texts
+        #: per view this instance wrote: its columns, its stored definition and that one's fields
+        self._fields: dict[str, tuple[list[tuple[str, Any]], Any, list[Any]]] = {}
+
+    def forget(self) -> None:
+        """Know nothing: dbt may have dropped or replaced catalog objects since."""
+        self._view_sql.clear()
+        self._schemas.clear()
+        self._fields.clear()
+
+    def ensure_schema(self, relation: str) -> str:
+        """The relation, once its schema exists (dbt does not create sources' schemas)."""
+        schema = relation.split(".")[0] if "." in relation else None
+        if schema is not None and schema not in self._schemas:  # once per instance: a catalog round trip
+            self.spark.sql(f"CREATE SCHEMA IF NOT EXISTS {quote(schema)}")
+            self._schemas.add(schema)
+        return relation
+
+    def publish(self, views: Mapping[str, tuple[str, StructType]]) -> None:
+        """Make each relation a view of its SQL, whose columns are the given schema's; views
+        whose SQL this instance already wrote are left alone, the others are written by
+        :data:`PUBLISHERS` threads."""
+        changed = {rel: view for rel, view in views.items() if self._view_sql.get(rel) != view[0]}
+        if not changed:
+            return
+        direct = self.spark._jsparkSession.sharedState().cacheManager().isEmpty()
+        if len(changed) > 1:
+            with ThreadPoolExecutor(min(PUBLISHERS, len(changed)), thread_name_prefix="dbt-stream-publish") as pool:
+                list(pool.map(lambda rel: self._define_view(rel, *changed[rel], direct), changed))
+        else:
+            for rel, (sql, schema) in changed.items():
+                self._define_view(rel, sql, schema, direct)
+
+    def _define_view(self, rel: str, sql: str, schema: StructType, direct: bool) -> None:
+        if not (direct and self._rewrite(rel, sql, schema)):
+            stored = self._stored(rel)
+            text = _value(stored.viewText()) if stored is not None else None
+            if text != sql:
+                try:  # ALTER VIEW writes the catalog once, where CREATE OR REPLACE drops and creates
+                    if text is None:
+                        raise LookupError(rel)
+                    self.spark.sql(f"ALTER VIEW {quote_relation(rel)} AS {sql}")
+                except (LookupError, AnalysisException):  # no such view, or dropped since
+                    self.spark.sql(f"CREATE OR REPLACE VIEW {quote_relation(rel)} AS {sql}")
+        self._view_sql[rel] = sql
+
+    def _stored(self, rel: str) -> Any:
+        """The relation's stored definition (a metastore read, no analysis), or None."""
+        parts = rel.split(".")
+        if len(parts) > 2:
+            return None
+        try:
+            jvm = self.spark._jvm
+            database = jvm.scala.Some(parts[0]) if len(parts) == 2 else jvm.scala.Option.empty()
+            return self.spark._jsparkSession.sessionState().catalog().getTableMetadata(
+                jvm.org.apache.spark.sql.catalyst.TableIdentifier.apply(parts[-1], database))
+        except Exception:  # no such relation yet, or a session without a JVM: the view is written by DDL
+            return None
+
+    def _rewrite(self, rel: str, sql: str, schema: StructType) -> bool:
+        """Store ``sql`` as the view's text without analysing it, when the view already has
+        ``schema``'s columns; False where DDL must do it. The stored definition's fields are
+        kept for the next tick's write, which then is one catalog write."""
+        columns = _columns(schema)
+        known = self._fields.get(rel)
+        if known is None or known[0] != columns:
+            stored = self._stored(rel)
+            if (stored is None or stored.tableType().name() != "VIEW"
+                    or _columns(StructType.fromJson(json.loads(stored.schema().json()))) != columns):
+                return False
+            if self._text_fields is None:  # CatalogTable's fields by name, once: their number varies by release
+                names = [stored.productElementName(i) for i in range(stored.productArity())]
+                self._text_fields = tuple(i for i, n in enumerate(names) if n in ("viewText", "viewOriginalText"))
+            known = (columns, stored, [stored.productElement(i) for i in range(stored.productArity())])
+            if _value(stored.viewText()) == sql:  # as a previous instance left it
+                self._fields[rel] = known
+                return True
+        text = self.spark._jvm.scala.Some(sql)
+        fields = [text if i in self._text_fields else f for i, f in enumerate(known[2])]
+        try:
+            self.spark._jsparkSession.sessionState().catalog().alterTable(known[1].copy(*fields))
+        except Exception:  # dropped or replaced by another client since: DDL decides
+            self._fields.pop(rel, None)
+            return False
+        self._fields[rel] = known
+        return True
+
+
+def _columns(schema: StructType) -> list[tuple[str, Any]]:
+    return [(f.name, f.dataType) for f in schema]
+
+
+def _value(option: Any) -> Any:
+    return option.get() if option.isDefined() else None
