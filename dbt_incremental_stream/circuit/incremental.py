@@ -3,8 +3,9 @@
 Linear operators apply to deltas as they are. A join becomes
 ΔA⋈z⁻¹I(B) + I(A)⋈ΔB (which equals ΔA⋈B₋₁ + A₋₁⋈ΔB + ΔA⋈ΔB). An aggregate keeps the
 integral of its input — of per-group partial sums when every aggregate is linear — and
-re-derives only the groups a delta touches; window functions likewise recompute only
-the partitions a delta touches.
+re-derives only the groups a delta touches; COUNT/SUM/AVG(DISTINCT) become linear
+aggregates over a DISTINCT first (:func:`distinct_parts`). Window functions likewise
+recompute only the partitions a delta touches.
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from dataclasses import replace
 from functools import singledispatch
 
 from .operators import (
+    AggCall,
     Aggregate,
     Delay,
     Filter,
@@ -28,6 +30,8 @@ from .operators import (
     Scale,
     Window,
     WindowDiff,
+    distinct,
+    quote,
 )
 
 
@@ -115,6 +119,9 @@ def _(op: Join, inc: Incrementalizer) -> Operator:
 
 @_delta.register
 def _(op: Aggregate, inc: Incrementalizer) -> Operator:
+    split = distinct_parts(op)
+    if split is not None:
+        return inc(split)
     dx = inc(op.input)
     if all(a.linear for a in op.aggs):
         dx = Partials(dx, op.keys, op.aggs)
@@ -128,3 +135,32 @@ def _(op: Aggregate, inc: Incrementalizer) -> Operator:
 def _(op: Window, inc: Incrementalizer) -> Operator:
     dx = inc(op.input)
     return WindowDiff(dx, delayed(integral(dx)), op.partition, op.funcs, op.keep)
+
+
+def distinct_parts(op: Aggregate) -> Operator | None:
+    """An aggregate whose only non-linear calls are COUNT, SUM or AVG of DISTINCT values, as
+    linear aggregates joined on its group keys (NULL-safe): f(DISTINCT x) per group is f(x)
+    over the distinct (group, x) pairs, and a DISTINCT is kept as counts. So every part
+    costs the change, where re-aggregating a touched group reads all of its rows. None
+    for any other aggregate."""
+    by_arg: dict[str, list[AggCall]] = {}
+    for a in op.aggs:
+        if not a.linear:
+            if not a.distinct or a.func not in ("count", "sum", "avg") or a.arg is None:
+                return None
+            by_arg.setdefault(a.arg, []).append(AggCall(a.name, a.func, a.arg))
+    if not by_arg:
+        return None
+    keys = tuple((k, quote(k)) for k in op.keys)
+    linear = tuple(a for a in op.aggs if a.linear)
+    parts: list[Operator] = [Aggregate(op.input, op.keys, linear)] if linear else []
+    for arg, calls in by_arg.items():
+        pairs = distinct(Map(op.input, keys + ((arg, quote(arg)),)))
+        parts.append(Aggregate(pairs, op.keys, tuple(calls)))
+    joined = parts[0]
+    for i, part in enumerate(parts[1:], 1):
+        renamed = tuple((f"{k}__d{i}", k) for k in op.keys)
+        part = Map(part, tuple((n, quote(k)) for n, k in renamed) + tuple((c, quote(c)) for c in part.columns[len(keys):]))
+        on = " AND ".join(f"{quote(k)} <=> {quote(n)}" for n, k in renamed) or "TRUE"
+        joined = Join(joined, part, on, tuple((quote(k), quote(n)) for n, k in renamed))
+    return Map(joined, tuple((c, quote(c)) for c in op.columns))

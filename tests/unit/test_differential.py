@@ -48,6 +48,10 @@ GROUPS: dict[str, dict[str, str]] = {
         "global_linear": "SELECT COUNT(*) AS n, SUM(qty) AS s FROM orders",
         "group_expr": "SELECT qty % 2 AS parity, COUNT(*) AS n, SUM(qty) + 1 AS s1 FROM orders GROUP BY qty % 2",
         "group_all": "SELECT status, cust, MIN(id) AS first_id FROM orders GROUP BY ALL",
+        "distinct_calls": "SELECT status, COUNT(DISTINCT cust) AS dc, COUNT(*) AS n, SUM(DISTINCT qty) AS sq, "
+                          "AVG(DISTINCT amount) AS da, COUNT(DISTINCT qty) AS dq, SUM(amount) AS s "
+                          "FROM orders GROUP BY status",
+        "global_distinct": "SELECT COUNT(DISTINCT cust) AS dc FROM orders",
     },
     "composed": {
         "distinct": "SELECT DISTINCT status, cust FROM orders",
@@ -127,7 +131,8 @@ GROUPS: dict[str, dict[str, str]] = {
 #: views whose every operator runs on arrangements: a small tick takes the arranged path
 ARRANGED = {
     **{k: GROUPS["joins"][k] for k in ("join2", "join3", "self_join", "using")},
-    **{k: GROUPS["aggregates"][k] for k in ("linear_agg", "having", "global_linear", "group_expr")},
+    **{k: GROUPS["aggregates"][k] for k in ("linear_agg", "having", "global_linear", "group_expr", "distinct_calls",
+                                            "global_distinct")},
     **{k: GROUPS["composed"][k] for k in ("region_revenue", "view_on_view", "agg_of_agg")},
     "join_of_agg": "SELECT c.name, t.n, t.s FROM customers c JOIN (SELECT cust, COUNT(*) AS n, SUM(qty) AS s "
                    "FROM orders GROUP BY cust) t ON t.cust = c.id",
