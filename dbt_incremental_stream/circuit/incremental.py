@@ -114,7 +114,7 @@ def _(op: Scale, inc: Incrementalizer) -> Operator:
 def _(op: Join, inc: Incrementalizer) -> Operator:
     da, db = inc(op.left), inc(op.right)
     ia, ib = integral(da), integral(db)
-    return Plus((Join(da, delayed(ib), op.on, op.keys), Join(ia, db, op.on, op.keys)))
+    return Plus((replace(op, left=da, right=delayed(ib)), replace(op, left=ia, right=db)))  # a Temporal stays one
 
 
 @_delta.register

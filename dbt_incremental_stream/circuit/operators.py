@@ -10,7 +10,7 @@ across processes, which is what names its persisted state.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 from typing import Iterator
 
@@ -186,6 +186,26 @@ class Join(Operator):
         return f"Join on {self.on}"
 
 
+@dataclass(frozen=True, eq=False)
+class Temporal(Join):
+    """The rows of ``left`` for which ``on`` holds at the time ``right`` (the clock's one
+    row) says: a join with the clock that keeps only ``left``'s columns. So a tick where
+    only the time moves changes the rows whose window opened or closed, and a range index
+    of ``left``'s state by the compared column finds them (the rows in both windows cancel)."""
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return self.left.columns
+
+    @property
+    def joined(self) -> Join:
+        """The join with the clock's columns, which ``on`` reads."""
+        return Join(self.left, self.right, self.on, self.keys)
+
+    def label(self) -> str:
+        return f"Temporal filter {self.on}"
+
+
 @dataclass(frozen=True)
 class AggCall:
     """One aggregate: ``func(arg)``; ``arg`` is an input column, None for COUNT(*)."""
@@ -353,6 +373,16 @@ class WindowDiff(Recompute):
 
 
 # --- helpers -------------------------------------------------------------------------
+
+
+def with_inputs(op: Operator, inputs: tuple[Operator, ...]) -> Operator:
+    """``op`` over ``inputs`` (in the order of :attr:`Operator.inputs`)."""
+    if inputs == op.inputs:
+        return op
+    if isinstance(op, Plus):
+        return Plus(inputs)
+    names = [f.name for f in fields(op) if isinstance(getattr(op, f.name), Operator)]
+    return replace(op, **dict(zip(names, inputs)))
 
 
 def passthrough(columns: tuple[str, ...] | list[str]) -> tuple[tuple[str, str], ...]:

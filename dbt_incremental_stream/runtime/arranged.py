@@ -43,6 +43,7 @@ from ..circuit.operators import (
     Plus,
     Recompute,
     Scale,
+    Temporal,
     WindowDiff,
     is_identifier,
     passthrough,
@@ -101,6 +102,16 @@ class JoinPlan:
 
 
 @dataclass(frozen=True)
+class TemporalPlan:
+    """A temporal filter whose rows are ``state``, kept ordered by the integral's
+    ``column``; ``bounds`` compute, from the clock's rows, what the column is compared with."""
+
+    state: Side
+    column: str
+    bounds: tuple[expressions.Compiled, ...]
+
+
+@dataclass(frozen=True)
 class RowNumber:
     """A window Arrow computes: ROW_NUMBER() OVER (PARTITION BY ``partition`` ORDER BY
     ``order``) as column ``name``, rows kept where ``keep`` holds."""
@@ -137,6 +148,7 @@ class Plan:
         self.values: dict[str, list[tuple[str, expressions.Compiled]]] = {}  # Maps Arrow computes
         self.windows: dict[str, RowNumber] = {}  # windows Arrow computes
         self.join_keys: dict[str, list[expressions.Compiled]] = {}  # a join's computed delta keys Arrow computes
+        self.temporal: dict[str, TemporalPlan] = {}  # temporal filters read by ranges of their state
         for op in walk(*states):
             self._check(op)
 
@@ -175,6 +187,14 @@ class Plan:
             self.need(op.id, keys, False)
             if isinstance(op, WindowDiff):
                 self._window(op)
+            return
+        if isinstance(op, Temporal):
+            found = self._temporal(op)
+            if found is None:  # the rows are the delta (or no range bounds the change): as the join
+                self._check(op.joined)
+            else:
+                self.temporal[op.id] = found
+                self._predicate(op.joined, op.on, op.joined)
             return
         if isinstance(op, Join):
             self.joins[op.id] = self._join(op)
@@ -263,6 +283,47 @@ class Plan:
                 rename = {name: rename[src] for name, src in self._copies(m).items() if src in rename}
         return Side(integral, after, tuple(reversed(chain)), rename)
 
+    def _temporal(self, op: Temporal) -> TemporalPlan | None:
+        """The ranges a temporal filter's state is read by when the time moves: every
+        condition that reads the clock compares one column of the rows with a value of
+        the clock (``c > now() - INTERVAL 1 HOUR``, ``c BETWEEN … AND …``, ``c = …``).
+        Then a row's truth can differ between the old and the new time only where the
+        column lies between the value at the old and at the new time."""
+        state = self._side(op.left)
+        if state is None or self._side(op.right) is not None or state.integral.key is not None:
+            return None
+        rows, clock = set(op.left.columns), set(op.right.columns)
+        column: str | None = None
+        bounds: list[str] = []
+        for t in _conjuncts(sqlglot.parse_one(op.on, read=DIALECT)):
+            if not {c.name for c in t.find_all(exp.Column)} & clock:
+                continue  # the same at every time
+            if isinstance(t, exp.Between):
+                pairs = [(t.this, t.args["low"]), (t.this, t.args["high"])]
+            elif isinstance(t, (exp.GT, exp.GTE, exp.LT, exp.LTE, exp.EQ)):
+                pairs = [(t.left, t.right)]
+            else:
+                return None
+            for a, b in pairs:
+                a, b = (a, b) if isinstance(a, exp.Column) and a.name in rows else (b, a)
+                if not (isinstance(a, exp.Column) and a.name in rows) or not (
+                        {c.name for c in b.find_all(exp.Column)} <= clock) or column not in (None, a.name):
+                    return None
+                column = a.name
+                bounds.append(b.sql(DIALECT))
+        if column is None or column not in state.rename:
+            return None
+        kind = zsets.arrow_schema(self.schema(op.left)).field(column).type
+        if not (pa.types.is_timestamp(kind) or pa.types.is_date32(kind) or pa.types.is_integer(kind)):
+            return None
+        schema = zsets.arrow_schema(self.schema(op.right))
+        compiled = [expressions.value(b, schema, partial(self.types, op.right), self.zone) for b in bounds]
+        if any(f is None for f in compiled) or any(t != kind for t in self.types(op.right, bounds)):
+            return None
+        key = (kernels.ORDERED, state.rename[column])
+        self.need(self.state_of(state.integral), key)
+        return TemporalPlan(state, state.rename[column], tuple(compiled))  # type: ignore[arg-type]
+
     def _join(self, op: Join) -> JoinPlan:
         left, right = self._side(op.left), self._side(op.right)
         if (left is None) == (right is None):
@@ -329,6 +390,7 @@ class ArrangedTick:
         self._spark = spark
         self._memo: dict[str, pa.Table | None] = {}
         self.spark_seconds = 0.0  # spent in Spark passes
+        self.rows_read = 0  # rows of state that joins and temporal filters read
 
     def arrow_schema(self, op: Operator) -> pa.Schema:
         return zsets.arrow_schema(self.plan.schema(op))
@@ -409,6 +471,7 @@ class ArrangedTick:
         arr = self._arr[self.plan.state_of(side.integral)][key]
         extra = self.value(side.integral.input) if side.after else None
         rows, matched = self._runs.probe(arr, probe, probe_keys, null_safe, extra)
+        self.rows_read += 0 if matched is None else matched.num_rows
         if matched is not None and matched.num_rows > PROBE_ROWS:
             raise NotArranged(f"a probe of {side.integral.label()} matches {matched.num_rows:,} rows of state")
         if matched is None or not side.chain:
@@ -466,6 +529,50 @@ class ArrangedTick:
     def _(self, op: Partials) -> pa.Table | None:
         t = self.value(op.input)
         return None if t is None else kernels.partials(t, op.keys, op.aggs, self.arrow_schema(op))
+
+    @_eval.register
+    def _(self, op: Temporal) -> pa.Table | None:
+        found = self.plan.temporal.get(op.id)
+        out = self.value(op.joined) if found is None else self._moved(op, found)
+        return None if out is None else self._conform(op, out.select(list(op.columns) + [WEIGHT]))
+
+    def _moved(self, op: Temporal, plan: TemporalPlan) -> pa.Table | None:
+        """The rows of a temporal filter's state whose truth changes as the time moves: read
+        by ranges of the ordered column, then the condition at the old and the new time
+        (rows in both windows cancel)."""
+        clock = self.value(op.right)
+        if clock is None or clock.num_rows == 0:
+            return None
+        if pc.sum(clock.column(WEIGHT)).as_py() != 0:
+            raise NotArranged(f"{op.label()}: the time is new, not moved")
+        regions = []
+        try:
+            for f in plan.bounds:
+                v = expressions.as_column(f(clock), clock.num_rows)
+                if v.null_count == len(v):
+                    continue  # NULL at every time: never true
+                if v.null_count:
+                    raise NotArranged(f"{op.label()}: a bound is NULL at one time only")
+                bounds = pc.min_max(v)
+                regions.append((bounds["min"], bounds["max"]))
+        except _ARROW_DECLINES as e:
+            raise NotArranged(f"{op.label()}: {e}") from None
+        extra = self.value(plan.state.integral.input) if plan.state.after else None
+        arr = self._arr[self.plan.state_of(plan.state.integral)][(kernels.ORDERED, plan.column)]
+        matched = self._runs.ranges(arr, regions, extra)
+        if matched is None:
+            return None
+        self.rows_read += matched.num_rows
+        if matched.num_rows > PROBE_ROWS:
+            raise NotArranged(f"the time moving reaches {matched.num_rows:,} rows of {plan.state.integral.label()}")
+        for step in plan.state.chain:
+            matched = self._row_wise(step, matched)
+        n, m = matched.num_rows, clock.num_rows
+        mine, theirs = matched.take(np.repeat(np.arange(n), m)), clock.take(np.tile(np.arange(m), n))
+        w = pc.multiply_checked(mine.column(WEIGHT), theirs.column(WEIGHT))
+        cols = [mine.column(c) for c in kernels.data_columns(mine)] + [theirs.column(c) for c in kernels.data_columns(theirs)]
+        full = self._conform(op.joined, pa.Table.from_arrays(cols + [w], names=list(op.joined.columns) + [WEIGHT]))
+        return self._where(op.joined, full, op.on)
 
     @_eval.register
     def _(self, op: Join) -> pa.Table | None:

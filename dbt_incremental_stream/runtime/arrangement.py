@@ -9,6 +9,8 @@ created (not tied to the core count), and keeps each bucket as a spine: a list o
 immutable runs, oldest and largest first. A run is one Arrow IPC file of weighted rows
 sorted by the key hash ``_h`` (see :mod:`.kernels`), so a probe memory-maps it and binary
 searches, without copying or scanning: its cost follows the probed keys, not the state.
+An arrangement keyed ``(ORDERED, column)`` (a temporal filter's) sorts each run by that
+column's values instead and is read by ranges of them.
 Runs are written once and never changed; the tick manifest (:mod:`.state`) names the
 runs of every arrangement, so a crash before the manifest leaves unnamed files, which
 :meth:`RunStore.collect_garbage` removes. Size-tiered merging keeps the number of runs
@@ -166,6 +168,16 @@ class RunStore:
         if extra is not None:
             runs.append(kernels.sort_run(extra, arr.key))
         return kernels.probe(runs, probe, keys, arr.key, null_safe, hashes)
+
+    def ranges(self, arr: Arrangement, regions: Sequence[tuple[pa.Scalar, pa.Scalar]],
+               extra: pa.Table | None = None) -> pa.Table | None:
+        """Rows of an arrangement ordered by a column (key ``(ORDERED, column)``), and of
+        ``extra``, whose column lies in one of the closed ``regions``; None when none do."""
+        column = arr.key[1]
+        parts = [kernels.in_ranges(self.read(r), column, regions) for b in arr.runs for r in b]
+        if extra is not None:
+            parts.append(kernels.in_ranges(extra, column, regions, ordered=False))
+        return kernels.concat(p for p in parts if p.num_rows)
 
     def compact(self, arr: Arrangement, tick: int) -> tuple[Arrangement, list[Run]]:
         """Merge the newest runs of buckets holding more than :data:`MAX_RUNS` (size-tiered:

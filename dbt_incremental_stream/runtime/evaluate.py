@@ -28,6 +28,7 @@ from ..circuit.operators import (
     Partials,
     Plus,
     Scale,
+    Temporal,
     WindowDiff,
 )
 from . import zsets
@@ -119,6 +120,11 @@ class Tick:
         if left is None or right is None:
             return None
         return zsets.join(left, right, op.on)
+
+    @_eval.register
+    def _(self, op: Temporal) -> DataFrame | None:
+        df = self.value(op.joined)
+        return None if df is None else df.select(*map(col, op.columns), col(WEIGHT))
 
     @_eval.register
     def _(self, op: Integral) -> DataFrame | None:

@@ -100,6 +100,9 @@ _CLOCK_PARTS = {exp.Hour: pc.hour, exp.Minute: pc.minute, exp.Second: pc.second}
 _FORMAT = {"yyyy": "%Y", "MM": "%m", "dd": "%d", "HH": "%H", "mm": "%M", "ss": "%S"}
 _FORMAT_TOKENS = re.compile(r"yyyy|MM|dd|HH|mm|ss|[-:/ .,_]")
 _MICROS = 1_000_000
+_INTERVAL_MICROS = {u: n * _MICROS for n, us in ((86_400, ("DAY", "DAYS")), (3_600, ("HOUR", "HOURS")),
+                                                  (60, ("MINUTE", "MINUTES")), (1, ("SECOND", "SECONDS")))
+                    for u in us}
 _REGEX_OPERATORS = set(".$|()[]{}^?*+\\")
 _UTC = {"UTC", "Etc/UTC", "GMT", "Etc/GMT", "Z", "+00:00", "Zulu", "Universal"}
 
@@ -115,6 +118,8 @@ def _kind(t: pa.DataType) -> str:
         return "date"
     if pa.types.is_boolean(t):
         return "bool"
+    if pa.types.is_timestamp(t):  # instants compare as Spark compares them; TIMESTAMP and TIMESTAMP_NTZ do not mix
+        return f"ts:{t.tz}"
     raise _Untranslatable(str(t))
 
 
@@ -175,6 +180,8 @@ class _Compiler:
         out = self._type(e)
         if isinstance(e, exp.Null):
             return lambda t: pa.nulls(t.num_rows, out)
+        if isinstance(e, (exp.Add, exp.Sub)) and isinstance(e.expression, exp.Interval):
+            return self._shifted(e, out)
         if type(e) in _ARITHMETIC or isinstance(e, exp.Neg):
             if _kind(out) not in ("int", "dec"):
                 raise _Untranslatable("arithmetic on " + str(out))
@@ -289,6 +296,20 @@ class _Compiler:
                 raise _Untranslatable("EXTRACT")
             return lambda t: part(f(t)).cast(out)
         raise _Untranslatable(type(e).__name__)
+
+    def _shifted(self, e: exp.Add | exp.Sub, out: pa.DataType) -> Compiled:
+        """A timestamp plus or minus a day-time interval of whole units: Spark adds its
+        microseconds, whatever the time zone."""
+        interval = e.expression
+        unit = interval.args.get("unit")
+        micros = _INTERVAL_MICROS.get(unit.name.upper()) if unit is not None else None
+        count = interval.this
+        if (micros is None or not isinstance(count, exp.Literal) or not re.fullmatch(r"-?\d{1,9}", count.this)
+                or not pa.types.is_timestamp(self._type(e.this)) or self._type(e.this) != out):
+            raise _Untranslatable("an interval that is not whole days, hours, minutes or seconds")
+        shift = pa.scalar(int(count.this) * micros, pa.duration("us"))
+        f, op = self.value(e.this), pc.add_checked if isinstance(e, exp.Add) else pc.subtract_checked
+        return lambda t: op(f(t), shift).cast(out)
 
     def _ints(self, *es: exp.Expression) -> list[Compiled]:
         """Operands that must be integers."""

@@ -22,6 +22,9 @@ import pyarrow.compute as pc
 from ..circuit.operators import COUNT, WEIGHT, AggCall, partial_columns
 
 HASH = "_h"
+#: an arrangement key ``(ORDERED, column)``: runs sorted by that column's values (NULLs left
+#: out: no comparison holds for them), read by ranges of it
+ORDERED = "__ordered_by"
 _NULL = np.uint64(0x9E3779B97F4A7C15)  # what a NULL key value hashes to
 _MUL = np.uint64(0xBF58476D1CE4E5B9)
 _MUL2 = np.uint64(0x94D049BB133111EB)
@@ -167,7 +170,14 @@ def group_sums(table: pa.Table, keys: Sequence[str]) -> pa.Table:
 
 
 def sort_run(table: pa.Table, keys: Sequence[str]) -> pa.Table:
-    """``table`` with its key hash in ``_h``, sorted by it: a run."""
+    """``table`` with its key hash in ``_h``, sorted by it: a run. Ordered by a column's
+    values instead for an :data:`ORDERED` key (``_h`` then hashes that column)."""
+    if keys and keys[0] == ORDERED:
+        column = keys[1]
+        cols = [c for c in table.column_names if c != HASH]
+        valid = table.select(cols).filter(pc.is_valid(table.column(column)))
+        out = valid.take(pc.sort_indices(valid.column(column)))
+        return out.append_column(HASH, pa.array(key_hash(out, [column]), pa.uint64())).combine_chunks()
     h = key_hash(table, keys)
     order = np.argsort(h, kind="stable")
     cols = [c for c in table.column_names if c != HASH]
@@ -184,6 +194,47 @@ def split_buckets(run: pa.Table, buckets: int) -> dict[int, pa.Table]:
     ordered = run.take(pa.array(order))
     return {i: ordered.slice(int(bounds[i]), int(bounds[i + 1] - bounds[i]))
             for i in range(buckets) if bounds[i + 1] > bounds[i]}
+
+
+def in_ranges(table: pa.Table, column: str, regions: Sequence[tuple[pa.Scalar, pa.Scalar]],
+              ordered: bool = True) -> pa.Table:
+    """The rows of ``table`` whose ``column`` lies in one of the closed ``regions`` (each
+    row once), without ``_h``. An ``ordered`` table (a run sorted by ``column``) is cut by
+    binary search, so the cost follows the rows found."""
+    table = table.drop_columns([HASH]) if HASH in table.column_names else table
+    if not ordered:
+        values = table.column(column)
+        masks = [pc.and_kleene(pc.greater_equal(values, lo), pc.less_equal(values, hi)) for lo, hi in regions]
+        mask = masks[0] if masks else pa.array([False] * table.num_rows)
+        for m in masks[1:]:
+            mask = pc.or_kleene(mask, m)
+        return table.filter(mask)
+    values = _ordinals(table.column(column))
+    spans = sorted((int(np.searchsorted(values, _ordinal(lo), "left")), int(np.searchsorted(values, _ordinal(hi), "right")))
+                   for lo, hi in regions)
+    merged: list[list[int]] = []
+    for start, stop in spans:
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], stop)
+        elif stop > start:
+            merged.append([start, stop])
+    parts = [table.slice(start, stop - start) for start, stop in merged]
+    return pa.concat_tables(parts) if parts else table.slice(0, 0)
+
+
+def _ordinals(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Integer, date or timestamp values as numbers in the same order."""
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if pa.types.is_timestamp(values.type) or pa.types.is_date64(values.type):
+        values = values.cast(pa.int64())
+    elif pa.types.is_date32(values.type):
+        values = values.cast(pa.int32())
+    return values.to_numpy(zero_copy_only=False)
+
+
+def _ordinal(value: pa.Scalar) -> int:
+    return int(_ordinals(pa.array([value.as_py()], value.type))[0])
 
 
 def candidates(run_hashes: np.ndarray, probe_hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

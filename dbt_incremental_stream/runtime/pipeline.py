@@ -58,6 +58,7 @@ class TickStats:
     input_rows: int
     seconds: dict[str, float]
     why: str | None = None  # why a tick took the DataFrame path
+    rows_read: int = 0  # arranged: rows of state that its joins and temporal filters read
 
 
 class Changes(Mapping[str, DataFrame]):
@@ -441,7 +442,7 @@ class Pipeline:
                                    {"spark": fetched - started + run.spark_seconds,
                                     "driver": evaluated - fetched - run.spark_seconds,
                                     "write": outputs - evaluated, "outputs": committing - outputs,
-                                    "commit": done - committing})
+                                    "commit": done - committing}, rows_read=run.rows_read)
         return changes
 
     def _arrow_change(self, view: View, table: pa.Table | None) -> DataFrame:

@@ -40,10 +40,10 @@ from ..circuit.operators import (
 )
 from ..errors import CompileError, UnsupportedSqlError
 from .validate import AGGREGATES, position, unsupported, validate
+from .temporal import CLOCK, CLOCK_COLUMN, temporal_filters
 
 DIALECT = "spark"
 #: the one-row relation holding the tick's time, which current_timestamp() and friends read
-CLOCK, CLOCK_COLUMN = "__now", "__now_ts"
 
 Env = Mapping[str, Operator]
 Render = Callable[[exp.Expression], str]
@@ -90,7 +90,7 @@ def plan(sql: str, catalog: Mapping[str, Operator], view: str | None = None) -> 
                        quote_identifiers=False)
     except OptimizeError as e:
         raise CompileError(str(e), view=view) from e
-    return _Planner(catalog, view).query(tree.transform(_factor_or), {})
+    return temporal_filters(_Planner(catalog, view).query(tree.transform(_factor_or), {}))
 
 
 def _clock_calls(select: exp.Select) -> list[exp.Expression]:

@@ -240,3 +240,23 @@ def test_regroup_matches_python(ticks):
                    sum(present) if present else None)
     assert {r["k"]: (r["mn"], r["mx"], r["dc"], r["n"], r["s"]) for r in out.to_pylist()} == want
     assert all(r[WEIGHT] == 1 for r in out.to_pylist())
+
+
+@given(DELTAS, st.lists(st.tuples(st.integers(-60, 60), st.integers(0, 30)), min_size=1, max_size=3))
+@settings(max_examples=50, deadline=None)
+def test_ordered_arrangement_ranges_find_each_row_in_a_region_once(tmp_path_factory, ticks, regions):
+    """An arrangement ordered by a column (a temporal filter's state) read by closed,
+    maybe overlapping ranges of it, through its runs and a delta not yet written."""
+    store = RunStore(str(tmp_path_factory.mktemp("ordered")))
+    arr = Arrangement("node", (kernels.ORDERED, "v"), False, 2)
+    for tick, rows in enumerate(ticks[:-1] * 3, 1):  # enough runs to be merged
+        arr, _ = store.compact(store.append(arr, tick, table(rows)), tick)
+    bounds = [(pa.scalar(lo, pa.int64()), pa.scalar(lo + span, pa.int64())) for lo, span in regions]
+    got = store.ranges(arr, bounds, table(ticks[-1]) if ticks[-1] else None)
+    inside = [r for tick in ticks[:-1] * 3 + ticks[-1:] for r in tick
+              if r[1] is not None and any(lo <= r[1] <= lo + span for lo, span in regions)]
+    assert bag(got) == bag(table(inside))
+    for bucket in arr.runs:
+        for run in bucket:
+            values = store.read(run).column("v").to_pylist()
+            assert None not in values and values == sorted(values)

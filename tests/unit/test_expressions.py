@@ -31,6 +31,8 @@ PREDICATES = [
     "`f`", "NOT `f`", "`f` = TRUE", "`s` IS NOT NULL AND `day` IS NULL", "TRUE",
     "0.908 * `b` > 10", "`d` * (1 - `d`) < 0.05", "`i` + 1 = 2", "SUBSTRING(`s`, 1, 2) IN ('ab', 'Äb', 'sm')",
     "`i` % 2 = 1", "upper(SUBSTRING(`s`, 2, 3)) = 'BC%'", "HOUR(`ts`) BETWEEN 8 AND 18",
+    "`ts` > DATE_TRUNC('DAY', `ts`) - INTERVAL '1' HOUR", "`ts` + INTERVAL 2 DAYS <= DATE_TRUNC('MONTH', `ts`)",
+    "`ts` BETWEEN TIMESTAMP_SECONDS(0) AND TIMESTAMP_SECONDS(0) + INTERVAL '30' MINUTE",
 ]
 VALUES = [
     "`d` * (1 - `d`)", "`d` * (1 - `d`) * (1 + `d`)", "`d` * `i`", "0.908 * `b`", "`i` + 1", "-`i`", "`b` - `i` * 2",
@@ -50,6 +52,7 @@ VALUES = [
     "DATE_FORMAT(`ts`, 'HH:mm')", "DATE_FORMAT(`ts`, 'yyyy-MM-dd HH:mm:ss')",
     "REGEXP_EXTRACT(`s`, '(B|s)([A-Z]*)', 2)", "REGEXP_EXTRACT(`s`, '^(a)', 1)", "REGEXP_EXTRACT(`s`, '([^_]*)_(t)?', 2)",
     "TRY_ELEMENT_AT(SPLIT(`s`, '_'), 2)", "TRY_ELEMENT_AT(SPLIT(`s`, 'B'), 1)", "TRY_ELEMENT_AT(SPLIT(`s`, '%'), 3)",
+    "`ts` - INTERVAL '1' HOUR", "`ts` + INTERVAL 2 DAYS", "`ts` - INTERVAL '-90' MINUTE", "`ts` + INTERVAL 59 SECOND",
     "REGEXP_EXTRACT(`s`, '(x)|(s)', 1)", "REGEXP_EXTRACT(`s`, '(&|^)small_([^&]*)', 2)", "REGEXP_EXTRACT(`s`, '([a-z]+)')",
 ]
 #: values Spark rounds, truncates or overflows: Arrow declines these at run time
@@ -60,7 +63,8 @@ SPARK_ONLY = ["TRY_ELEMENT_AT(SPLIT(`s`, '.'), 1) = 'a'", "ELEMENT_AT(SPLIT(`s`,
               "REGEXP_EXTRACT(`s`, '(a)$', 1) = 'a'", "REGEXP_EXTRACT(`s`, '(\\\\d)', 1) = '1'",
               "REGEXP_EXTRACT(`s`, '(a)', 2) = 'a'", "`d` / 2 > 0", "`x` / 2 > 0", "DATE_FORMAT(`ts`, 'EEE') = 'Mon'", "REPLACE(`s`, '', 'x') = 'x'",
               "CAST(`i` AS STRING) = '1'", "CAST(`x` AS INT) = 1", "DATE_TRUNC('DAY', `day`) IS NULL",
-              "COALESCE(`x`, 0) > 1", "SUBSTRING(`s`, 0, 2) = 'ab'", "SUBSTRING(`s`, `i`, 2) = 'ab'", "`x` > 0", "`b` > 1e3", "`i` > 1.5 + `x`", "`d` / 7.0"]
+              "COALESCE(`x`, 0) > 1", "SUBSTRING(`s`, 0, 2) = 'ab'", "SUBSTRING(`s`, `i`, 2) = 'ab'", "`x` > 0", "`b` > 1e3", "`i` > 1.5 + `x`", "`d` / 7.0",
+              "`ts` - INTERVAL '1' MONTH > `ts`", "`ts` + INTERVAL '1.5' SECOND > `ts`"]
 
 
 @pytest.fixture(scope="module")
