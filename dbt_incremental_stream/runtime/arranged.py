@@ -112,6 +112,17 @@ class TemporalPlan:
 
 
 @dataclass(frozen=True)
+class TopPlan:
+    """A top-k without partitions whose first order term is ``column`` of the input (the
+    integral's ``stored``), NULLs last: read from the ordered arrangement's end."""
+
+    column: str
+    stored: str
+    desc: bool
+    k: int
+
+
+@dataclass(frozen=True)
 class RowNumber:
     """A window Arrow computes: ROW_NUMBER() OVER (PARTITION BY ``partition`` ORDER BY
     ``order``) as column ``name``, rows kept where ``keep`` holds."""
@@ -149,6 +160,7 @@ class Plan:
         self.windows: dict[str, RowNumber] = {}  # windows Arrow computes
         self.join_keys: dict[str, list[expressions.Compiled]] = {}  # a join's computed delta keys Arrow computes
         self.temporal: dict[str, TemporalPlan] = {}  # temporal filters read by ranges of their state
+        self.tops: dict[str, TopPlan] = {}  # top-k without partitions read from an ordered end
         for op in walk(*states):
             self._check(op)
 
@@ -187,6 +199,7 @@ class Plan:
             self.need(op.id, keys, False)
             if isinstance(op, WindowDiff):
                 self._window(op)
+                self._top(op, side)
             return
         if isinstance(op, Temporal):
             found = self._temporal(op)
@@ -232,6 +245,20 @@ class Plan:
         order = tuple((o.this.name, bool(o.args.get("desc")), bool(o.args.get("nulls_first")))
                       for o in w.args["order"].expressions)
         self.windows[op.id] = RowNumber(name, tuple(c.name for c in terms[0]), order, keep)
+
+    def _top(self, op: WindowDiff, side: Side) -> None:
+        """A top-k over the whole input (``ORDER BY … LIMIT k``) whose first order term puts
+        NULLs last and orders numbers, dates or times exactly: kept also ordered by it."""
+        spec = self.windows.get(op.id)
+        if op.partition or spec is None or spec.partition or not op.keep:
+            return
+        column, desc, nulls_first = spec.order[0]
+        kind = zsets.arrow_schema(self.schema(op.delta)).field(column).type
+        k = _limit(op.keep, spec.name)
+        if nulls_first or k is None or column not in side.rename or not kernels.orders_exactly(kind):
+            return
+        self.need(self.state_of(side.integral), (kernels.ORDERED, side.rename[column]))
+        self.tops[op.id] = TopPlan(column, side.rename[column], desc, k)
 
     def _values(self, op: Map) -> None:
         """Arrow's form of a Map's expressions, when every one has one."""
@@ -346,6 +373,16 @@ class Plan:
             if all(f is not None for f in compiled):
                 self.join_keys[op.id] = compiled  # type: ignore[assignment]
         return JoinPlan(state, right is not None, null_safe, residual, computed)
+
+
+def _limit(keep: str, name: str) -> int | None:
+    """The largest row number ``keep`` lets through (``name <= k``, ``< k``, ``= k``)."""
+    found = []
+    for t in _conjuncts(sqlglot.parse_one(keep, read=DIALECT)):
+        if isinstance(t, (exp.LTE, exp.LT, exp.EQ)) and isinstance(t.left, exp.Column) and t.left.name == name \
+                and isinstance(t.right, exp.Literal) and t.right.this.isdigit():
+            found.append(int(t.right.this) - (1 if isinstance(t, exp.LT) else 0))
+    return min(found) if found else None
 
 
 def _pick(column: str) -> expressions.Compiled:
@@ -636,7 +673,37 @@ class ArrangedTick:
 
     @_eval.register
     def _(self, op: WindowDiff) -> pa.Table | None:
+        top = self.plan.tops.get(op.id)
+        if top is not None:
+            return self._top(op, top)
         return self._recompute(op, partial(self._window, op))
+
+    def _top(self, op: WindowDiff, top: TopPlan) -> pa.Table | None:
+        """A top-k over the whole input from the end of its ordered arrangement: the rows
+        at or beyond a cut, widened until k of them survive this tick's change (every row
+        ranked above the k-th is then among them), recomputed, minus what was emitted."""
+        delta = self.value(op.delta)
+        if delta is None:
+            return None
+        side = self.plan.before[op.id]
+        arr = self._arr[self.plan.state_of(side.integral)][(kernels.ORDERED, top.stored)]
+        runs = [self._runs.read(r) for b in arr.runs for r in b]
+        want = top.k + delta.num_rows
+        while True:
+            parts, cut = kernels.beyond(runs, top.stored, top.desc, want)
+            if cut is None:  # every row with a value: NULLs may rank in too
+                return self._recompute(op, partial(self._window, op))
+            near = delta.filter((pc.greater_equal if top.desc else pc.less_equal)(delta.column(top.column), cut))
+            stored = kernels.concat(parts)
+            self.rows_read += 0 if stored is None else stored.num_rows
+            if stored is not None:
+                for step in side.chain:
+                    stored = self._row_wise(step, stored)
+            rows = kernels.consolidate(kernels.concat([stored.cast(delta.schema) if stored is not None else None, near]))
+            if (pc.sum(pc.max_element_wise(rows.column(WEIGHT), 0)).as_py() or 0) >= top.k:
+                break
+            want *= 4
+        return self._retract(op, pa.table({ROW: [0]}), self._window(op, rows))
 
     def _window(self, op: WindowDiff, rows: pa.Table) -> pa.Table | None:
         """The window's rows over the touched partitions' ``rows``, as a consolidated Z-set."""

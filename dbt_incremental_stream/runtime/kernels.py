@@ -222,10 +222,35 @@ def in_ranges(table: pa.Table, column: str, regions: Sequence[tuple[pa.Scalar, p
     return pa.concat_tables(parts) if parts else table.slice(0, 0)
 
 
+def orders_exactly(kind: pa.DataType) -> bool:
+    """Whether values of ``kind`` become numbers in the same order (:func:`_ordinals`)."""
+    return (pa.types.is_integer(kind) or pa.types.is_timestamp(kind) or pa.types.is_date(kind)
+            or pa.types.is_decimal128(kind) and kind.precision <= 18)
+
+
+def beyond(runs: Sequence[pa.Table], column: str, desc: bool, n: int) -> tuple[list[pa.Table], pa.Scalar | None]:
+    """From runs sorted by ``column``: the rows at or beyond a cut (the largest values when
+    ``desc``, else the smallest) such that no run has more than ``n`` rows beyond it, and
+    the cut; every row and None when no run has ``n``."""
+    values = [_ordinals(r.column(column)) for r in runs]
+    cuts = [(v[-n] if desc else v[n - 1], i) for i, v in enumerate(values) if len(v) >= n]
+    runs = [r.drop_columns([HASH]) if HASH in r.column_names else r for r in runs]
+    if not cuts:
+        return runs, None
+    at, i = max(cuts) if desc else min(cuts)
+    cut = runs[i].column(column)[(len(values[i]) - n) if desc else n - 1]
+    if desc:
+        return [r.slice(int(np.searchsorted(v, at, "left"))) for r, v in zip(runs, values)], cut
+    return [r.slice(0, int(np.searchsorted(v, at, "right"))) for r, v in zip(runs, values)], cut
+
+
 def _ordinals(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    """Integer, date or timestamp values as numbers in the same order."""
+    """Integer, date, timestamp or decimal(≤18) values as numbers in the same order."""
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks()
+    if pa.types.is_decimal128(values.type) and values.type.precision <= 18:  # the unscaled values' low words
+        words = np.frombuffer(values.buffers()[1], dtype=np.int64)
+        return words[2 * values.offset:2 * (values.offset + len(values)):2]
     if pa.types.is_timestamp(values.type) or pa.types.is_date64(values.type):
         values = values.cast(pa.int64())
     elif pa.types.is_date32(values.type):

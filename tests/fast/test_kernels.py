@@ -260,3 +260,20 @@ def test_ordered_arrangement_ranges_find_each_row_in_a_region_once(tmp_path_fact
         for run in bucket:
             values = store.read(run).column("v").to_pylist()
             assert None not in values and values == sorted(values)
+
+
+@given(st.lists(st.lists(st.integers(-20, 20), max_size=15), min_size=1, max_size=4), st.integers(1, 8), st.booleans())
+@settings(max_examples=80, deadline=None)
+def test_beyond_a_cut_is_every_row_past_it(runs, n, desc):
+    """A global top-k's read: every row at or past the cut, the cut where some run has
+    its n-th row from the end; every row when no run has n."""
+    tables = [kernels.sort_run(pa.table({"v": pa.array(r, pa.int64()), WEIGHT: pa.array([1] * len(r), pa.int64())}),
+                               (kernels.ORDERED, "v")) for r in runs]
+    parts, cut = kernels.beyond(tables, "v", desc, n)
+    got = sorted(v for p in parts for v in p.column("v").to_pylist())
+    if cut is None:
+        assert all(len(r) < n for r in runs) and got == sorted(v for r in runs for v in r)
+        return
+    c = cut.as_py()
+    assert got == sorted(v for r in runs for v in r if (v >= c if desc else v <= c))
+    assert any(sum(1 for v in r if (v >= c if desc else v <= c)) >= n for r in runs)

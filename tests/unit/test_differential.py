@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import os
 from datetime import datetime, timedelta
+from decimal import Decimal
 
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
@@ -134,6 +135,7 @@ ARRANGED = {
     **{k: GROUPS["aggregates"][k] for k in ("linear_agg", "having", "global_linear", "group_expr", "distinct_calls",
                                             "global_distinct")},
     **{k: GROUPS["composed"][k] for k in ("region_revenue", "view_on_view", "agg_of_agg")},
+    **{k: GROUPS["windows"][k] for k in ("top_k", "top_k_agg")},
     "join_of_agg": "SELECT c.name, t.n, t.s FROM customers c JOIN (SELECT cust, COUNT(*) AS n, SUM(qty) AS s "
                    "FROM orders GROUP BY cust) t ON t.cust = c.id",
     "items_join": "SELECT i.sku, COUNT(*) AS n, AVG(i.price) AS p FROM items i JOIN orders o ON o.id = i.order_id "
@@ -279,6 +281,32 @@ def test_temporal_filters_read_only_rows_whose_window_opens_or_closes(spark, tmp
             assert tick.rows_read <= 3 * 3 * (k + 1) + 10, tick.rows_read
         diff.step({}, now=t0 - 5 * minute)  # the clock going back is a move too
         assert diff.pipeline.last_tick.path == "arranged", diff.pipeline.last_tick.why
+    finally:
+        diff.close()
+
+
+def test_global_top_k_reads_the_end_of_an_ordered_arrangement(spark, tmp_path):
+    """ORDER BY … LIMIT over the whole input: a tick reads the rows near the top (widening
+    while deletes empty it), not every row; ties, NULLs and multiplicities as in batch."""
+    views = {
+        "top": "SELECT id, v FROM t ORDER BY v DESC LIMIT 5",
+        "bottom": "SELECT id, d FROM t ORDER BY d ASC NULLS LAST, id LIMIT 3 OFFSET 2",
+        "top_groups": "SELECT g, SUM(v) AS s FROM t GROUP BY g ORDER BY s DESC LIMIT 4",
+    }
+    rows = [(i, (i * 37) % 101 if i % 9 else None, i % 13, None if i % 11 == 0 else Decimal(i % 50) / 4)
+            for i in range(400)]
+    diff = Differential(spark, str(tmp_path), {"t": "id INT, v INT, g INT, d DECIMAL(8,2)"}, views)
+    try:
+        diff.step({"t": [(r, 1) for r in rows] + [(rows[5], 1)]})
+        diff.step({"t": [((900, 500, 1, Decimal("-1")), 1)]})
+        top = sorted((r for r in rows if r[1] is not None), key=lambda r: -r[1])
+        for change in ([(top[0], -1), (top[1], -1)],  # the top rows leave
+                       [(r, -1) for r in top[2:12]],  # more than k leave: the cut widens
+                       [((901, 100, 2, Decimal("0.25")), 2), ((900, 500, 1, Decimal("-1")), -1)]):
+            diff.step({"t": change})
+            tick = diff.pipeline.last_tick
+            assert tick.path == "arranged", tick.why
+            assert tick.rows_read < 200, tick.rows_read
     finally:
         diff.close()
 
