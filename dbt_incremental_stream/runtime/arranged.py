@@ -3,7 +3,9 @@
 For a small tick a Spark job costs more than the work, so the stateful operators run as
 :mod:`.kernels` over the arrangements their integrals are kept in: a join probes the other
 side's arrangement with the delta's keys, a linear aggregate probes its partial sums and
-its own emitted rows for the touched groups only. Projections, renames and casts to the
+its own emitted rows for the touched groups only, a temporal filter reads its state by
+ranges of the compared column when the time moves, and a global top-k reads the end of
+its input ordered by the first sort term. Projections, renames and casts to the
 type a column already has are done on the Arrow columns; every other expression (a
 filter, a computed column, an aggregate's finishing where Spark's decimal arithmetic
 decides) is handed to Spark on the delta itself (a local relation: no state is read), so
