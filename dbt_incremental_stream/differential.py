@@ -12,7 +12,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from decimal import Decimal
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Collection, Iterable, Mapping, Sequence
 
 import duckdb
 import pyarrow as pa
@@ -128,6 +128,7 @@ class Differential:
     sources: Mapping[str, str | StructType]
     views: Mapping[str, str]
     max_batches: int = 8
+    expire: Collection[str] = ()  # sources declared ``expire`` (see Pipeline.add_source)
     pipeline: Pipeline = field(init=False)
     oracle: Oracle = field(init=False)
 
@@ -135,7 +136,7 @@ class Differential:
         self.pipeline = Pipeline(self.spark, self.state_location, max_batches=self.max_batches)
         self.oracle = Oracle()
         for name, schema in self.sources.items():
-            self.pipeline.add_source(name, schema)
+            self.pipeline.add_source(name, schema, expire=name in self.expire)
             self.oracle.add_source(name, self.pipeline._schemas[name])
         for name, sql in self.views.items():
             self.add_view(name, sql)

@@ -195,7 +195,8 @@ class Project:
             replaced, missing = set(), {}
             for rel in dict.fromkeys(r for m in order for r in m.reads if r in self.streams and r not in models):
                 try:
-                    if pipe.add_source(engine_name(rel), self.streams[rel].columns, replace=rel in reread):
+                    if pipe.add_source(engine_name(rel), self.streams[rel].columns, replace=rel in reread,
+                                       expire=self.streams[rel].expire):
                         replaced.add(engine_name(rel))
                         self._offsets.pop(rel, None)
                         self._caught_up.discard(rel)

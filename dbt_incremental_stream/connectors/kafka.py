@@ -111,6 +111,7 @@ class KafkaSource:
     metadata: tuple[tuple[str, str], ...] = ()
     avro_schema: str | None = None  # the writer schema's JSON (from a schema file)
     dead_letter_topic: str | None = None
+    expire: bool = False  # rows out of every model's temporal filters for good leave the retained input
 
     def __post_init__(self) -> None:
         where = f"Kafka source {self.relation!r}"
@@ -182,23 +183,29 @@ class KafkaSource:
                            tuple(k.lower() for k in ([key] if isinstance(key, str) else key)),
                            str(config.get("start", "earliest")), metadata,
                            avro if avro is None or isinstance(avro, str) else json.dumps(avro),
-                           config.get("dead_letter_topic"))
+                           config.get("dead_letter_topic"), _flag(config.get("expire", False), relation, "expire"))
 
     def to_json(self) -> dict[str, Any]:
         return {"relation": self.relation, "topic": self.topic, "schema": self.schema.json(), "format": self.format,
                 "envelope": self.envelope, "key": list(self.key), "start": self.start,
                 "metadata": [list(m) for m in self.metadata], "avro_schema": self.avro_schema,
-                "dead_letter_topic": self.dead_letter_topic}
+                "dead_letter_topic": self.dead_letter_topic, "expire": self.expire}
 
     @staticmethod
     def from_json(doc: Mapping[str, Any]) -> KafkaSource:
         return KafkaSource(doc["relation"], doc["topic"], StructType.fromJson(json.loads(doc["schema"])), doc["format"],
                            doc["envelope"], tuple(doc["key"]), doc["start"],
                            tuple((k, c) for k, c in doc.get("metadata", ())), doc.get("avro_schema"),
-                           doc.get("dead_letter_topic"))
+                           doc.get("dead_letter_topic"), bool(doc.get("expire", False)))
 
     def decoder(self, registry: Registry | None) -> Decoder:
         return Decoder(self.format, self.schema, self.avro_schema, registry)
+
+
+def _flag(value: Any, relation: str, name: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    raise StreamError(f"Kafka source {relation!r}: `{name}` is true or false, not {value!r}")
 
 
 #: a partition's offsets for a tick: [start, end)

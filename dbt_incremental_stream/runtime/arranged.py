@@ -19,8 +19,9 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass
+from datetime import datetime
 from functools import partial, singledispatchmethod
-from typing import Callable, Mapping, Sequence
+from typing import AbstractSet, Callable, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -53,6 +54,7 @@ from ..circuit.operators import (
     walk,
 )
 from ..sql.planner import DIALECT, _conjuncts
+from ..sql.temporal import CLOCK, CLOCK_COLUMN
 from . import expressions, kernels, zsets
 from .arrangement import Arrangement, RunStore
 
@@ -106,11 +108,38 @@ class JoinPlan:
 @dataclass(frozen=True)
 class TemporalPlan:
     """A temporal filter whose rows are ``state``, kept ordered by the integral's
-    ``column``; ``bounds`` compute, from the clock's rows, what the column is compared with."""
+    ``column``; ``bounds`` compute, from the clock's rows, what the column is compared with;
+    ``lower`` are the bounds below which a row is false, that never decrease as the time
+    moves on (``c > now() - INTERVAL 1 HOUR``): once below one, a row is false for good."""
 
     state: Side
     column: str
     bounds: tuple[expressions.Compiled, ...]
+    lower: tuple[expressions.Compiled, ...] = ()
+
+
+@dataclass(frozen=True)
+class Expiry:
+    """The rows of a state node that every reader (each a temporal filter) excludes now
+    and at every later time: ``column`` below :meth:`threshold`, or NULL. ``readers`` are
+    each reader's lower bounds over the clock's row (``clock``: its Arrow schema)."""
+
+    column: str
+    clock: pa.Schema
+    readers: tuple[tuple[expressions.Compiled, ...], ...]
+
+    def threshold(self, now: datetime) -> pa.Scalar | None:
+        """The least value a row's column needs to be true for some reader at ``now`` or
+        later: the smallest over readers of the largest of each one's lower bounds."""
+        clock = pa.Table.from_pylist([{c: 1 if c == WEIGHT else now for c in self.clock.names}], schema=self.clock)
+        out = None
+        for bounds in self.readers:
+            values = [expressions.as_column(f(clock), 1)[0] for f in bounds]
+            if any(not v.is_valid for v in values):
+                return None
+            high = max(values, key=lambda v: v.as_py())
+            out = high if out is None or high.as_py() < out.as_py() else out
+        return out
 
 
 @dataclass(frozen=True)
@@ -148,7 +177,8 @@ class Plan:
     """What the arranged path needs to know about a circuit, found once."""
 
     def __init__(self, states: Sequence[Operator], same: Mapping[str, str], schema: Callable[[Operator], StructType],
-                 types: Callable[[Operator, list[str]], list[pa.DataType]], zone: str = "UTC"):
+                 types: Callable[[Operator, list[str]], list[pa.DataType]], zone: str = "UTC",
+                 keep: AbstractSet[str] = frozenset()):
         self.same = same
         self.schema = schema
         self.types = types  # Spark's types of expressions over a node's columns
@@ -163,8 +193,11 @@ class Plan:
         self.join_keys: dict[str, list[expressions.Compiled]] = {}  # a join's computed delta keys Arrow computes
         self.temporal: dict[str, TemporalPlan] = {}  # temporal filters read by ranges of their state
         self.tops: dict[str, TopPlan] = {}  # top-k without partitions read from an ordered end
+        #: temporal filters over a source's rows with lower edges: (source, edges as an Expiry)
+        self.guards: dict[str, tuple[str, Expiry]] = {}
         for op in walk(*states):
             self._check(op)
+        self.expiry = self._expiries(states, keep)  # state nodes rows leave for good as the time moves
 
     def state_of(self, integral: Integral) -> str:
         return self.same.get(integral.id, integral.id)
@@ -306,41 +339,59 @@ class Plan:
             integral, after = op, True
         else:
             return None
-        rename = {c: c for c in integral.columns}
-        for m in reversed(chain):
-            if isinstance(m, Map):
-                rename = {name: rename[src] for name, src in self._copies(m).items() if src in rename}
-        return Side(integral, after, tuple(reversed(chain)), rename)
+        return Side(integral, after, tuple(reversed(chain)), self._renamed(integral.columns, chain))
 
     def _temporal(self, op: Temporal) -> TemporalPlan | None:
-        """The ranges a temporal filter's state is read by when the time moves: every
-        condition that reads the clock compares one column of the rows with a value of
-        the clock (``c > now() - INTERVAL 1 HOUR``, ``c BETWEEN … AND …``, ``c = …``).
-        Then a row's truth can differ between the old and the new time only where the
-        column lies between the value at the old and at the new time."""
+        """The ranges a temporal filter's state is read by when the time moves (see
+        :meth:`_edges`); a row's truth can differ between the old and the new time only
+        where the column lies between the value at the old and at the new time."""
+        edges = self._edges(op)
+        if edges is None:
+            return None
+        column, bounds, lower = edges
+        source = self._source_copy(op.left, column)
+        if source is not None and lower:
+            clock = zsets.arrow_schema(self.schema(op.right))
+            self.guards[op.id] = (source[0], Expiry(source[1], clock, (lower,)))
         state = self._side(op.left)
         if state is None or self._side(op.right) is not None or state.integral.key is not None:
             return None
+        if column not in state.rename:
+            return None
+        self.need(self.state_of(state.integral), (kernels.ORDERED, state.rename[column]))
+        return TemporalPlan(state, state.rename[column], bounds, lower)
+
+    def _edges(self, op: Temporal) -> tuple[str, tuple[expressions.Compiled, ...], tuple[expressions.Compiled, ...]] | None:
+        """(column, bounds, lower bounds) of a temporal filter whose every condition that
+        reads the clock compares one column of the rows with a value of the clock (``c >
+        now() - INTERVAL 1 HOUR``, ``c BETWEEN … AND …``, ``c = …``); the lower bounds are
+        those the column must reach that never decrease as the time moves on."""
         rows, clock = set(op.left.columns), set(op.right.columns)
         column: str | None = None
         bounds: list[str] = []
+        lower: list[str] = []  # bounds the column must reach (or pass)
         for t in _conjuncts(sqlglot.parse_one(op.on, read=DIALECT)):
             if not {c.name for c in t.find_all(exp.Column)} & clock:
                 continue  # the same at every time
             if isinstance(t, exp.Between):
-                pairs = [(t.this, t.args["low"]), (t.this, t.args["high"])]
-            elif isinstance(t, (exp.GT, exp.GTE, exp.LT, exp.LTE, exp.EQ)):
-                pairs = [(t.left, t.right)]
+                pairs = [(t.this, t.args["low"], True), (t.this, t.args["high"], False)]
+            elif isinstance(t, (exp.GT, exp.GTE, exp.EQ)):
+                pairs = [(t.left, t.right, True)] + ([(t.left, t.right, False)] if isinstance(t, exp.EQ) else [])
+            elif isinstance(t, (exp.LT, exp.LTE)):
+                pairs = [(t.left, t.right, False)]
             else:
                 return None
-            for a, b in pairs:
-                a, b = (a, b) if isinstance(a, exp.Column) and a.name in rows else (b, a)
+            for a, b, below in pairs:
+                if not (isinstance(a, exp.Column) and a.name in rows):
+                    a, b, below = b, a, not below
                 if not (isinstance(a, exp.Column) and a.name in rows) or not (
                         {c.name for c in b.find_all(exp.Column)} <= clock) or column not in (None, a.name):
                     return None
                 column = a.name
                 bounds.append(b.sql(DIALECT))
-        if column is None or column not in state.rename:
+                if below and (time := _clock_column(op.right)) is not None and _nondecreasing(b, time):
+                    lower.append(b.sql(DIALECT))
+        if column is None:
             return None
         kind = zsets.arrow_schema(self.schema(op.left)).field(column).type
         if not (pa.types.is_timestamp(kind) or pa.types.is_date32(kind) or pa.types.is_integer(kind)):
@@ -349,9 +400,54 @@ class Plan:
         compiled = [expressions.value(b, schema, partial(self.types, op.right), self.zone) for b in bounds]
         if any(f is None for f in compiled) or any(t != kind for t in self.types(op.right, bounds)):
             return None
-        key = (kernels.ORDERED, state.rename[column])
-        self.need(self.state_of(state.integral), key)
-        return TemporalPlan(state, state.rename[column], tuple(compiled))  # type: ignore[arg-type]
+        return (column, tuple(compiled),  # type: ignore[arg-type]
+                tuple(f for b, f in zip(bounds, compiled) if b in lower))  # type: ignore[misc]
+
+    def _source_copy(self, op: Operator, column: str) -> tuple[str, str] | None:
+        """(source, its column) when ``op``'s rows are a source's rows (its delta or its
+        integral) under row-wise operators and ``column`` copies one of its columns."""
+        chain: list[Operator] = []
+        while isinstance(op, (Map, Filter)):
+            chain.append(op)
+            op = op.input
+        if isinstance(op, Delay):
+            op = op.input
+        if isinstance(op, Integral) and op.key is None:
+            op = op.input
+        if not isinstance(op, Input):
+            return None
+        rename = self._renamed(op.columns, chain)
+        return (op.name, rename[column]) if column in rename else None
+
+    def _renamed(self, columns: Sequence[str], chain: Sequence[Operator]) -> dict[str, str]:
+        """Column → the column of ``columns`` it copies, after ``chain`` (innermost first)."""
+        rename = {c: c for c in columns}
+        for m in reversed(chain):
+            if isinstance(m, Map):
+                rename = {name: rename[src] for name, src in self._copies(m).items() if src in rename}
+        return rename
+
+    def _expiries(self, states: Sequence[Operator], keep: AbstractSet[str]) -> dict[str, Expiry]:
+        """The state nodes whose every reader is a temporal filter with lower bounds on
+        one column: rows below all of them can leave the state. ``keep``: nodes read
+        whole from outside the circuit (views' contents, sources read back to diff)."""
+        readers: dict[str, list[Operator]] = {}
+        for op in walk(*states):
+            if isinstance(op, (Map, Filter, Delay)):
+                continue  # a step of a side's chain: its consumer reads the state
+            for i in op.inputs:
+                side = self._side(i)
+                if side is not None:
+                    readers.setdefault(self.state_of(side.integral), []).append(op)
+        out = {}
+        for node, ops in readers.items():
+            plans = [self.temporal.get(op.id) for op in ops]
+            columns = {p.column for p in plans if p is not None}
+            if node in keep or len(columns) != 1 or any(p is None or not p.lower for p in plans):
+                continue
+            clock = zsets.arrow_schema(self.schema(ops[0].right))  # type: ignore[attr-defined]
+            out[node] = Expiry(columns.pop(), clock, tuple(p.lower for p in plans))  # type: ignore[union-attr]
+        return out
 
     def _join(self, op: Join) -> JoinPlan:
         left, right = self._side(op.left), self._side(op.right)
@@ -758,3 +854,34 @@ class ArrangedTick:
         if t is None or isinstance(state.input, Partials):
             return t
         return kernels.sum_by(t, state.key) if state.key is not None else kernels.consolidate(t)
+
+
+def _nondecreasing(e: exp.Expression, time: str) -> bool:
+    """Whether ``e``, over column ``time`` (the time), never decreases as the time moves
+    on: the time itself, shifted by a constant, or cast to a date or timestamp."""
+    if isinstance(e, exp.Paren):
+        return _nondecreasing(e.this, time)
+    if isinstance(e, exp.Column):
+        return e.name == time
+    if isinstance(e, exp.Cast):
+        return e.to.this in (exp.DataType.Type.DATE, exp.DataType.Type.TIMESTAMP) and _nondecreasing(e.this, time)
+    constant = (exp.Interval, exp.Literal)
+    if isinstance(e, exp.Add) and isinstance(e.this, constant):
+        return _nondecreasing(e.expression, time)
+    if isinstance(e, (exp.Add, exp.Sub)):
+        return isinstance(e.expression, constant) and _nondecreasing(e.this, time)
+    return False
+
+
+def _clock_column(op: Operator) -> str | None:
+    """The column of ``op`` holding the time, when ``op`` is the clock (its delta or its
+    integral) with only that column (maybe renamed); None otherwise."""
+    if isinstance(op, Delay) or isinstance(op, Integral) and op.key is None:
+        return _clock_column(op.input)
+    if isinstance(op, Input):
+        return CLOCK_COLUMN if op.name == CLOCK and op.columns == (CLOCK_COLUMN,) else None
+    if isinstance(op, Map) and len(op.exprs) == 1 and is_identifier(op.exprs[0][1]):
+        inner = _clock_column(op.input)
+        return op.exprs[0][0] if inner is not None and unquote(op.exprs[0][1]) == inner else None
+    return None
+

@@ -210,7 +210,7 @@ def in_ranges(table: pa.Table, column: str, regions: Sequence[tuple[pa.Scalar, p
             mask = pc.or_kleene(mask, m)
         return table.filter(mask)
     values = _ordinals(table.column(column))
-    spans = sorted((int(np.searchsorted(values, _ordinal(lo), "left")), int(np.searchsorted(values, _ordinal(hi), "right")))
+    spans = sorted((int(np.searchsorted(values, ordinal(lo), "left")), int(np.searchsorted(values, ordinal(hi), "right")))
                    for lo, hi in regions)
     merged: list[list[int]] = []
     for start, stop in spans:
@@ -258,8 +258,20 @@ def _ordinals(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return values.to_numpy(zero_copy_only=False)
 
 
-def _ordinal(value: pa.Scalar) -> int:
+def ordinal(value: pa.Scalar) -> int:
+    """One value as :func:`_ordinals` numbers it."""
     return int(_ordinals(pa.array([value.as_py()], value.type))[0])
+
+
+def from_ordinal(n: int, kind: pa.DataType) -> pa.Scalar:
+    """The value of ``kind`` (an integer, date or timestamp) that :func:`ordinal` numbers ``n``."""
+    return pa.array([n], pa.int32() if pa.types.is_date32(kind) else pa.int64()).cast(kind)[0]
+
+
+def lowest(kind: pa.DataType) -> pa.Scalar:
+    """The least value of ``kind`` (an integer, date or timestamp)."""
+    width = pa.int32() if pa.types.is_date32(kind) else kind if pa.types.is_integer(kind) else pa.int64()
+    return from_ordinal(int(np.iinfo(width.to_pandas_dtype()).min), kind)
 
 
 def candidates(run_hashes: np.ndarray, probe_hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -10,6 +10,13 @@
 Every source's integral is kept (retained input), so a view added to a pipeline that
 already ran is backfilled from history, and a process that opens the same location with
 the same sources and views resumes from the last committed tick.
+
+The time views read never goes back, so a row that every reader of its state sees only
+through temporal filters, and that lies below all their windows' lower edges, is false
+for good: it leaves that state at the tick its last window closes, and the threshold is
+recorded with the tick (meta ``expired``). A source's retained input is such a state
+only when the source is declared ``expire``: then a view added later that would still
+see a row gone from it cannot be built there, and says so.
 """
 from __future__ import annotations
 
@@ -24,8 +31,10 @@ from functools import partial
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.errors import AnalysisException, ParseException
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.conversion import ArrowTableToRowsConversion
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import DataType, DecimalType, DoubleType, FloatType, StructField, StructType
@@ -36,7 +45,7 @@ from ..circuit.operators import (WEIGHT, Delay, Input, Integral, Map, Operator, 
 from ..errors import CompileError, StateError, StreamError
 from ..sql.planner import CLOCK, CLOCK_COLUMN, parse, plan, uses_clock
 from . import kernels, zsets
-from .arranged import ArrangedTick, NotArranged, Plan, Spec
+from .arranged import ArrangedTick, Expiry, NotArranged, Plan, Spec
 from .arrangement import BUILT_DDL, Arrangement, Run, buckets_for
 from .arrangement import build as build_runs
 from .evaluate import Tick, empty_tick
@@ -158,6 +167,7 @@ class Pipeline:
         self._views: dict[str, View] = {}
         self._incremental = Incrementalizer()
         self._indexes: set[tuple[str, tuple[str, ...]]] = set()  # (source, key) arranged for current_rows
+        self._expiring: set[str] = set()  # sources whose retained input drops rows out of every window
         self._circuit_changed()
         #: how the last tick ran and where its time went
         self.last_tick: TickStats | None = None
@@ -168,6 +178,9 @@ class Pipeline:
         #: node schemas and expression types the last commit recorded (``_meta``): a new
         #: instance's arranged plan reads them instead of building the circuit in Spark again
         self._recorded: dict[str, dict[str, str]] = self.store.meta.get("types", {})
+        #: per state node, the value of the compared column below which its rows have left
+        #: it (Arrow's integer form of a date, time or number)
+        self._expired: dict[str, int] = dict(self.store.meta.get("expired", {}))
 
     # --- definition --------------------------------------------------------------------
 
@@ -181,14 +194,18 @@ class Pipeline:
         """The time of the last committed tick, for views that read the time."""
         return self._now
 
-    def add_source(self, name: str, schema: str | StructType, *, replace: bool = False) -> bool:
+    def add_source(self, name: str, schema: str | StructType, *, replace: bool = False, expire: bool = False) -> bool:
         """Declare an input relation; ``schema`` is a StructType or DDL like ``"id INT, v STRING"``.
 
         If the state holds the source with other columns, that is an error, or with
         ``replace`` its retained input is dropped (and True returned): views reading it must
-        then be :meth:`reset`.
+        then be :meth:`reset`. With ``expire``, rows that every view sees only through
+        temporal filters whose windows they have left for good leave its retained input
+        too (else it keeps every row, for views added later).
         """
         name = name.lower()
+        if expire:
+            self._expiring.add(name)
         self._check_new(name)
         st = self._parse_schema(name, schema)
         known = self.store.meta.get("sources", {}).get(name)
@@ -316,7 +333,11 @@ class Pipeline:
 
         clock = self._now
         if CLOCK in self._schemas:
-            clock = now or datetime.now(timezone.utc).replace(tzinfo=None)
+            if now is not None and self._now is not None and now < self._now:
+                raise StreamError(f"the time {now} is before the last tick's {self._now}: the time views "
+                                  f"read never goes back (rows outside every window for good leave the state)")
+            wall = datetime.now(timezone.utc).replace(tzinfo=None)
+            clock = now or (wall if self._now is None else max(wall, self._now))
             if clock != self._now:
                 moved = [((clock,), 1)] + ([((self._now,), -1)] if self._now is not None else [])
                 arrow[CLOCK] = self._rows_arrow(CLOCK, moved)
@@ -341,6 +362,7 @@ class Pipeline:
         written: dict[str, list[Batch]] = {s.id: [] for s in states}
         new = [s for s in states if not self.store.has(s.id)]
         if new and self.store.tick > 0:
+            self._check_expired(plan, new, clock)
             self._backfill(new, tick, written)
 
         # fixed before any batch of this tick is written: Delay reads the previous tick
@@ -352,6 +374,7 @@ class Pipeline:
                    empty=self._typed_empty())
         try:
             frames = {s.id: self._fold(s, d) for s in states if (d := _state_delta(run, s)) is not None}
+            expired = self._expire_frames(plan, frames, before, clock, {s.id: s for s in states})
             batches = self.store.write(tick, frames)
             for node, batch in batches.items():
                 written[node].append(batch)
@@ -360,7 +383,8 @@ class Pipeline:
             changes = Changes({name: partial(frames.__getitem__, name) for name in frames})
             arranging = time.perf_counter()
             arrangements = self._arrange(plan, written, tick) if plan is not None else {}
-            outputs, computed = self._commit(tick, states, written, arrangements, changes, clock, before_commit)
+            outputs, computed = self._commit(tick, states, written, arrangements, changes, clock, expired,
+                                             before_commit)
         finally:
             run.release()
         self.last_tick = TickStats("dataframe", sum(t.num_rows for t in arrow.values()),
@@ -370,18 +394,20 @@ class Pipeline:
 
     def _commit(self, tick: int, states: list[State], written: dict[str, list[Batch]],
                 arrangements: dict[str, dict[tuple[str, ...], Arrangement]], changes: Changes,
-                clock: datetime | None, before_commit: Callable[[int, Changes], None] | None
-                ) -> tuple[float, float]:
-        """Hand the tick's changes to ``before_commit``, then commit the tick; returns when
-        ``before_commit`` started and when the commit did."""
+                clock: datetime | None, expired: Mapping[str, int],
+                before_commit: Callable[[int, Changes], None] | None) -> tuple[float, float]:
+        """Hand the tick's changes to ``before_commit``, then commit the tick (with the
+        thresholds below which rows have left each state); returns when ``before_commit``
+        started and when the commit did."""
         outputs = time.perf_counter()
         if before_commit is not None:
             before_commit(tick, changes)
         committing = time.perf_counter()
         by_id = {s.id: s for s in states}
-        self.store.commit(tick, written, lambda node, df: self._merge(by_id[node], df), self._meta(clock),
+        expired = {n: at for n, at in expired.items() if n in written}
+        self.store.commit(tick, written, lambda node, df: self._merge(by_id[node], df), self._meta(clock, expired),
                           arrangements, lambda node, t: _merge_arrow(by_id[node], t))
-        self._now = clock
+        self._now, self._expired = clock, expired
         return outputs, committing
 
     # --- the arranged path: small ticks on indexed state ---------------------------------
@@ -392,8 +418,10 @@ class Pipeline:
             try:
                 if self.store.runs is None:
                     raise NotArranged(f"pyarrow has no file system for {self.store.fs.root}")
+                keep = {v.state.id for v in self._views.values()} | {
+                    self._source_state(n).id for n in self._schemas if n not in self._expiring}
                 self._plan = Plan(self._states(), self._same_state(), self._schema_of, self._types_of,
-                                  self.spark.conf.get("spark.sql.session.timeZone") or "UTC")
+                                  self.spark.conf.get("spark.sql.session.timeZone") or "UTC", keep)
                 for source, key in self._indexes:
                     if source in self._schemas:
                         self._plan.need(self._source_state(source).id, key)
@@ -427,6 +455,7 @@ class Pipeline:
         assert self.store.runs is not None
         run = ArrangedTick(plan, inputs, self.store.arrangements, self.store.runs, self.spark)
         tables = {s.id: run.state_delta(s) for s in states}
+        expired = self._expire_arrow(plan, tables, clock, states)
         evaluated = time.perf_counter()
         tick = self.store.tick + 1
         batches = self.store.write_arrow(tick, tables, {s.id: self._stored_schema(s) for s in states})
@@ -436,7 +465,8 @@ class Pipeline:
                         for node, arrs in self.store.arrangements.items() if node in tables}
         changes = Changes({v.name: partial(self._arrow_change, v, tables.get(v.state.id)) for v in self._views.values()},
                           {v.name: t for v in self._views.values() if (t := tables.get(v.state.id)) is not None})
-        outputs, committing = self._commit(tick, states, written, arrangements, changes, clock, before_commit)
+        outputs, committing = self._commit(tick, states, written, arrangements, changes, clock, expired,
+                                           before_commit)
         done = time.perf_counter()
         self.last_tick = TickStats("arranged", sum(t.num_rows for t in inputs.values()),
                                    {"spark": fetched - started + run.spark_seconds,
@@ -444,6 +474,59 @@ class Pipeline:
                                     "write": outputs - evaluated, "outputs": committing - outputs,
                                     "commit": done - committing}, rows_read=run.rows_read)
         return changes
+
+    def _thresholds(self, plan: Plan | None, clock: datetime | None) -> dict[str, tuple[pa.Scalar, int]]:
+        """Per state node rows leave as the time moves: the value (and its ordinal) below
+        which a row is outside every reader's window at ``clock`` and after."""
+        out = {}
+        for node, expiry in (plan.expiry.items() if plan is not None and clock is not None else ()):
+            if (t := expiry.threshold(clock)) is not None:  # type: ignore[arg-type]
+                known = self._expired.get(node)
+                at = kernels.ordinal(t)
+                out[node] = (t, at) if known is None or at >= known else (kernels.from_ordinal(known, t.type), known)
+        return out
+
+    def _expire_arrow(self, plan: Plan, tables: dict[str, pa.Table | None], clock: datetime | None,
+                      states: list[State]) -> dict[str, int]:
+        """This tick's state deltas without the rows that left every window for good: rows
+        of the delta below the threshold (or NULL) are not stored, and stored rows between
+        the last threshold and this one are retracted, read by range from the arrangement
+        ordered by the column. Returns every node's threshold."""
+        expired = dict(self._expired)
+        by_id = {s.id: s for s in states}
+        assert self.store.runs is not None
+        for node, (t, at) in self._thresholds(plan, clock).items():
+            column = plan.expiry[node].column
+            delta = tables.get(node)
+            kept = None if delta is None else delta.filter(pc.fill_null(pc.greater_equal(delta.column(column), t), False))
+            gone = None
+            if at != expired.get(node):
+                low = kernels.from_ordinal(expired[node], t.type) if node in expired else kernels.lowest(t.type)
+                arr = self.store.arrangements[node][(kernels.ORDERED, column)]
+                found = self.store.runs.ranges(arr, [(low, t)])
+                if found is not None:
+                    found = kernels.consolidate(found.filter(pc.less(found.column(column), t)))
+                    schema = zsets.arrow_schema(self._stored_schema(by_id[node]))
+                    gone = kernels.negate(found.select(schema.names).cast(schema)) if found.num_rows else None
+            tables[node] = kernels.concat([kept, gone])
+            expired[node] = at
+        return expired
+
+    def _expire_frames(self, plan: Plan | None, frames: dict[str, DataFrame], before: Mapping[str, DataFrame | None],
+                       clock: datetime | None, states: Mapping[str, State]) -> dict[str, int]:
+        """:meth:`_expire_arrow` on the DataFrame path: every stored row below the threshold
+        (or NULL) is retracted, whatever the last threshold was."""
+        expired = dict(self._expired)
+        for node, (t, at) in self._thresholds(plan, clock).items():
+            assert plan is not None
+            c = zsets.col(plan.expiry[node].column)
+            gone = c.isNull() | (c < F.lit(t.as_py()))
+            parts = [frames[node].where(~gone)] if node in frames else []
+            if before.get(node) is not None:
+                parts.append(before[node].where(gone).withColumn(WEIGHT, -zsets.col(WEIGHT)))  # type: ignore[union-attr]
+            frames[node] = self._merge(states[node], zsets.union(parts))  # type: ignore[arg-type]
+            expired[node] = at
+        return expired
 
     def _arrow_change(self, view: View, table: pa.Table | None) -> DataFrame:
         if table is None or table.num_rows == 0:
@@ -539,6 +622,50 @@ class Pipeline:
             return self.spark.createDataFrame([], zsets.with_weight(view.schema))
         return frames[0] if len(frames) == 1 else zsets.consolidate(zsets.union(frames))  # type: ignore[arg-type]
 
+    def _check_expired(self, plan: Plan | None, new: list[State], clock: datetime | None) -> None:
+        """Refuse to build ``new`` state nodes that would read rows which have left a state
+        for good (below its recorded threshold) while they are not outside their windows."""
+        sources = {self._source_state(n).id: n for n in self._schemas}
+        for node, at in self._expired.items():
+            kept = plan is not None and node in plan.expiry and self._expiry_of(plan.expiry[node], clock) >= at
+            source = sources.get(node)
+            readers = sorted(v.name for v in self._views.values() if not self.store.has(v.state.id) and (
+                not kept and any(o.id == node for o in walk(v.state))
+                or source is not None and self._sees(plan, v.state, source, at, clock)))
+            if readers:
+                what = f"source {sources[node]!r}" if node in sources else f"state {node}"
+                raise StreamError(f"views {readers} would read rows of {what} that left the state at an earlier tick, "
+                                  f"when every view read them through a temporal filter whose window they had left; "
+                                  f"deploy these views at a new state location, which reads the sources from their start")
+
+    def _sees(self, plan: Plan | None, root: Operator, source: str, at: int, clock: datetime | None) -> bool:
+        """Whether ``root`` reads rows of ``source`` other than through a temporal filter
+        whose lower edge on the expired column is at least ``at`` (a backfill replays the
+        source's retained input through it)."""
+        column = plan.expiry[self._source_state(source).id].column if plan is not None and \
+            self._source_state(source).id in plan.expiry else None
+        seen: set[str] = set()
+
+        def reaches(op: Operator) -> bool:
+            if op.id in seen:
+                return False
+            seen.add(op.id)
+            if isinstance(op, Input):
+                return op.name == source
+            guard = plan.guards.get(op.id) if plan is not None else None
+            inputs = op.inputs
+            if guard is not None and guard[0] == source and guard[1].column == column \
+                    and self._expiry_of(guard[1], clock) >= at:
+                inputs = inputs[1:]  # the rows side is guarded: only the clock's is read whole
+            return any(reaches(i) for i in inputs)
+
+        return reaches(root)
+
+    @staticmethod
+    def _expiry_of(expiry: Expiry, clock: datetime | None) -> int:
+        t = expiry.threshold(clock) if clock is not None else None
+        return kernels.ordinal(t) if t is not None else -(1 << 63)
+
     def _backfill(self, new: list[State], tick: int, written: dict[str, list[Batch]]) -> None:
         """Seed state nodes that did not exist at the last commit by replaying the
         retained input history through them as one delta, from empty state."""
@@ -606,9 +733,10 @@ class Pipeline:
                                       for n, s in self._schemas.items()})
         return self._empty
 
-    def _meta(self, now: datetime | None) -> dict[str, Any]:
+    def _meta(self, now: datetime | None, expired: Mapping[str, int] | None = None) -> dict[str, Any]:
         return {
             "now": now.isoformat() if now else None,
+            "expired": dict(self._expired if expired is None else expired),
             "sources": {n: json.loads(s.json()) for n, s in self._schemas.items()},
             "views": {n: {"sql": v.sql, "state": v.state.id} for n, v in self._views.items()},
             "notes": self.notes,

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from dbt_incremental_stream.differential import Differential
+from dbt_incremental_stream.errors import StreamError
 from tests.workload import SOURCES, run
 
 # each example runs Spark jobs: few examples, no shrinking (a failure prints its first example);
@@ -279,8 +280,46 @@ def test_temporal_filters_read_only_rows_whose_window_opens_or_closes(spark, tmp
             assert tick.path == "arranged", tick.why
             # the rows within the moved minutes of each window edge (and the delta), not the 700
             assert tick.rows_read <= 3 * 3 * (k + 1) + 10, tick.rows_read
-        diff.step({}, now=t0 - 5 * minute)  # the clock going back is a move too
-        assert diff.pipeline.last_tick.path == "arranged", diff.pipeline.last_tick.why
+        with pytest.raises(StreamError, match="never goes back"):
+            diff.step({}, now=t0 - 5 * minute)
+    finally:
+        diff.close()
+
+
+def test_rows_outside_every_window_for_good_leave_the_state(spark, tmp_path):
+    """A row below every temporal filter's lower edge can never come back (the time only
+    moves on): it leaves the state of its source, whether it was stored before or arrives
+    late, while the views stay equal to batch; a view added later that would read it says so."""
+    views = {
+        "last_hour": "SELECT id, v FROM events WHERE ts > current_timestamp() - INTERVAL 1 HOUR",
+        "recent": "SELECT u, COUNT(*) AS n, SUM(v) AS s FROM events "
+                  "WHERE ts BETWEEN now() - INTERVAL '30' MINUTE AND now() GROUP BY u",
+    }
+    t0 = datetime(2026, 3, 1, 12, 0)
+    minute = timedelta(minutes=1)
+    events = [((i, t0 - 300 * minute + i * minute, i % 7, i % 3), 1) for i in range(320)]  # to 20 min ahead
+    events.append(((999, None, 1, 1), 1))
+    diff = Differential(spark, str(tmp_path), {"events": "id INT, ts TIMESTAMP, v INT, u INT"}, views,
+                        expire={"events"})
+
+    def stored() -> list[datetime | None]:
+        return [r["ts"] for r in diff.pipeline.snapshot("events").collect()]
+
+    try:
+        diff.step({"events": events}, now=t0)  # built by Spark: the rows before the hour never get stored
+        assert sorted(stored()) == [t0 - 60 * minute + i * minute for i in range(80)]
+        late = [((1000, t0 - 90 * minute, 1, 1), 1), ((1001, None, 2, 2), 1), ((1002, t0 + 25 * minute, 3, 0), 1)]
+        gone = [(events[10][0], -1)]  # a delete of a row that already left
+        for k, delta in ((1, late + gone), (2, []), (7, [(events[241][0], -1)]), (30, []), (31, [])):
+            diff.step({"events": delta}, now=t0 + k * minute)
+            assert diff.pipeline.last_tick.path == "arranged", diff.pipeline.last_tick.why
+            edge = t0 + (k - 60) * minute  # the last hour's lower edge, below the last 30 minutes'
+            assert sorted(stored()) == sorted(r[1] for r in diff.rows("events") if r[1] is not None and r[1] >= edge)
+        diff.add_view("last_hour_ids", "SELECT id FROM events WHERE ts >= now() - INTERVAL 50 MINUTES")
+        diff.step({}, now=t0 + 32 * minute)  # sees no row that left: built from what is kept
+        with pytest.raises(StreamError, match=r"views \['all_events'\] would read rows of source 'events'"):
+            diff.add_view("all_events", "SELECT COUNT(*) AS n FROM events")
+            diff.step({}, now=t0 + 33 * minute)
     finally:
         diff.close()
 

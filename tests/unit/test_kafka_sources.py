@@ -3,10 +3,11 @@ offsets committed with the tick (a new Project resumes after them)."""
 from __future__ import annotations
 
 from collections import Counter
+from datetime import datetime, timedelta
 from decimal import Decimal
 
 import pytest
-from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
+from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType, TimestampType
 
 from dbt_incremental_stream.connectors.kafka import KafkaSource
 from dbt_incremental_stream.differential import check_project
@@ -234,4 +235,44 @@ def test_a_tick_redone_after_a_crash_reads_the_same_records(spark, kafka, tmp_pa
         (op, row), = value.items()
         got[(row["name"], row["n"], row["total"])] += 1 if op == "insert" else -1
     assert +got == want and sum(want.values()) == 4  # a, b, c, d
+    project.close()
+
+
+def test_an_expiring_source_keeps_only_rows_a_window_can_see(spark, kafka, tmp_path):
+    """An upsert source declared ``expire`` keeps only the rows some model's window can
+    still see; a late row is not stored, and an update or delete of a row that already
+    left gives the batch answer."""
+    create_topics(kafka, "t_exp", partitions=1)
+    src = "raw_exp.readings"
+    schema = StructType([StructField("id", LongType()), StructField("ts", TimestampType()),
+                         StructField("v", DoubleType())])
+    source = KafkaSource(src, "t_exp", schema, envelope="upsert", key=("id",), expire=True)
+    spark.sql("CREATE SCHEMA IF NOT EXISTS k_exp")
+    project = Project(spark, str(tmp_path / "state"), kafka=KafkaSettings({"bootstrap.servers": kafka}))
+    project.deploy(Model("k_exp.last_hour", f"SELECT id, v FROM {src} WHERE ts > current_timestamp() - INTERVAL 1 HOUR"),
+                   streams=[source])
+    project.deploy(Model("k_exp.recent", f"SELECT COUNT(*) AS n, SUM(v) AS s FROM {src} "
+                                         f"WHERE ts >= now() - INTERVAL 30 MINUTES"), streams=[source])
+    t0 = datetime(2026, 3, 1, 12, 0)
+    minute = timedelta(minutes=1)
+
+    def send(changes):
+        produce(kafka, "t_exp", [({"id": i}, None if ts is None else {"id": i, "ts": (t0 + ts * minute).isoformat(),
+                                                                         "v": float(i)}) for i, ts in changes])
+
+    send([(1, -90), (2, -50), (3, -20), (4, -5), (5, 10), (6, -180)])
+    project.advance(now=t0)
+    assert sorted(r.id for r in spark.table(src).collect()) == [2, 3, 4, 5]  # at or after 11:00
+    assert rows(spark, "k_exp.last_hour") == Counter({(2, 2.0): 1, (3, 3.0): 1, (4, 4.0): 1, (5, 5.0): 1})
+    assert not any(check_project(project).values())
+
+    # id 1 comes back into the window, id 6 (gone) is deleted, id 2 leaves, id 7 arrives
+    send([(1, -1), (6, None), (2, -120), (7, -10)])
+    project.new_frontier()
+    project.advance(now=t0 + 15 * minute)
+    assert project.pipe.last_tick.path == "arranged", project.pipe.last_tick.why
+    assert sorted(r.id for r in spark.table(src).collect()) == [1, 3, 4, 5, 7]  # at or after 11:15
+    assert rows(spark, "k_exp.last_hour") == Counter({(1, 1.0): 1, (3, 3.0): 1, (4, 4.0): 1, (5, 5.0): 1, (7, 7.0): 1})
+    assert rows(spark, "k_exp.recent") == Counter({(4, 17.0): 1})  # ids 1, 4, 5, 7 since 11:45
+    assert not any(check_project(project).values())
     project.close()
