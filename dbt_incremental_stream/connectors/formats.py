@@ -7,18 +7,21 @@
   4-byte id, the body). Sinks register their schema under ``<topic>-value`` / ``<topic>-key``.
 
 Values are checked against the declared column types here, once for every format: a value
-of another type is bad input, never a guess.
+of another type, or one the column cannot hold exactly (an integer out of its range, a
+decimal with more digits than its precision or scale allow, a float out of range, a time
+out of range), is bad input, never a guess: nothing is rounded or truncated.
 """
 from __future__ import annotations
 
 import csv
 import io
 import json
+import math
 import struct
 from dataclasses import dataclass
 from datetime import date, datetime, timezone
 from decimal import Decimal, InvalidOperation
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any, Callable, Mapping, Sequence
 
 from pyspark.sql.types import (BinaryType, BooleanType, ByteType, DataType, DateType, DecimalType, DoubleType,
@@ -34,6 +37,10 @@ _INTS = (LongType, IntegerType, ShortType, ByteType)
 
 class Bad(Exception):
     """A record that cannot be read; the message says why (it goes to the dead letters)."""
+
+
+class _Misfit(ValueError):
+    """A value of the right kind that the column cannot hold exactly; says why."""
 
 
 # --- schema registry ---------------------------------------------------------------------
@@ -200,7 +207,9 @@ def converter(f: StructField) -> Callable[[Any], Any]:
             return None
         try:
             return convert(v)
-        except (TypeError, ValueError, InvalidOperation) as e:
+        except _Misfit as e:
+            raise Bad(f"field {f.name!r}: {v!r} does not fit {t.simpleString()}: {e}") from e
+        except (TypeError, ValueError, InvalidOperation, OverflowError) as e:
             raise Bad(f"field {f.name!r}: {v!r} is not a {t.simpleString()}") from e
     return checked
 
@@ -216,11 +225,13 @@ def _convert(t: DataType) -> Callable[[Any], Any]:
         return convert
 
     if isinstance(t, _INTS):
-        return of(int)
-    if isinstance(t, (DoubleType, FloatType)):
+        return of(int, then=_in_range(_INT_BITS[type(t)]))
+    if isinstance(t, FloatType):
+        return of(int, float, then=_float32)
+    if isinstance(t, DoubleType):
         return of(int, float, then=float)
     if isinstance(t, DecimalType):
-        return of(int, float, str, Decimal, then=lambda v: Decimal(str(v)))
+        return of(int, float, str, Decimal, then=partial(_decimal, t))
     if isinstance(t, StringType):
         return of(str)
     if isinstance(t, BooleanType):
@@ -232,6 +243,42 @@ def _convert(t: DataType) -> Callable[[Any], Any]:
     if isinstance(t, BinaryType):
         return of(bytes, str, then=lambda v: v.encode() if isinstance(v, str) else v)
     return lambda v: v  # nested types as parsed
+
+
+_INT_BITS = {LongType: 64, IntegerType: 32, ShortType: 16, ByteType: 8}
+_FLOAT_MAX = 3.4028234663852886e38
+
+
+def _in_range(bits: int) -> Callable[[int], int]:
+    low, high = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+
+    def check(v: int) -> int:
+        if not low <= v <= high:
+            raise _Misfit(f"out of range [{low}, {high}]")
+        return v
+    return check
+
+
+def _float32(v: int | float) -> float:
+    v = float(v)
+    if math.isfinite(v) and abs(v) > _FLOAT_MAX:
+        raise _Misfit("out of a float's range")
+    return v
+
+
+def _decimal(t: DecimalType, v: int | float | str | Decimal) -> Decimal:
+    """``v`` as a decimal ``t`` holds it exactly (a float by its shortest text)."""
+    d = Decimal(str(v))
+    if not d.is_finite():
+        raise _Misfit("not a finite number")
+    n = d.normalize()
+    decimals = max(0, -int(n.as_tuple().exponent))
+    if decimals > t.scale:
+        raise _Misfit(f"{decimals} digits after the point, at most {t.scale}")
+    whole = n.adjusted() + 1 if n else 0
+    if whole > t.precision - t.scale:
+        raise _Misfit(f"{whole} digits before the point, at most {t.precision - t.scale}")
+    return d
 
 
 # --- encoding ----------------------------------------------------------------------------

@@ -7,7 +7,8 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 
 import pytest
-from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType, TimestampType
+from pyspark.sql.types import (DecimalType, DoubleType, IntegerType, LongType, StringType, StructField, StructType,
+                               TimestampType)
 
 from dbt_incremental_stream.connectors.kafka import KafkaSource
 from dbt_incremental_stream.differential import check_project
@@ -274,5 +275,34 @@ def test_an_expiring_source_keeps_only_rows_a_window_can_see(spark, kafka, tmp_p
     assert sorted(r.id for r in spark.table(src).collect()) == [1, 3, 4, 5, 7]  # at or after 11:15
     assert rows(spark, "k_exp.last_hour") == Counter({(1, 1.0): 1, (3, 3.0): 1, (4, 4.0): 1, (5, 5.0): 1, (7, 7.0): 1})
     assert rows(spark, "k_exp.recent") == Counter({(4, 17.0): 1})  # ids 1, 4, 5, 7 since 11:45
+    assert not any(check_project(project).values())
+    project.close()
+
+
+def test_a_value_its_column_cannot_hold_is_a_dead_letter_and_the_rest_is_kept(spark, kafka, tmp_path):
+    """A decimal beyond its precision or scale, or an integer out of range, between good
+    records: dead-lettered with the column and the reason, never rounded; the good records
+    around it are applied, and later runs go on."""
+    create_topics(kafka, "t_fit", partitions=1)
+    src = "raw_fit.payments"
+    schema = StructType([StructField("id", IntegerType()), StructField("amount", DecimalType(12, 2))])
+    project = Project(spark, str(tmp_path / "state"), kafka=KafkaSettings({"bootstrap.servers": kafka}))
+    spark.sql("CREATE SCHEMA IF NOT EXISTS k_fit")
+    project.deploy(Model("k_fit.total", f"SELECT COUNT(*) AS n, SUM(amount) AS s FROM {src}"),
+                   streams=[KafkaSource(src, "t_fit", schema)])
+    produce(kafka, "t_fit", [(None, {"id": 1, "amount": "10.25"}), (None, {"id": 2, "amount": "99999999999999.99"}),
+                             (None, {"id": 3, "amount": 10.125}), (None, {"id": 2 ** 31, "amount": "1"}),
+                             (None, {"id": 4, "amount": "9999999999.99"})])
+    project.advance()
+    assert rows(spark, "k_fit.total") == Counter({(2, Decimal("10000000010.24")): 1})
+    dead = {r.offset: r.reason for r in spark.table(f"{src}__dead_letters").collect()}
+    assert set(dead) == {1, 2, 3}
+    assert "'amount'" in dead[1] and "14 digits before the point, at most 10" in dead[1]
+    assert "'amount'" in dead[2] and "3 digits after the point, at most 2" in dead[2]
+    assert "'id'" in dead[3] and "out of range" in dead[3]
+    produce(kafka, "t_fit", [(None, {"id": 5, "amount": "0.01"})])
+    project.new_frontier()
+    project.advance()
+    assert rows(spark, "k_fit.total") == Counter({(3, Decimal("10000000010.25")): 1})
     assert not any(check_project(project).values())
     project.close()
