@@ -327,9 +327,10 @@ class Project:
             if rel in self._caught_up:
                 continue
             source = self.streams[rel]
-            if self._replay is not None:
-                ranges[rel], report.lag[rel] = self._replay.get(rel, {}), 0
-                behind.add(rel)  # more may have come since the crash
+            if self._replay is not None:  # the lag is what is left after the redone ranges
+                ranges[rel] = self._replay.get(rel, {})
+                after = {**self._offsets.get(rel, {}), **{p: e for p, (_, e) in ranges[rel].items()}}
+                report.lag[rel] = sum(e - s for s, e in self._kafka().ranges(source, after)[0].values())
             else:
                 ranges[rel], report.lag[rel] = self._kafka().ranges(source, self._offsets.get(rel, {}),
                                                                     limit=self.max_records)

@@ -306,3 +306,32 @@ def test_a_value_its_column_cannot_hold_is_a_dead_letter_and_the_rest_is_kept(sp
     assert rows(spark, "k_fit.total") == Counter({(3, Decimal("10000000010.25")): 1})
     assert not any(check_project(project).values())
     project.close()
+
+
+def test_a_redone_tick_reports_the_true_lag(spark, kafka, tmp_path, monkeypatch):
+    """A tick that failed after fixing its offset ranges is redone on the same ranges by
+    the next instance, which reports the offsets still left after them, not "caught up"."""
+    create_topics(kafka, "t_lag", partitions=1)
+    src = "raw_lag.orders"
+    produce(kafka, "t_lag", [(None, {"id": i, "name": "a", "amount": 1.0}) for i in range(30)])
+    spark.sql("CREATE SCHEMA IF NOT EXISTS k_lag")
+    settings = KafkaSettings({"bootstrap.servers": kafka})
+
+    def opened() -> Project:
+        project = Project(spark, str(tmp_path / "state"), kafka=settings, max_records=10)
+        project.deploy(Model("k_lag.totals", VIEW.format(src=src)), streams=[KafkaSource(src, "t_lag", SCHEMA)])
+        return project
+
+    project = opened()
+    assert project.advance() and project.last.lag == {src: 20}
+    with monkeypatch.context() as m:
+        m.setattr(project, "_outputs", lambda *a: (_ for _ in ()).throw(RuntimeError("the process died here")))
+        with pytest.raises(RuntimeError):
+            project.advance()  # reads offsets 10-19, then fails before committing
+    project.close()
+    project = opened()
+    assert project.advance()  # the same offsets again
+    assert project.last.offsets == {src: 10} and project.last.lag == {src: 10}
+    assert project.advance() and project.last.lag == {src: 0}
+    assert rows(spark, "k_lag.totals") == Counter({("a", 30, 30.0): 1})
+    project.close()
