@@ -22,7 +22,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
-from typing import AbstractSet, Any, Mapping, Sequence
+from typing import AbstractSet, Any, Callable, Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -109,6 +109,9 @@ class Project:
         self.catalog = Catalog(spark)
         self._replay = self._intent(self.pipe.tick + 1)  # offset ranges a crashed tick had read: read them again
         self.last: TickReport | None = None
+        #: told each tick's report as soon as its manifest commits, before the catalog views
+        #: are published: a tick nobody was told about is never committed
+        self.on_commit: Callable[[TickReport], None] | None = None
         self.dropped: dict[str, str] = {}
         self._define(self.models)
 
@@ -287,6 +290,10 @@ class Project:
                 self.pipe.step(deltas, now,
                                before_commit=lambda tick, changes: self._outputs(tick, changes, dead, report))
                 report.split.update(self.pipe.last_tick.seconds)
+                report.seconds = time.monotonic() - started
+                self.last = report
+                if self.on_commit is not None:
+                    self.on_commit(report)
             finally:
                 for frame in frames:
                     frame.unpersist()
@@ -297,8 +304,6 @@ class Project:
             publishing = time.monotonic()
             self._publish()
             report.split["publish"] = time.monotonic() - publishing
-            report.seconds = time.monotonic() - started
-            self.last = report
             return True
 
     def _read_tables(self) -> tuple[dict[str, DataFrame | pa.Table], dict[str, str | None]]:

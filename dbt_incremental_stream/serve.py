@@ -116,7 +116,7 @@ class Server:
             log.info("serving", extra={"event": "http", "url": "http://%s:%d/" % self.address})  # type: ignore
         committed = 0
         try:
-            self.project = self.open_project()
+            self.project = self._open()
             self._state = "running"
             self._announce()
             log.info("started", extra={"event": "start", "tick": self.project.tick,
@@ -175,12 +175,18 @@ class Server:
             log.error("tick failed", extra={"event": "error", "tick": self.project.tick + 1, "error": self._error})
             self._reopen()
             return False
-        report = self.project.last
-        assert report is not None
+        return True
+
+    def _committed(self, report: TickReport) -> None:
+        """A tick's log line and metrics, as soon as its manifest commits."""
         self._last, self._error = report, None
         self.metrics.record(report)
         log.info(_progress(report), extra={"event": "tick", **asdict(report)})
-        return True
+
+    def _open(self) -> Project:
+        project = self.open_project()
+        project.on_commit = self._committed
+        return project
 
     def _reopen(self) -> None:
         """Wait, then a fresh project from the committed state (it redoes the failed tick)."""
@@ -192,7 +198,7 @@ class Server:
             self.project = None
         while not self._stop.wait(self.retry):
             try:
-                self.project = self.open_project()
+                self.project = self._open()
                 return
             except Exception as e:
                 self._error = f"{type(e).__name__}: {e}"

@@ -323,7 +323,10 @@ def test_a_redone_tick_reports_the_true_lag(spark, kafka, tmp_path, monkeypatch)
         return project
 
     project = opened()
+    told = []  # what a tick's listener sees: its manifest committed, its views not yet published
+    project.on_commit = lambda r: told.append((r.tick, project.pipe.tick, spark.catalog.tableExists("k_lag.totals")))
     assert project.advance() and project.last.lag == {src: 20}
+    assert told == [(1, 1, False)]
     with monkeypatch.context() as m:
         m.setattr(project, "_outputs", lambda *a: (_ for _ in ()).throw(RuntimeError("the process died here")))
         with pytest.raises(RuntimeError):
