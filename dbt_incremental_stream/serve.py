@@ -109,7 +109,8 @@ class Server:
                 "last_error": self._error}
 
     def run(self) -> int:
-        """Tick until stopped (or ``max_ticks`` ticks committed); the exit status."""
+        """Tick until stopped (or ``max_ticks`` ticks committed); the exit status: 0, or 1
+        when the last tick failed (it is redone at the next start)."""
         handlers = _on_signals(self)
         if self._http is not None:
             threading.Thread(target=self._http.serve_forever, daemon=True, name="dbt-stream-http").start()
@@ -138,8 +139,10 @@ class Server:
                 self._http.server_close()
             _restore(handlers)
             self._state = "stopped"
-            log.info("stopped", extra={"event": "stop", "tick": None if self.project is None else self.project.tick})
-        return 0
+            log.info("stopped" if self._error is None else "stopped with the last tick not committed (the next "
+                     "start redoes it)", extra={"event": "stop", "error": self._error,
+                                                "tick": None if self.project is None else self.project.tick})
+        return 0 if self._error is None else 1
 
     def _announce(self, gone: bool = False) -> None:
         """Write (or remove) ``_serve.json`` in a local state location, for ``dbt run`` to find."""

@@ -5,7 +5,7 @@ import os
 import sys
 from typing import Mapping
 
-from pyspark import SparkContext
+from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
 #: defaults for the embedded local session; a profile's spark_conf overrides them
@@ -67,6 +67,24 @@ def local_driver_memory(master: str, conf: Mapping[str, str] | None = None) -> s
     return f"{heap >> 20}m" if heap >= LOCAL_HEAP_MIN else None
 
 
+def _launch_apart(settings: Mapping[str, str]) -> None:
+    """Start Spark's JVM in a session of its own (POSIX), as PySpark would start it.
+
+    A signal to this process's group (``docker stop``, systemd's ``KillMode=control-group``,
+    Ctrl-C in a terminal) then reaches only Python, which finishes and commits the tick in
+    flight and stops; the JVM still exits with this process (it stops when its stdin, a
+    pipe from here, closes)."""
+    if SparkContext._gateway is not None or os.name != "posix" or "PYSPARK_GATEWAY_PORT" in os.environ:
+        return
+    from pyspark.java_gateway import launch_gateway
+
+    conf = SparkConf(loadDefaults=False)
+    for key, value in settings.items():
+        conf.set(key, value)
+    SparkContext._gateway = launch_gateway(conf, popen_kwargs={"start_new_session": True})
+    SparkContext._jvm = SparkContext._gateway.jvm
+
+
 def session(master: str = "local[2]", conf: Mapping[str, str] | None = None,
             app_name: str = "dbt-incremental-stream", *, hive: bool = False) -> SparkSession:
     """Get or create the process's SparkSession with :data:`TICK_CONF` under ``conf``.
@@ -84,8 +102,10 @@ def session(master: str = "local[2]", conf: Mapping[str, str] | None = None,
         builder = builder.enableHiveSupport()
     memory = local_driver_memory(master, conf)
     sized = {"spark.driver.memory": memory} if memory else {}
-    for key, value in {**TICK_CONF, **sized, **(conf or {})}.items():
+    settings = {**TICK_CONF, **sized, **(conf or {})}
+    for key, value in settings.items():
         builder = builder.config(key, value)
+    _launch_apart({"spark.master": master, "spark.app.name": app_name, **settings})
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
