@@ -385,6 +385,8 @@ class StateStore:
                       for n, s in spines.items()},
         }
         self.fs.write_atomic(self.fs.path(MANIFEST_DIR, f"tick-{tick:012d}.json"), json.dumps(doc, indent=1))
+        if tick > KEEP_MANIFESTS:  # a long run keeps the last few, as a reopen does
+            self.fs.delete(self.fs.path(MANIFEST_DIR, f"tick-{tick - KEEP_MANIFESTS:012d}.json"))
         dropped = [s for n, s in self.spines.items() if n not in spines]
         self.tick, self.meta, self.spines, self.arrangements = tick, meta, spines, arranged
         for b in retired:

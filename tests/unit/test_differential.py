@@ -315,6 +315,7 @@ def test_rows_outside_every_window_for_good_leave_the_state(spark, tmp_path):
             assert diff.pipeline.last_tick.path == "arranged", diff.pipeline.last_tick.why
             edge = t0 + (k - 60) * minute  # the last hour's lower edge, below the last 30 minutes'
             assert sorted(stored()) == sorted(r[1] for r in diff.rows("events") if r[1] is not None and r[1] >= edge)
+        assert len(list((tmp_path / "_manifest").glob("tick-*.json"))) == 3  # a long run keeps the last few
         diff.add_view("last_hour_ids", "SELECT id FROM events WHERE ts >= now() - INTERVAL 50 MINUTES")
         diff.step({}, now=t0 + 32 * minute)  # sees no row that left: built from what is kept
         with pytest.raises(StreamError, match=r"views \['all_events'\] would read rows of source 'events'"):
