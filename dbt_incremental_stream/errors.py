@@ -33,3 +33,8 @@ class StateError(StreamError):
 
 class ConnectorError(StreamError):
     """A source or sink cannot be read or written."""
+
+
+class ModelFailed(StreamError):
+    """A model's SQL failed on its input (a division by zero, an overflow, ...): the tick
+    committed for the other models, and this one keeps its last good contents."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -35,7 +36,7 @@ from .catalog import Catalog, quote_relation
 from .circuit.operators import WEIGHT, quote
 from .connectors.datasource import driver_rows, kafka_frame, row_schema
 from .connectors.kafka import KafkaSettings, KafkaSink, KafkaSource, KafkaTopics, KafkaWriter, Ranges
-from .errors import CompileError, ConnectorError, StateError, StreamError
+from .errors import CompileError, ConnectorError, ModelFailed, StateError, StreamError
 from .runtime import kernels, zsets
 from .runtime.pipeline import Changes, Pipeline
 from .sql.relations import engine_name, referenced, rename
@@ -171,10 +172,25 @@ class Project:
                     break
                 more = self.advance()
             dropped, self.dropped = dict(self.dropped), {}
+            failed = self.failed.get(model.relation)
+            if failed is not None:
+                raise ModelFailed(f"failed on its input at tick {self.tick}: {failed}. It keeps its contents of "
+                                  f"the last tick it computed, the other models went on; once the offending rows "
+                                  f"are deleted or updated, or the model is changed, a run rebuilds it from "
+                                  f"retained input")
             message = f"{action.upper()} at tick {self.tick}" + ("" if ticked else " (up to date)")
             if dead:
                 message += f", {dead} records to dead letters"
             return {"action": action, "tick": self.tick, "message": message, "dropped": dropped, "ticks": reports}
+
+    @property
+    def failed(self) -> dict[str, str]:
+        """Models whose SQL failed on their input, and the models reading them: relation →
+        the error. They keep their contents of the last tick they computed (see
+        :attr:`Pipeline.failed`)."""
+        relations = {engine_name(rel): rel for rel in self.models}
+        return {relations.get(n, n): re.sub(r"^reads (\S+),", lambda m: f"reads {relations.get(m[1], m[1])},", e)
+                for n, e in self.pipe.failed.items()}
 
     def prune(self, keep: set[str]) -> list[str]:
         """Remove models not in ``keep`` (no longer streaming models of the project); their
@@ -290,6 +306,7 @@ class Project:
                 self.pipe.step(deltas, now,
                                before_commit=lambda tick, changes: self._outputs(tick, changes, dead, report))
                 report.split.update(self.pipe.last_tick.seconds)
+                report.failed = self.failed
                 report.seconds = time.monotonic() - started
                 self.last = report
                 if self.on_commit is not None:
@@ -557,6 +574,7 @@ class TickReport:
     dead: dict[str, int] = field(default_factory=dict)  # records sent to the dead letters
     lag: dict[str, int] = field(default_factory=dict)  # offsets left to read after the tick
     rows_out: dict[str, int] = field(default_factory=dict)  # messages written per sink
+    failed: dict[str, str] = field(default_factory=dict)  # models set aside: relation → error
     seconds: float = 0.0
     #: where the time went: read (Kafka and table sources), the pipeline's own split
     #: (spark, driver, write, commit), outputs (sinks, changelogs, dead letters), publish

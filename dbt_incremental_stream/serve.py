@@ -60,6 +60,8 @@ class Metrics:
         self.rows_out = Counter("dbt_stream_sink_messages", "Messages written to sinks", ["model"], registry=r)
         self.last_commit = Gauge("dbt_stream_last_commit_timestamp_seconds", "When the last tick committed",
                                  registry=r)
+        self.failed = Gauge("dbt_stream_failed_models", "Models whose SQL failed on their input (or that read "
+                            "one), kept at their last good contents", registry=r)
 
     def record(self, report: TickReport) -> None:
         self.ticks.inc()
@@ -72,6 +74,7 @@ class Metrics:
                 metric.labels(label).inc(n)
         for source, n in report.lag.items():
             self.lag.labels(source).set(n)
+        self.failed.set(len(report.failed))
 
 
 class Server:
@@ -105,6 +108,7 @@ class Server:
                 "tick": None if p is None else p.tick,
                 "models": [] if p is None else sorted(p.models),
                 "sources": [] if p is None else p.stream_sources,
+                "failed_models": {} if self._last is None else self._last.failed,
                 "last_tick": None if self._last is None else asdict(self._last),
                 "last_error": self._error}
 
@@ -214,8 +218,9 @@ def _progress(r: TickReport) -> str:
     sources = " ".join(f"{s}={r.rows_in.get(s, 0)}" + (f"(dead {r.dead[s]})" if r.dead.get(s) else "")
                        + (f"(lag {r.lag[s]})" if r.lag.get(s) else "") for s in r.offsets)
     sinks = " ".join(f"{m}={n}" for m, n in r.rows_out.items())
+    failed = " ".join(f"{m} ({e})" for m, e in r.failed.items())
     return (f"tick {r.tick} committed in {r.seconds:.2f}s" + (f" | in: {sources}" if sources else "")
-            + (f" | out: {sinks}" if sinks else ""))
+            + (f" | out: {sinks}" if sinks else "") + (f" | failed: {failed}" if failed else ""))
 
 
 def _on_signals(server: Server) -> dict[int, Any]:
@@ -278,7 +283,7 @@ def _http(server: Server, host: str, port: int) -> ThreadingHTTPServer:
 class JsonFormatter(logging.Formatter):
     """Structured logs: one JSON object per line with the record's fields."""
 
-    FIELDS = ("event", "tick", "seconds", "offsets", "rows_in", "dead", "lag", "rows_out", "error", "models",
+    FIELDS = ("event", "tick", "seconds", "offsets", "rows_in", "dead", "lag", "rows_out", "failed", "error", "models",
               "sources", "signal", "url")
 
     def format(self, record: logging.LogRecord) -> str:

@@ -28,11 +28,12 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from decimal import Decimal
 from functools import partial
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import AbstractSet, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.errors import AnalysisException, ParseException
+from py4j.protocol import Py4JError
+from pyspark.errors import AnalysisException, ParseException, PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.conversion import ArrowTableToRowsConversion
@@ -126,6 +127,38 @@ def _estimated_bytes(df: DataFrame) -> int:
 State = Integral | Recompute  # nodes with persisted state: an integral, or a per-group recompute's output
 
 
+def data_error(e: BaseException) -> str | None:
+    """``e`` as "CONDITION: message" when it is an error of the data a view's SQL met (a
+    division by zero, an overflow, a cast of a malformed value, an index out of range,
+    ``assert_true``: SQLSTATE class 22 or P0001); None for any other error."""
+    found = [(e.getSqlState(), e.getCondition(), str(e))] if isinstance(e, PySparkException) else []
+    cause = getattr(e, "java_exception", None)  # an error Spark raised in another thread: its causes
+    for _ in range(8):
+        if cause is None:
+            break
+        try:
+            found.append((cause.getSqlState(), cause.getCondition(), cause.getMessage()))
+        except Py4JError:  # not a SparkThrowable
+            pass
+        cause = cause.getCause()
+    for state, condition, message in found:
+        if state and (state.startswith("22") or state == "P0001"):
+            return f"{condition}: {str(message).splitlines()[0]}"
+    return None
+
+
+class _ViewsFailed(Exception):
+    """Views whose change could not be computed on this tick's input: view → error."""
+
+    def __init__(self, failed: dict[str, str]):
+        super().__init__(failed)
+        self.failed = failed
+
+
+#: errors on which the arranged path hands a tick to the DataFrame path
+_DECLINES = (NotArranged, kernels.UnsupportedKey, pa.ArrowInvalid, pa.ArrowNotImplementedError)
+
+
 def _state_delta(tick: Tick, state: State) -> DataFrame | None:
     """What a state node adds this tick: its input's delta, or a recompute's own output."""
     return tick.value(state.input if isinstance(state, Integral) else state)
@@ -181,6 +214,10 @@ class Pipeline:
         #: per state node, the value of the compared column below which its rows have left
         #: it (Arrow's integer form of a date, time or number)
         self._expired: dict[str, int] = dict(self.store.meta.get("expired", {}))
+        #: views whose SQL failed on their input, and the views reading them: view → error.
+        #: They keep their contents of the last tick they computed; every step tries to
+        #: rebuild them from retained input, and one that succeeds leaves this map
+        self.failed: dict[str, str] = dict(self.store.meta.get("failed", {}))
 
     # --- definition --------------------------------------------------------------------
 
@@ -312,6 +349,12 @@ class Pipeline:
         The returned DataFrames (consolidated, with ``_w``) stay readable until the next step.
         ``before_commit(tick, changes)`` runs once the tick's state is written and before it
         commits: outputs written there idempotently per tick are exactly-once.
+
+        A view whose SQL fails on the input (:func:`data_error`) does not stop the others:
+        it and the views reading it keep their last contents, with no change this tick, and
+        are named in :attr:`failed`; the others commit. Every later step first tries to
+        rebuild the failed views from retained input (a batch computation of them), and
+        one that succeeds is exactly the batch answer again and leaves :attr:`failed`.
         """
         started = time.perf_counter()
         inputs: dict[str, DataFrame | None] = {}
@@ -342,9 +385,29 @@ class Pipeline:
                 moved = [((clock,), 1)] + ([((self._now,), -1)] if self._now is not None else [])
                 arrow[CLOCK] = self._rows_arrow(CLOCK, moved)
 
+        failed = {n: e for n, e in self.failed.items() if n in self._views}
+        rebuilt = self.store.forget(self._own_states(set(failed)))  # rebuilt from retained input
+        skip: dict[str, str] = {}
+        while True:
+            try:
+                return self._run(dict(inputs), dict(arrow), clock, before_commit, started, skip)
+            except _ViewsFailed as e:
+                if set(e.failed) <= set(skip):
+                    raise StreamError(f"views {sorted(e.failed)} failed on their input although they were "
+                                      f"set aside: {e.failed}") from e
+                self.store.restore(rebuilt)  # the failed views keep their last contents
+                rebuilt = {}
+                skip = self._with_readers({**skip, **e.failed})
+
+    def _run(self, inputs: dict[str, DataFrame | None], arrow: dict[str, pa.Table], clock: datetime | None,
+             before_commit: Callable[[int, Changes], None] | None, started: float, skip: Mapping[str, str]
+             ) -> Changes:
+        """One attempt at a tick, the views in ``skip`` (view → error) set aside as they are."""
         plan = self._arranged_plan()
         why = str(self._plan) if plan is None else None
-        if plan is not None and not self._arranged_ready(plan):
+        if skip:
+            why = f"views set aside: {sorted(skip)}"
+        elif plan is not None and not self._arranged_ready(plan):
             why = "state to build"
         elif plan is not None:
             fetched = self._fetch(inputs, arrow)
@@ -352,18 +415,24 @@ class Pipeline:
             if fetched is not None:
                 try:
                     return self._step_arranged(plan, fetched, clock, before_commit, started)
-                except (NotArranged, kernels.UnsupportedKey, pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
-                    why = f"{type(e).__name__}: {e}"  # the DataFrame path computes it, with Spark's own errors
+                except Exception as e:  # the DataFrame path computes it, with Spark's own errors
+                    if not isinstance(e, _DECLINES) and data_error(e) is None:
+                        raise
+                    why = f"{type(e).__name__}: {e}"
         for source, table in arrow.items():
             inputs[source] = self._conform(source, self.spark.createDataFrame(table))
 
-        states = self._states()
+        aside = self._own_states(set(skip))
+        every = self._states()
+        states = [s for s in every if s.id not in aside]
         tick = self.store.tick + 1
-        written: dict[str, list[Batch]] = {s.id: [] for s in states}
+        written: dict[str, list[Batch]] = {s.id: [] for s in every}  # the views set aside: as they are
         new = [s for s in states if not self.store.has(s.id)]
+        built: set[str] = set()  # seeded with all input so far, this tick's included
         if new and self.store.tick > 0:
             self._check_expired(plan, new, clock)
-            self._backfill(new, tick, written)
+            self._backfill(new, tick, written, skip, inputs)
+            built = {s.id for s in new}
 
         # fixed before any batch of this tick is written: Delay reads the previous tick
         before = {s.id: zsets.union([self.store.before(s.id)] + [b.open(self.spark) for b in written[s.id]])
@@ -373,9 +442,10 @@ class Pipeline:
         run = Tick(inputs, lambda node: before[same.get(node, node)], first.__contains__, self._shared(),
                    empty=self._typed_empty())
         try:
-            frames = {s.id: self._fold(s, d) for s in states if (d := _state_delta(run, s)) is not None}
+            frames = {s.id: self._fold(s, d) for s in states
+                      if s.id not in built and (d := _state_delta(run, s)) is not None}
             expired = self._expire_frames(plan, frames, before, clock, {s.id: s for s in states})
-            batches = self.store.write(tick, frames)
+            batches = self._write(tick, frames, skip)
             for node, batch in batches.items():
                 written[node].append(batch)
             # a view built this tick changes by all of its contents (its backfill and this delta)
@@ -383,8 +453,8 @@ class Pipeline:
             changes = Changes({name: partial(frames.__getitem__, name) for name in frames})
             arranging = time.perf_counter()
             arrangements = self._arrange(plan, written, tick) if plan is not None else {}
-            outputs, computed = self._commit(tick, states, written, arrangements, changes, clock, expired,
-                                             before_commit)
+            outputs, computed = self._commit(tick, every, written, arrangements, changes,
+                                             self._meta(clock, expired, skip), before_commit)
         finally:
             run.release()
         self.last_tick = TickStats("dataframe", sum(t.num_rows for t in arrow.values()),
@@ -394,20 +464,20 @@ class Pipeline:
 
     def _commit(self, tick: int, states: list[State], written: dict[str, list[Batch]],
                 arrangements: dict[str, dict[tuple[str, ...], Arrangement]], changes: Changes,
-                clock: datetime | None, expired: Mapping[str, int],
-                before_commit: Callable[[int, Changes], None] | None) -> tuple[float, float]:
-        """Hand the tick's changes to ``before_commit``, then commit the tick (with the
-        thresholds below which rows have left each state); returns when ``before_commit``
-        started and when the commit did."""
+                meta: dict[str, Any], before_commit: Callable[[int, Changes], None] | None
+                ) -> tuple[float, float]:
+        """Hand the tick's changes to ``before_commit``, then commit the tick with ``meta``
+        (:meth:`_meta`); returns when ``before_commit`` started and when the commit did."""
         outputs = time.perf_counter()
         if before_commit is not None:
             before_commit(tick, changes)
         committing = time.perf_counter()
         by_id = {s.id: s for s in states}
-        expired = {n: at for n, at in expired.items() if n in written}
-        self.store.commit(tick, written, lambda node, df: self._merge(by_id[node], df), self._meta(clock, expired),
+        meta["expired"] = {n: at for n, at in meta["expired"].items() if n in written}
+        self.store.commit(tick, written, lambda node, df: self._merge(by_id[node], df), meta,
                           arrangements, lambda node, t: _merge_arrow(by_id[node], t))
-        self._now, self._expired = clock, expired
+        self._now = datetime.fromisoformat(meta["now"]) if meta["now"] else None
+        self._expired, self.failed = meta["expired"], meta["failed"]
         return outputs, committing
 
     # --- the arranged path: small ticks on indexed state ---------------------------------
@@ -465,8 +535,8 @@ class Pipeline:
                         for node, arrs in self.store.arrangements.items() if node in tables}
         changes = Changes({v.name: partial(self._arrow_change, v, tables.get(v.state.id)) for v in self._views.values()},
                           {v.name: t for v in self._views.values() if (t := tables.get(v.state.id)) is not None})
-        outputs, committing = self._commit(tick, states, written, arrangements, changes, clock, expired,
-                                           before_commit)
+        outputs, committing = self._commit(tick, states, written, arrangements, changes,
+                                           self._meta(clock, expired, {}), before_commit)
         done = time.perf_counter()
         self.last_tick = TickStats("arranged", sum(t.num_rows for t in inputs.values()),
                                    {"spark": fetched - started + run.spark_seconds,
@@ -519,6 +589,8 @@ class Pipeline:
         expired = dict(self._expired)
         for node, (t, at) in self._thresholds(plan, clock).items():
             assert plan is not None
+            if node not in states:
+                continue  # set aside with a failed view
             c = zsets.col(plan.expiry[node].column)
             gone = c.isNull() | (c < F.lit(t.as_py()))
             parts = [frames[node].where(~gone)] if node in frames else []
@@ -666,18 +738,72 @@ class Pipeline:
         t = expiry.threshold(clock) if clock is not None else None
         return kernels.ordinal(t) if t is not None else -(1 << 63)
 
-    def _backfill(self, new: list[State], tick: int, written: dict[str, list[Batch]]) -> None:
+    def _backfill(self, new: list[State], tick: int, written: dict[str, list[Batch]], skip: Mapping[str, str],
+                  inputs: Mapping[str, DataFrame | None]) -> None:
         """Seed state nodes that did not exist at the last commit by replaying the
-        retained input history through them as one delta, from empty state."""
-        history = {name: self.store.before(self._source_state(name).id) for name in self._schemas}
+        retained input history and this tick's ``inputs`` through them as one delta, from
+        empty state (a row that this tick deletes is never computed on)."""
+        history = {name: zsets.union([self.store.before(self._source_state(name).id), inputs.get(name)])
+                   for name in self._schemas}
+        history = {name: df if df is None or inputs.get(name) is None else zsets.consolidate(df)
+                   for name, df in history.items()}  # a row deleted now is not there
         replay = Tick(history, lambda _: None, lambda _: True, self._shared(),
                       empty=self._typed_empty())
         try:
             frames = {s.id: self._fold(s, d) for s in new if (d := _state_delta(replay, s)) is not None}
-            for node, batch in self.store.write(tick, frames).items():
+            for node, batch in self._write(tick, frames, skip).items():
                 written[node].append(batch)
         finally:
             replay.release()
+
+    def _write(self, tick: int, frames: dict[str, DataFrame], skip: Mapping[str, str]) -> dict[str, Batch]:
+        """:meth:`StateStore.write`; when a view's SQL fails on the data, the views whose
+        change fails, each computed alone (in the order they were added: a view reading a
+        failed one is set aside with it, not computed), as :class:`_ViewsFailed`."""
+        try:
+            return self.store.write(tick, frames)
+        except Exception as e:
+            if data_error(e) is None:
+                raise
+            failed: dict[str, str] = {}
+            same = self._same_state()
+            for v in self._views.values():
+                frame = frames.get(same.get(v.state.id, v.state.id))
+                if frame is None or v.name in skip or self._with_readers({**skip, **failed}).keys() & {v.name}:
+                    continue
+                try:
+                    frame.write.format("noop").mode("overwrite").save()
+                except Exception as probe:
+                    if (why := data_error(probe)) is None:
+                        raise
+                    failed[v.name] = why
+            if not failed:
+                raise
+            raise _ViewsFailed(failed) from e
+
+    def _own_states(self, names: set[str], keep: AbstractSet[str] | None = None) -> set[str]:
+        """State nodes that only the views ``names`` need: not the sources' retained input,
+        nor those of the views in ``keep`` (default: every other view)."""
+        if not names:
+            return set()
+        same = self._same_state()
+
+        def states(roots: list[Operator]) -> set[str]:
+            return {same.get(op.id, op.id) for op in walk(*roots) if isinstance(op, (Integral, Recompute))}
+
+        keep = set(self._views) - names if keep is None else keep
+        others = states([self._views[n].state for n in keep] + [self._source_state(s) for s in self._schemas])
+        return states([self._views[n].state for n in names]) - others
+
+    def _with_readers(self, failed: Mapping[str, str]) -> dict[str, str]:
+        """``failed`` and every view that reads one of them, directly or through others."""
+        out = dict(failed)
+        for v in self._views.values():  # in the order added: a view's inputs come first
+            if v.name not in out:
+                bad = [n for n in self.upstream(v.name) if n in out]
+                if bad:
+                    out[v.name] = f"reads {bad[0]}, which failed"
+        return out
 
     def _fold(self, state: State, delta: DataFrame) -> DataFrame:
         """A tick's delta as stored. A recompute's output and per-group partial sums come
@@ -733,10 +859,11 @@ class Pipeline:
                                       for n, s in self._schemas.items()})
         return self._empty
 
-    def _meta(self, now: datetime | None, expired: Mapping[str, int] | None = None) -> dict[str, Any]:
+    def _meta(self, now: datetime | None, expired: Mapping[str, int], failed: Mapping[str, str]) -> dict[str, Any]:
         return {
             "now": now.isoformat() if now else None,
-            "expired": dict(self._expired if expired is None else expired),
+            "expired": dict(expired),
+            "failed": dict(failed),
             "sources": {n: json.loads(s.json()) for n, s in self._schemas.items()},
             "views": {n: {"sql": v.sql, "state": v.state.id} for n, v in self._views.items()},
             "notes": self.notes,
@@ -799,13 +926,8 @@ class Pipeline:
     def reset(self, name: str) -> None:
         """Forget the view's own state (not its inputs', not other views'): the next step
         rebuilds it from retained input."""
-        view = self._views[name.lower()]
-        upstream = set(self.upstream(view.name))
-        others = {op.id for v in self._views.values() if v.name in upstream for op in walk(v.state)}
-        others |= {self._source_state(n).id for n in self._schemas}
-        same = self._same_state()
-        mine = {same.get(op.id, op.id) for op in walk(view.state) if isinstance(op, (Integral, Recompute))}
-        self.store.forget(mine - others)
+        name = name.lower()
+        self.store.forget(self._own_states({name}, keep=set(self.upstream(name)) & set(self._views)))
 
     def upstream(self, name: str) -> list[str]:
         """Views and sources the view reads, directly or through other views."""

@@ -270,12 +270,22 @@ class StateStore:
         spine = self.spines.get(node)
         return spine.frame(self.spark) if spine else None
 
-    def forget(self, nodes: set[str]) -> None:
-        """Drop nodes' state from the open store: the next commit holds them anew."""
-        for node in nodes & set(self.spines):
-            self.spines.pop(node).release()
-        for node in nodes & set(self.arrangements):
-            del self.arrangements[node]
+    def forget(self, nodes: set[str]) -> dict[str, tuple[Spine | None, dict[tuple[str, ...], Arrangement] | None]]:
+        """Drop nodes' state from the open store: the next commit holds them anew. Returns
+        what was dropped, for :meth:`restore` (nothing is deleted before a commit)."""
+        gone = {n: (self.spines.pop(n, None), self.arrangements.pop(n, None)) for n in nodes}
+        for spine, _ in gone.values():
+            if spine is not None:
+                spine.release()
+        return gone
+
+    def restore(self, gone: dict[str, tuple[Spine | None, dict[tuple[str, ...], Arrangement] | None]]) -> None:
+        """Undo a :meth:`forget` before the next commit."""
+        for node, (spine, arrangements) in gone.items():
+            if spine is not None:
+                self.spines[node] = spine
+            if arrangements is not None:
+                self.arrangements[node] = arrangements
 
     def write(self, tick: int, frames: dict[str, DataFrame]) -> dict[str, Batch]:
         """Write one batch per node (not yet committed), :data:`PACK` nodes per Spark job;

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from dbt_incremental_stream.differential import Differential
 from dbt_incremental_stream.errors import StreamError
+from dbt_incremental_stream.runtime.pipeline import Pipeline
 from tests.workload import SOURCES, run
 
 # each example runs Spark jobs: few examples, no shrinking (a failure prints its first example);
@@ -384,6 +385,40 @@ def test_join_on_a_computed_key_of_its_state(spark, tmp_path):
         diff.step({"customers": [((0, "cy", "eu"), 1), ((1, "ann", "eu"), -1)]})
         assert diff.pipeline.last_tick.path == "dataframe" and "expression" in diff.pipeline.last_tick.why
         diff.step({"orders": [((20, 3, 9.0, 1, "paid"), 1)]})
+        assert diff.pipeline.last_tick.path == "arranged", diff.pipeline.last_tick.why
+    finally:
+        diff.close()
+
+
+def test_a_view_failing_on_its_input_is_set_aside_and_rebuilt_when_the_cause_goes(spark, tmp_path):
+    """A division by zero or a cast overflow in one view's SQL: that view and the views
+    reading it keep their last contents and are named as failed with the cause; the others
+    commit the tick. Once the bad rows are gone, the next tick rebuilds the failed views
+    from retained input: every view is the batch answer again."""
+    views = {"ratio": "SELECT id, a / b AS r FROM t",
+             "ratio_count": "SELECT COUNT(*) AS n FROM ratio",
+             "total": "SELECT SUM(a) AS s, COUNT(*) AS n FROM t",
+             "narrow": "SELECT id, CAST(a AS TINYINT) AS a8 FROM t"}
+    diff = Differential(spark, str(tmp_path), {"t": "id INT, a INT, b INT"}, views)
+    try:
+        diff.step({"t": [((1, 10, 2), 1), ((2, 20, 4), 1)]})
+        before = {v: sorted(diff.pipeline.snapshot(v).collect()) for v in views}
+        bad = [((3, 30, 0), 1), ((4, 200, 1), 1)]
+        for delta in (bad, [((5, 5, 5), 1)]):  # then a tick whose own rows are fine: still failed
+            diff.step({"t": delta}, check=False)
+            failed = diff.pipeline.failed
+            assert set(failed) == {"ratio", "ratio_count", "narrow"}, failed
+            assert failed["ratio"].startswith("DIVIDE_BY_ZERO") and failed["narrow"].startswith("CAST_OVERFLOW")
+            assert failed["ratio_count"] == "reads ratio, which failed"
+            diff.check(["total"])
+            assert {v: sorted(diff.pipeline.snapshot(v).collect()) for v in failed} == \
+                {v: before[v] for v in failed}  # their last good contents
+        again = Pipeline(spark, str(tmp_path))  # what failed is committed with the tick
+        assert set(again.failed) == {"ratio", "ratio_count", "narrow"}
+        again.close()
+        diff.step({"t": [(r, -w) for r, w in bad]})  # the bad rows go: all views equal batch
+        assert diff.pipeline.failed == {}
+        diff.step({"t": [((6, 1, 1), 1)]})
         assert diff.pipeline.last_tick.path == "arranged", diff.pipeline.last_tick.why
     finally:
         diff.close()

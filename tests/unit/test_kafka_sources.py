@@ -12,7 +12,7 @@ from pyspark.sql.types import (DecimalType, DoubleType, IntegerType, LongType, S
 
 from dbt_incremental_stream.connectors.kafka import KafkaSource
 from dbt_incremental_stream.differential import check_project
-from dbt_incremental_stream.errors import ConnectorError
+from dbt_incremental_stream.errors import ConnectorError, ModelFailed
 from dbt_incremental_stream.project import Model, Project
 from dbt_incremental_stream.connectors.kafka import KafkaSettings
 from dbt_incremental_stream.connectors.broker import create_topics, produce
@@ -337,4 +337,52 @@ def test_a_redone_tick_reports_the_true_lag(spark, kafka, tmp_path, monkeypatch)
     assert project.last.offsets == {src: 10} and project.last.lag == {src: 10}
     assert project.advance() and project.last.lag == {src: 0}
     assert rows(spark, "k_lag.totals") == Counter({("a", 30, 30.0): 1})
+    project.close()
+
+
+def test_a_model_failing_on_its_input_does_not_stop_the_others(spark, kafka, tmp_path):
+    """A division by zero in one model and a cast overflow in another, and a decimal that
+    does not fit on the source, between good records: the other models advance and are
+    right, the bad record is dead-lettered, the failing models (and the one reading them)
+    keep their last contents and their error names the cause; once the bad rows are
+    updated or deleted, the next run makes every model equal to batch."""
+    create_topics(kafka, "t_fail", partitions=1)
+    src = "raw_fail.items"
+    schema = StructType([StructField("id", LongType()), StructField("qty", IntegerType()),
+                         StructField("price", DecimalType(10, 2))])
+    source = KafkaSource(src, "t_fail", schema, envelope="upsert", key=("id",))
+    spark.sql("CREATE SCHEMA IF NOT EXISTS k_fail")
+    models = [Model("k_fail.unit_price", f"SELECT id, price / qty AS unit FROM {src}"),
+              Model("k_fail.priciest", "SELECT MAX(unit) AS m FROM k_fail.unit_price"),
+              Model("k_fail.small", f"SELECT id, CAST(qty AS TINYINT) AS q FROM {src}"),
+              Model("k_fail.totals", f"SELECT COUNT(*) AS n, SUM(price) AS s FROM {src}")]
+    project = Project(spark, str(tmp_path / "state"), kafka=KafkaSettings({"bootstrap.servers": kafka}))
+
+    def send(docs):
+        produce(kafka, "t_fail", [({"id": d["id"]}, None if len(d) == 1 else d) for d in docs])
+
+    send([{"id": 1, "qty": 2, "price": "10.00"}])
+    for m in models:
+        project.run_model(m, [source])
+    assert not any(check_project(project).values())
+    send([{"id": 2, "qty": 0, "price": "5.00"}, {"id": 3, "qty": 300, "price": "1.00"},
+          {"id": 4, "qty": 1, "price": "123456789012.00"}, {"id": 5, "qty": 4, "price": "2.00"}])
+    project.new_frontier()
+    with pytest.raises(ModelFailed, match="DIVIDE_BY_ZERO"):
+        project.run_model(models[0], [source])
+    assert project.failed.keys() == {"k_fail.unit_price", "k_fail.priciest", "k_fail.small"}
+    assert project.failed["k_fail.small"].startswith("CAST_OVERFLOW")
+    assert project.failed["k_fail.priciest"] == "reads k_fail.unit_price, which failed"
+    assert project.last.failed == project.failed
+    assert rows(spark, "k_fail.totals") == Counter({(4, Decimal("18.00")): 1})  # ids 1, 2, 3, 5
+    assert rows(spark, "k_fail.unit_price") == Counter({(1, Decimal("5.00")): 1})  # as it was
+    dead = [r.reason for r in spark.table(f"{src}__dead_letters").collect()]
+    assert len(dead) == 1 and "'price'" in dead[0] and "digits before the point" in dead[0]
+    assert project.run_model(models[3], [source])["action"] == "unchanged"  # the others report no error
+
+    send([{"id": 2, "qty": 1, "price": "5.00"}, {"id": 3}])  # the bad rows: one updated, one deleted
+    project.new_frontier()
+    project.run_model(models[0], [source])
+    assert project.failed == {}
+    assert not any(check_project(project).values())
     project.close()
