@@ -94,6 +94,7 @@ class Server:
         self._last: TickReport | None = None
         self._error: str | None = None
         self._http = _http(self, host, port) if port is not None else None
+        self._handlers: dict[int, Any] | None = None
 
     @property
     def address(self) -> tuple[str, int] | None:
@@ -101,6 +102,12 @@ class Server:
 
     def stop(self) -> None:
         self._stop.set()
+
+    def catch_signals(self) -> None:
+        """From now on SIGTERM and SIGINT stop the server once the tick in flight commits;
+        call it before a slow start (Spark's), which a signal would otherwise cut short."""
+        if self._handlers is None:
+            self._handlers = _on_signals(self)
 
     def status(self) -> dict[str, Any]:
         p = self.project
@@ -115,7 +122,7 @@ class Server:
     def run(self) -> int:
         """Tick until stopped (or ``max_ticks`` ticks committed); the exit status: 0, or 1
         when the last tick failed (it is redone at the next start)."""
-        handlers = _on_signals(self)
+        self.catch_signals()
         if self._http is not None:
             threading.Thread(target=self._http.serve_forever, daemon=True, name="dbt-stream-http").start()
             log.info("serving", extra={"event": "http", "url": "http://%s:%d/" % self.address})  # type: ignore
@@ -141,7 +148,8 @@ class Server:
             if self._http is not None:
                 self._http.shutdown()
                 self._http.server_close()
-            _restore(handlers)
+            _restore(self._handlers or {})
+            self._handlers = None
             self._state = "stopped"
             log.info("stopped" if self._error is None else "stopped with the last tick not committed (the next "
                      "start redoes it)", extra={"event": "stop", "error": self._error,

@@ -310,6 +310,7 @@ def test_dbt_and_a_bi_client_work_while_serve_runs(tmp_path, kafka):
     dbt(root, env, "run")
     connect = free_port()
     serve = Serve(root, env, "--port", "0", "--connect-port", str(connect))
+    url = serve.wait_for(lambda e: e.get("event") == "http")["url"]
     serve.wait_for(lambda e: e.get("event") == "start")
     produce(kafka, topic, [(None, {"id": i, "category": CATEGORIES[i % 5], "amount": "60.00"}) for i in range(100)])
     serve.wait_for(lambda e: e.get("event") == "tick" and e["rows_in"].get("serve_raw.orders"))
@@ -338,6 +339,28 @@ def test_dbt_and_a_bi_client_work_while_serve_runs(tmp_path, kafka):
     assert client.returncode == 0, client.stderr[-2000:]
     rows = json.loads(client.stdout.strip().splitlines()[-1])
     assert ["books", 30, "70.00"] in rows and len(rows) == len(CATEGORIES), rows
+
+    # a model whose SQL fails on a row: serve keeps ticking the others and says which and why
+    per_unit = root / "models" / "per_unit.sql"
+    per_unit.write_text("{{ config(materialized='streaming_view') }}\n"
+                        "select id, 100 div (id - 1000) as x from {{ source('raw', 'orders') }}\n")
+    dbt(root, env, "run", "-s", "per_unit")
+    produce(kafka, topic, [(None, {"id": 1000, "category": "toys", "amount": "1.00"})])
+    failed = serve.wait_for(lambda e: e.get("event") == "tick" and e.get("failed"))["failed"]
+    assert list(failed) == ["serve.per_unit"] and failed["serve.per_unit"].startswith("DIVIDE_BY_ZERO"), failed
+    status = json.loads(urllib.request.urlopen(url + "status", timeout=10).read())
+    assert list(status["failed_models"]) == ["serve.per_unit"], status
+    metrics = urllib.request.urlopen(url + "metrics", timeout=10).read().decode()
+    assert "dbt_stream_failed_models 1.0" in metrics
+    produce(kafka, topic, [(None, {"id": 1001, "category": "toys", "amount": "2.00"})])
+    tick = serve.wait_for(lambda e: e.get("event") == "tick" and e["rows_in"].get("serve_raw.orders"))
+    assert list(tick["failed"]) == ["serve.per_unit"]  # still failing, and the others still tick
+    per_unit.write_text(per_unit.read_text().replace("100 div (id - 1000)", "100 div nullif(id - 1000, 0)"))
+    assert "REBUILT" in dbt(root, env, "run", "-s", "per_unit")  # the changed model is rebuilt: right again
+    status = json.loads(urllib.request.urlopen(url + "status", timeout=10).read())
+    assert status["failed_models"] == {}, status
+    shown = dbt(root, env, "show", "--inline", "select count(*) as n, sum(x) as s from serve.per_unit")
+    assert "112" in shown, shown[-1500:]
 
     os.kill(serve.proc.pid, signal.SIGTERM)
     assert serve.proc.wait(60) == 0

@@ -65,7 +65,6 @@ def main(argv: list[str]) -> int:
     connect = {} if args.connect_port < 0 else {
         "spark.plugins": "org.apache.spark.sql.connect.SparkConnectPlugin",
         "spark.connect.grpc.binding.address": args.host, "spark.connect.grpc.binding.port": str(args.connect_port)}
-    spark = session(creds.master, {**creds.server_side_parameters, **creds.spark_conf, **connect}, hive=True)
 
     def open_project() -> Project:
         project = Project(spark, creds.state_path(project_dir), kafka=creds.kafka_settings,
@@ -78,6 +77,8 @@ def main(argv: list[str]) -> int:
     server = Server(open_project, interval=args.interval, port=None if args.port < 0 else args.port,
                     host=args.host, max_ticks=args.max_ticks,
                     info={"connect": None if not connect else f"sc://{args.host}:{args.connect_port}"})
+    server.catch_signals()  # a signal while Spark starts: stop without a tick
+    spark = session(creds.master, {**creds.server_side_parameters, **creds.spark_conf, **connect}, hive=True)
     return server.run()
 
 
