@@ -132,13 +132,7 @@ class Serve:
             except ProcessLookupError:
                 pass
         self.proc.wait()
-        for group in groups:  # all gone before the next start takes the catalog
-            while True:
-                try:
-                    os.killpg(group, 0)
-                except ProcessLookupError:
-                    break
-                time.sleep(0.1)
+        _wait_gone(groups)  # before the next start takes the catalog
 
     def stop_group(self) -> None:
         """SIGTERM to serve's process group, as `docker stop` or systemd sends it: the tick
@@ -155,13 +149,17 @@ class Serve:
         failed = [e for e in events if e.get("event") == "error"]
         assert (code, bool(failed), bool(stop[-1].get("error"))) in ((0, False, False), (1, True, True)), \
             (code, "".join(self.lines[-30:]))
-        for group in jvms:  # the JVM leaves when serve's pipe to it closes
-            while True:
-                try:
-                    os.killpg(group, 0)
-                except ProcessLookupError:
-                    break
-                time.sleep(0.1)
+        _wait_gone(jvms)  # the JVM leaves when serve's pipe to it closes
+
+
+def _wait_gone(groups: list[int]) -> None:
+    for group in groups:
+        while True:
+            try:
+                os.killpg(group, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
 
 
 STARTED: list[Serve] = []
