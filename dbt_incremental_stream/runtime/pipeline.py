@@ -388,16 +388,20 @@ class Pipeline:
         failed = {n: e for n, e in self.failed.items() if n in self._views}
         rebuilt = self.store.forget(self._own_states(set(failed)))  # rebuilt from retained input
         skip: dict[str, str] = {}
-        while True:
-            try:
-                return self._run(dict(inputs), dict(arrow), clock, before_commit, started, skip)
-            except _ViewsFailed as e:
-                if set(e.failed) <= set(skip):
-                    raise StreamError(f"views {sorted(e.failed)} failed on their input although they were "
-                                      f"set aside: {e.failed}") from e
-                self.store.restore(rebuilt)  # the failed views keep their last contents
-                rebuilt = {}
-                skip = self._with_readers({**skip, **e.failed})
+        try:
+            while True:
+                try:
+                    return self._run(dict(inputs), dict(arrow), clock, before_commit, started, skip)
+                except _ViewsFailed as e:
+                    if set(e.failed) <= set(skip):
+                        raise StreamError(f"views {sorted(e.failed)} failed on their input although they were "
+                                          f"set aside: {e.failed}") from e
+                    self.store.restore(rebuilt)  # the failed views keep their last contents
+                    rebuilt = {}
+                    skip = self._with_readers({**skip, **e.failed})
+        except BaseException:
+            self.store.restore(rebuilt)  # a tick that did not commit changes nothing
+            raise
 
     def _run(self, inputs: dict[str, DataFrame | None], arrow: dict[str, pa.Table], clock: datetime | None,
              before_commit: Callable[[int, Changes], None] | None, started: float, skip: Mapping[str, str]
