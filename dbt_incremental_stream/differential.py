@@ -107,6 +107,8 @@ class Oracle:
 
 def _spark_only(node: exp.Expression) -> exp.Expression:
     """Spark functions sqlglot leaves untranslated, as DuckDB says them."""
+    if isinstance(node, exp.Anonymous) and str(node.name).lower() == "raise_error":
+        return exp.func("error", *(e.transform(_spark_only) for e in node.expressions))
     if isinstance(node, exp.Anonymous) and str(node.name).lower() == "timestamp_seconds":
         return exp.cast(exp.UnixToTime(this=node.expressions[0].transform(_spark_only)), "timestamp")
     if isinstance(node, exp.UnixSeconds):  # Spark truncates; sqlglot's CAST(EPOCH(...) AS BIGINT) rounds

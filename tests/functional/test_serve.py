@@ -339,26 +339,26 @@ def test_dbt_and_a_bi_client_work_while_serve_runs(tmp_path, kafka):
     assert ["books", 30, "70.00"] in rows and len(rows) == len(CATEGORIES), rows
 
     # a model whose SQL fails on a row: serve keeps ticking the others and says which and why
-    per_unit = root / "models" / "per_unit.sql"
-    per_unit.write_text("{{ config(materialized='streaming_view') }}\n"
-                        "select id, 100 div (id - 1000) as x from {{ source('raw', 'orders') }}\n")
-    dbt(root, env, "run", "-s", "per_unit")
+    checked = root / "models" / "checked.sql"
+    checked.write_text("{{ config(materialized='streaming_view') }}\nselect id, case when id = 1000 then "
+                       "raise_error('order 1000 is void') else amount end as amount from {{ source('raw', 'orders') }}\n")
+    dbt(root, env, "run", "-s", "checked")
     produce(kafka, topic, [(None, {"id": 1000, "category": "toys", "amount": "1.00"})])
     failed = serve.wait_for(lambda e: e.get("event") == "tick" and e.get("failed"))["failed"]
-    assert list(failed) == ["serve.per_unit"] and failed["serve.per_unit"].startswith("DIVIDE_BY_ZERO"), failed
+    assert list(failed) == ["serve.checked"] and "order 1000 is void" in failed["serve.checked"], failed
     status = json.loads(urllib.request.urlopen(url + "status", timeout=10).read())
-    assert list(status["failed_models"]) == ["serve.per_unit"], status
+    assert list(status["failed_models"]) == ["serve.checked"], status
     metrics = urllib.request.urlopen(url + "metrics", timeout=10).read().decode()
     assert "dbt_stream_failed_models 1.0" in metrics
     produce(kafka, topic, [(None, {"id": 1001, "category": "toys", "amount": "2.00"})])
     tick = serve.wait_for(lambda e: e.get("event") == "tick" and e["rows_in"].get("serve_raw.orders"))
-    assert list(tick["failed"]) == ["serve.per_unit"]  # still failing, and the others still tick
-    per_unit.write_text(per_unit.read_text().replace("100 div (id - 1000)", "100 div nullif(id - 1000, 0)"))
-    assert "REBUILT" in dbt(root, env, "run", "-s", "per_unit")  # the changed model is rebuilt: right again
+    assert list(tick["failed"]) == ["serve.checked"]  # still failing, and the others still tick
+    checked.write_text(checked.read_text().replace("raise_error('order 1000 is void')", "null"))
+    assert "REBUILT" in dbt(root, env, "run", "-s", "checked")  # the changed model is rebuilt: right again
     status = json.loads(urllib.request.urlopen(url + "status", timeout=10).read())
     assert status["failed_models"] == {}, status
-    shown = dbt(root, env, "show", "--inline", "select count(*) as n, sum(x) as s from serve.per_unit")
-    assert "112" in shown, shown[-1500:]
+    shown = dbt(root, env, "show", "--inline", "select count(*) as n, count(amount) as a from serve.checked")
+    assert "112" in shown and "111" in shown, shown[-1500:]
 
     os.kill(serve.proc.pid, signal.SIGTERM)
     assert serve.proc.wait(60) == 0

@@ -63,9 +63,10 @@ select a.t, b.t from (select sum(total) as t from {{ ref('region_totals') }}) a
 cross join (select sum(total) as t from {{ ref('customer_totals') }}) b
 where abs(coalesce(a.t, 0) - coalesce(b.t, 0)) > 0.001
 """
-ORDER_RATIO = """
+ORDER_CHECKED = """
 {{ config(materialized='streaming_view') }}
-select id, cast(amount as bigint) div (customer_id - 777) as q from {{ ref('orders') }}
+select id, case when customer_id = 777 then raise_error('customer 777 is closed') else amount end as amount
+from {{ ref('orders') }}
 """
 STREAMING = ("customer_totals", "region_totals", "top_customers", "big_spenders", "order_changes")
 
@@ -219,22 +220,24 @@ class TestStreamingModels:
         assert "unsupported in a streaming view: LIMIT / OFFSET without ORDER BY" in log
 
     def test_a_model_failing_on_a_row_stops_only_itself(self, built, spark):
-        """A division by zero in one model: `dbt build` reports that model as an error
-        naming the cause, the other streaming models pass and are right; once the row is
-        gone, the next build rebuilds the model and every model equals batch."""
-        path = os.path.join(built.project_root, "models", "order_ratio.sql")
-        write_file(ORDER_RATIO, path)
+        """A model raising an error on one row (dbt-spark runs Spark without ANSI mode, so a
+        division by zero is NULL there; `raise_error` and `assert_true` still fail): `dbt
+        build` reports that model as an error naming the cause, the other streaming models
+        pass and are right; once the row is gone, the next build rebuilds the model and
+        every model equals batch."""
+        path = os.path.join(built.project_root, "models", "order_checked.sql")
+        write_file(ORDER_CHECKED, path)
         self.shop.orders[9999] = [9999, 777, 5.0, "placed"]
         self.shop.write(built.project_root)
         try:
             results, log = run_dbt_and_capture(["build"], expect_pass=False)
             status = {r.node.name: str(r.status) for r in results if r.node.resource_type == "model"}
-            assert status["order_ratio"] == "error" and "DIVIDE_BY_ZERO" in log, status
+            assert status["order_checked"] == "error" and "USER_RAISED_EXCEPTION" in log, status
             assert all(status[m] == "success" for m in STREAMING), status
             p = Project(spark, os.path.join(str(built.project_root), "stream_state"))
             try:
-                problems = {m: d for m, d in check_project(p).items() if d and not m.endswith(".order_ratio")}
-                assert p.failed.keys() == {f"{built.test_schema}.order_ratio"}
+                problems = {m: d for m, d in check_project(p).items() if d and not m.endswith(".order_checked")}
+                assert p.failed.keys() == {f"{built.test_schema}.order_checked"}
             finally:
                 p.close()
             assert not problems, problems
