@@ -251,7 +251,7 @@ def test_serve_survives_random_kills_with_exactly_once_outputs(tmp_path, kafka):
             for _ in range(seen):
                 serve.wait_for(lambda e: e.get("event") in ("tick", "stop"))
             time.sleep(rng.uniform(0.0, 1.5))
-        if rng.random() < 0.3:
+        if seen and rng.random() < 0.5:  # once it ticks (before, Python may still be importing)
             serve.stop_group()
         else:
             serve.kill()
