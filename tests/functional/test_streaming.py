@@ -252,5 +252,7 @@ class TestStreamingModels:
                 p.close()
         finally:
             os.remove(path)
-        run_dbt(["run"])  # the model leaves the state
+        self.shop.apply("add_order", 1, 5)
+        self.shop.write(built.project_root)
+        run_dbt(["build"])  # the model leaves the state with the next tick
         assert_equal_to_batch(spark, built.project_root)
