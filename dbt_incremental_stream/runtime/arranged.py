@@ -329,10 +329,7 @@ class Plan:
 
     def _side(self, op: Operator) -> Side | None:
         """``op`` as an integral under row-wise operators, or None when it is a delta."""
-        chain: list[Operator] = []
-        while isinstance(op, (Map, Filter)):
-            chain.append(op)
-            op = op.input
+        chain, op = _unchained(op)
         if isinstance(op, Delay):
             integral, after = op.input, False
         elif isinstance(op, Integral):
@@ -406,10 +403,7 @@ class Plan:
     def _source_copy(self, op: Operator, column: str) -> tuple[str, str] | None:
         """(source, its column) when ``op``'s rows are a source's rows (its delta or its
         integral) under row-wise operators and ``column`` copies one of its columns."""
-        chain: list[Operator] = []
-        while isinstance(op, (Map, Filter)):
-            chain.append(op)
-            op = op.input
+        chain, op = _unchained(op)
         if isinstance(op, Delay):
             op = op.input
         if isinstance(op, Integral) and op.key is None:
@@ -854,6 +848,15 @@ class ArrangedTick:
         if t is None or isinstance(state.input, Partials):
             return t
         return kernels.sum_by(t, state.key) if state.key is not None else kernels.consolidate(t)
+
+
+def _unchained(op: Operator) -> tuple[list[Operator], Operator]:
+    """The Maps and Filters ``op`` is made of (outermost first), and what they read."""
+    chain: list[Operator] = []
+    while isinstance(op, (Map, Filter)):
+        chain.append(op)
+        op = op.input
+    return chain, op
 
 
 def _nondecreasing(e: exp.Expression, time: str) -> bool:

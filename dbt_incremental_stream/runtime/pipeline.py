@@ -718,8 +718,8 @@ class Pipeline:
         """Whether ``root`` reads rows of ``source`` other than through a temporal filter
         whose lower edge on the expired column is at least ``at`` (a backfill replays the
         source's retained input through it)."""
-        column = plan.expiry[self._source_state(source).id].column if plan is not None and \
-            self._source_state(source).id in plan.expiry else None
+        node = self._source_state(source).id
+        column = plan.expiry[node].column if plan is not None and node in plan.expiry else None
         seen: set[str] = set()
 
         def reaches(op: Operator) -> bool:
@@ -747,10 +747,11 @@ class Pipeline:
         """Seed state nodes that did not exist at the last commit by replaying the
         retained input history and this tick's ``inputs`` through them as one delta, from
         empty state (a row that this tick deletes is never computed on)."""
-        history = {name: zsets.union([self.store.before(self._source_state(name).id), inputs.get(name)])
-                   for name in self._schemas}
-        history = {name: df if df is None or inputs.get(name) is None else zsets.consolidate(df)
-                   for name, df in history.items()}  # a row deleted now is not there
+        history: dict[str, DataFrame | None] = {}
+        for name in self._schemas:
+            before, delta = self.store.before(self._source_state(name).id), inputs.get(name)
+            # consolidated with this tick's delta: a row deleted now is not there
+            history[name] = before if delta is None else zsets.consolidate(zsets.union([before, delta]))
         replay = Tick(history, lambda _: None, lambda _: True, self._shared(),
                       empty=self._typed_empty())
         try:
@@ -773,7 +774,7 @@ class Pipeline:
             same = self._same_state()
             for v in self._views.values():
                 frame = frames.get(same.get(v.state.id, v.state.id))
-                if frame is None or v.name in skip or self._with_readers({**skip, **failed}).keys() & {v.name}:
+                if frame is None or v.name in self._with_readers({**skip, **failed}):
                     continue
                 try:
                     frame.write.format("noop").mode("overwrite").save()
