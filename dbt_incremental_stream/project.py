@@ -39,6 +39,7 @@ from .connectors.kafka import KafkaSettings, KafkaSink, KafkaSource, KafkaTopics
 from .errors import CompileError, ConnectorError, ModelFailed, StateError, StreamError
 from .runtime import kernels, zsets
 from .runtime.pipeline import Changes, Pipeline
+from .runtime.state import MANIFEST_DIR
 from .sql.relations import engine_name, referenced, rename
 
 STREAMING_VIEW = "streaming_view"
@@ -108,11 +109,14 @@ class Project:
         self._new_logs: set[str] = set()  # changelog tables to start over at the next tick
         self._published = -1  # the tick the catalog views show, as far as this instance knows
         self.catalog = Catalog(spark)
-        self._replay = self._intent(self.pipe.tick + 1)  # offset ranges a crashed tick had read: read them again
+        self._replay = self._intent()  # offset ranges a crashed tick had read: read them again
         self.last: TickReport | None = None
         #: told each tick's report as soon as its manifest commits, before the catalog views
         #: are published: a tick nobody was told about is never committed
         self.on_commit: Callable[[TickReport], None] | None = None
+        #: told a tick's report once it knows what the tick reads (offsets, lag, whether it is
+        #: redone), before any model is computed: the lag of a tick in flight is known
+        self.on_read: Callable[[TickReport], None] | None = None
         self.dropped: dict[str, str] = {}
         self._define(self.models)
 
@@ -282,6 +286,7 @@ class Project:
             try:
                 ranges, behind, dead = self._read_streams(deltas, frames, report)
                 tick, replaying, self._replay = self.pipe.tick + 1, self._replay is not None, None
+                report.redone = replaying
                 idle = not deltas and not dead and not self.pipe.pending and not self.pipe.reads_time
                 if idle and self.pipe.tick > 0:
                     self._caught_up.update(set(self.stream_sources) - behind)
@@ -303,6 +308,8 @@ class Project:
                 if ranges and not replaying:  # a replayed tick keeps its intent
                     self._intend(tick, ranges)
                 report.split["read"] = time.monotonic() - started
+                if self.on_read is not None:
+                    self.on_read(report)
                 self.pipe.step(deltas, now,
                                before_commit=lambda tick, changes: self._outputs(tick, changes, dead, report))
                 report.split.update(self.pipe.last_tick.seconds)
@@ -405,7 +412,7 @@ class Project:
         return kernels.consolidate(kernels.concat([new.cast(replaced.schema), kernels.negate(replaced)]))
 
     def _intent_path(self, tick: int) -> str:
-        return self.pipe.store.fs.path("_manifest", f"intent-{tick:012d}.json")
+        return self.pipe.store.fs.path(MANIFEST_DIR, f"intent-{tick:012d}.json")
 
     def _intend(self, tick: int, ranges: dict[str, Ranges]) -> None:
         """Record the Kafka offset ranges a tick reads before any of its output is written: a
@@ -416,8 +423,14 @@ class Project:
         doc = {rel: {str(p): list(r) for p, r in parts.items()} for rel, parts in ranges.items()}
         self.pipe.store.fs.write_atomic(path, json.dumps({"tick": tick, "ranges": doc}))
 
-    def _intent(self, tick: int) -> dict[str, Ranges] | None:
-        path = self._intent_path(tick)
+    def _intent(self) -> dict[str, Ranges] | None:
+        """The ranges of the tick after the committed one, if a crash cut it short. Intents
+        of committed ticks (a crash between the commit and the intent's removal) go."""
+        folder = self.pipe.store.fs.path(MANIFEST_DIR)
+        for name in self.pipe.store.fs.list(folder):
+            if name.startswith("intent-") and name.endswith(".json") and int(name[len("intent-"):-len(".json")]) <= self.pipe.tick:
+                self.pipe.store.fs.delete(self.pipe.store.fs.path(MANIFEST_DIR, name))
+        path = self._intent_path(self.pipe.tick + 1)
         if not self.pipe.store.fs.exists(path):
             return None
         doc = json.loads(self.pipe.store.fs.read_text(path))
@@ -575,6 +588,7 @@ class TickReport:
     lag: dict[str, int] = field(default_factory=dict)  # offsets left to read after the tick
     rows_out: dict[str, int] = field(default_factory=dict)  # messages written per sink
     failed: dict[str, str] = field(default_factory=dict)  # models set aside: relation → error
+    redone: bool = False  # the tick a crash cut short, read again on the same offset ranges
     seconds: float = 0.0
     #: where the time went: read (Kafka and table sources), the pipeline's own split
     #: (spark, driver, write, commit), outputs (sinks, changelogs, dead letters), publish

@@ -56,7 +56,8 @@ class Metrics:
         self.rows_in = Counter("dbt_stream_source_records", "Records read as changes", ["source"], registry=r)
         self.dead = Counter("dbt_stream_source_dead_letters", "Records sent to the dead letters", ["source"],
                             registry=r)
-        self.lag = Gauge("dbt_stream_source_lag", "Offsets left to read after the last tick", ["source"], registry=r)
+        self.lag = Gauge("dbt_stream_source_lag", "Offsets left to read after the tick in flight (or the last one)",
+                         ["source"], registry=r)
         self.rows_out = Counter("dbt_stream_sink_messages", "Messages written to sinks", ["model"], registry=r)
         self.last_commit = Gauge("dbt_stream_last_commit_timestamp_seconds", "When the last tick committed",
                                  registry=r)
@@ -72,9 +73,13 @@ class Metrics:
                                (self.dead, report.dead), (self.rows_out, report.rows_out)):
             for label, n in values.items():
                 metric.labels(label).inc(n)
+        self.read(report)
+        self.failed.set(len(report.failed))
+
+    def read(self, report: TickReport) -> None:
+        """A tick's lag, known once it has fixed its offset ranges."""
         for source, n in report.lag.items():
             self.lag.labels(source).set(n)
-        self.failed.set(len(report.failed))
 
 
 class Server:
@@ -92,6 +97,7 @@ class Server:
         self._state = "starting"
         self._started = datetime.now(timezone.utc)
         self._last: TickReport | None = None
+        self._reading: TickReport | None = None  # the tick in flight, once its offset ranges are fixed
         self._error: str | None = None
         self._http = _http(self, host, port) if port is not None else None
         self._handlers: dict[int, Any] | None = None
@@ -110,12 +116,18 @@ class Server:
             self._handlers = _on_signals(self)
 
     def status(self) -> dict[str, Any]:
-        p = self.project
+        """``lag`` is the latest known: that of the tick in flight once it has read its
+        offset ranges, else that of the last committed tick."""
+        p, reading = self.project, self._reading
+        latest = reading or self._last
         return {**self.info, "state": self._state, "started_at": self._started.isoformat(),
                 "tick": None if p is None else p.tick,
                 "models": [] if p is None else sorted(p.models),
                 "sources": [] if p is None else p.stream_sources,
                 "failed_models": {} if self._last is None else self._last.failed,
+                "lag": {} if latest is None else latest.lag,
+                "in_flight": None if reading is None else {"tick": reading.tick, "redone": reading.redone,
+                                                           "offsets": reading.offsets},
                 "last_tick": None if self._last is None else asdict(self._last),
                 "last_error": self._error}
 
@@ -185,6 +197,7 @@ class Server:
             if not self.project.advance():
                 return False
         except Exception as e:  # a broker hiccup, a lost executor: retry the same tick afresh
+            self._reading = None
             self.metrics.failures.inc()
             self._error = f"{type(e).__name__}: {e}"
             log.error("tick failed", extra={"event": "error", "tick": self.project.tick + 1, "error": self._error})
@@ -192,15 +205,23 @@ class Server:
             return False
         return True
 
+    def _read(self, report: TickReport) -> None:
+        """A tick that knows what it reads: its lag is the one to show (a redone tick is said)."""
+        self._reading = report
+        self.metrics.read(report)
+        if report.redone:
+            log.info(f"redoing tick {report.tick}, which a stop cut short", extra={
+                "event": "redo", "tick": report.tick, "offsets": report.offsets, "lag": report.lag})
+
     def _committed(self, report: TickReport) -> None:
         """A tick's log line and metrics, as soon as its manifest commits."""
-        self._last, self._error = report, None
+        self._last, self._reading, self._error = report, None, None
         self.metrics.record(report)
         log.info(_progress(report), extra={"event": "tick", **asdict(report)})
 
     def _open(self) -> Project:
         project = self.open_project()
-        project.on_commit = self._committed
+        project.on_commit, project.on_read = self._committed, self._read
         return project
 
     def _reopen(self) -> None:
@@ -291,8 +312,8 @@ def _http(server: Server, host: str, port: int) -> ThreadingHTTPServer:
 class JsonFormatter(logging.Formatter):
     """Structured logs: one JSON object per line with the record's fields."""
 
-    FIELDS = ("event", "tick", "seconds", "offsets", "rows_in", "dead", "lag", "rows_out", "failed", "error", "models",
-              "sources", "signal", "url")
+    FIELDS = ("event", "tick", "seconds", "offsets", "rows_in", "dead", "lag", "rows_out", "failed", "redone", "error",
+              "models", "sources", "signal", "url")
 
     def format(self, record: logging.LogRecord) -> str:
         doc = {"ts": datetime.fromtimestamp(record.created, timezone.utc).isoformat(), "level": record.levelname,

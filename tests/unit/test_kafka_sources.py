@@ -332,11 +332,18 @@ def test_a_redone_tick_reports_the_true_lag(spark, kafka, tmp_path, monkeypatch)
         with pytest.raises(RuntimeError):
             project.advance()  # reads offsets 10-19, then fails before committing
     project.close()
+    manifest = tmp_path / "state" / "_manifest"
+    (manifest / "intent-000000000001.json").write_text("{}")  # a crash between tick 1's commit and its removal
     project = opened()
+    assert [p.name for p in manifest.glob("intent-*")] == ["intent-000000000002.json"]
+    read = []
+    project.on_read = lambda r: read.append((r.tick, r.redone, dict(r.lag), project.pipe.tick))
     assert project.advance()  # the same offsets again
-    assert project.last.offsets == {src: 10} and project.last.lag == {src: 10}
-    assert project.advance() and project.last.lag == {src: 0}
+    assert project.last.offsets == {src: 10} and project.last.lag == {src: 10} and project.last.redone
+    assert project.advance() and project.last.lag == {src: 0} and not project.last.redone
+    assert read == [(2, True, {src: 10}, 1), (3, False, {src: 0}, 2)]  # told before the tick commits
     assert rows(spark, "k_lag.totals") == Counter({("a", 30, 30.0): 1})
+    assert not list(manifest.glob("intent-*"))
     project.close()
 
 
