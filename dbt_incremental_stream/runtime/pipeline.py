@@ -386,8 +386,13 @@ class Pipeline:
                 arrow[CLOCK] = self._rows_arrow(CLOCK, moved)
 
         failed = {n: e for n, e in self.failed.items() if n in self._views}
-        rebuilt = self.store.forget(self._own_states(set(failed)))  # rebuilt from retained input
-        skip: dict[str, str] = {}
+        changed = {s for s, d in inputs.items() if d is not None} | {s for s, t in arrow.items() if t.num_rows}
+        # the same input fails the same way: a failed view is retried (rebuilt from retained
+        # input) once a source it reads changed or it was redefined, and set aside till then
+        retry = {n for n in failed if changed & set(self.upstream(n))
+                 or not all(self.store.has(s) for s in self._own_states({n}, keep=set()))}
+        rebuilt = self.store.forget(self._own_states(retry))
+        skip = {n: e for n, e in failed.items() if n not in retry}
         try:
             while True:
                 try:
@@ -409,16 +414,15 @@ class Pipeline:
         """One attempt at a tick, the views in ``skip`` (view → error) set aside as they are."""
         plan = self._arranged_plan()
         why = str(self._plan) if plan is None else None
-        if skip:
-            why = f"views set aside: {sorted(skip)}"
-        elif plan is not None and not self._arranged_ready(plan):
+        aside = self._own_states(set(skip))
+        if plan is not None and not self._arranged_ready(plan):
             why = "state to build"
         elif plan is not None:
             fetched = self._fetch(inputs, arrow)
             why = "a large delta" if fetched is None else None
             if fetched is not None:
                 try:
-                    return self._step_arranged(plan, fetched, clock, before_commit, started)
+                    return self._step_arranged(plan, fetched, clock, before_commit, started, aside, skip)
                 except Exception as e:  # the DataFrame path computes it, with Spark's own errors
                     if not isinstance(e, _DECLINES) and data_error(e) is None:
                         raise
@@ -426,7 +430,6 @@ class Pipeline:
         for source, table in arrow.items():
             inputs[source] = self._conform(source, self.spark.createDataFrame(table))
 
-        aside = self._own_states(set(skip))
         every = self._states()
         states = [s for s in every if s.id not in aside]
         tick = self.store.tick + 1
@@ -521,15 +524,16 @@ class Pipeline:
         return out if sum(t.num_rows for t in out.values()) <= ARRANGED_ROWS else None
 
     def _step_arranged(self, plan: Plan, inputs: dict[str, pa.Table], clock: datetime | None,
-                       before_commit: Callable[[int, Changes], None] | None,
-                       started: float) -> Changes:
-        """One tick on arrangements: kernels in the driver over the touched keys only."""
+                       before_commit: Callable[[int, Changes], None] | None, started: float,
+                       aside: AbstractSet[str], skip: Mapping[str, str]) -> Changes:
+        """One tick on arrangements: kernels in the driver over the touched keys only. The
+        state nodes ``aside`` (of the views in ``skip``) are left as they are."""
         fetched = time.perf_counter()
         states = self._states()
         assert self.store.runs is not None
         run = ArrangedTick(plan, inputs, self.store.arrangements, self.store.runs, self.spark)
-        tables = {s.id: run.state_delta(s) for s in states}
-        expired = self._expire_arrow(plan, tables, clock, states)
+        tables = {s.id: run.state_delta(s) for s in states if s.id not in aside}
+        expired = self._expire_arrow(plan, tables, clock, [s for s in states if s.id not in aside])
         evaluated = time.perf_counter()
         tick = self.store.tick + 1
         batches = self.store.write_arrow(tick, tables, {s.id: self._stored_schema(s) for s in states})
@@ -540,7 +544,7 @@ class Pipeline:
         changes = Changes({v.name: partial(self._arrow_change, v, tables.get(v.state.id)) for v in self._views.values()},
                           {v.name: t for v in self._views.values() if (t := tables.get(v.state.id)) is not None})
         outputs, committing = self._commit(tick, states, written, arrangements, changes,
-                                           self._meta(clock, expired, {}), before_commit)
+                                           self._meta(clock, expired, skip), before_commit)
         done = time.perf_counter()
         self.last_tick = TickStats("arranged", sum(t.num_rows for t in inputs.values()),
                                    {"spark": fetched - started + run.spark_seconds,
@@ -570,6 +574,8 @@ class Pipeline:
         by_id = {s.id: s for s in states}
         assert self.store.runs is not None
         for node, (t, at) in self._thresholds(plan, clock).items():
+            if node not in by_id:
+                continue  # set aside with a failed view
             column = plan.expiry[node].column
             delta = tables.get(node)
             kept = None if delta is None else delta.filter(pc.fill_null(pc.greater_equal(delta.column(column), t), False))
