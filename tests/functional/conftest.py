@@ -13,3 +13,11 @@ def _spark_first(spark):
 def dbt_profile_target():
     # state_location is relative: dbt's project fixture runs each test class in its own directory
     return {"type": "incremental_stream", "threads": 1, "master": "local[2]", "state_location": "stream_state"}
+
+
+@pytest.fixture(autouse=True)
+def _ansi_as_it_was(spark):
+    """A dbt invocation in this process sets the shared session's ANSI mode (dbt-spark turns
+    it off, a profile's `spark_conf` may turn it on); tests after it see Spark's default."""
+    yield
+    spark.conf.unset("spark.sql.ansi.enabled")

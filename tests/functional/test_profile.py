@@ -54,3 +54,13 @@ def test_profile_errors_say_what_to_fix():
     assert creds.kafka_settings.redacted()["sasl.password"] == "****"
     assert "kafka" not in creds._connection_keys()
     assert os.sep not in creds.state_location  # relative: resolved against the project
+
+
+def test_spark_conf_wins_over_dbt_sparks_settings():
+    """dbt-spark applies its settings at every statement, ANSI mode off among them; a
+    profile's `spark_conf` is what the session gets."""
+    from dbt.adapters.incremental_stream.connections import IncrementalStreamCredentials
+
+    assert IncrementalStreamCredentials(schema="s").server_side_parameters["spark.sql.ansi.enabled"] == "false"
+    creds = IncrementalStreamCredentials(schema="s", spark_conf={"spark.sql.ansi.enabled": True})
+    assert creds.server_side_parameters["spark.sql.ansi.enabled"] == "true"

@@ -60,7 +60,11 @@ class IncrementalStreamCredentials(SparkCredentials):
             self.kafka_settings  # noqa: B018  (validates the block)
         except StreamError as e:
             raise DbtRuntimeError(f"profile `kafka:` block: {e}") from e
-        self.spark_conf = {str(k): str(v) for k, v in self.spark_conf.items()}
+        # YAML's true is Python's True; Spark writes it true
+        self.spark_conf = {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in self.spark_conf.items()}
+        # dbt-spark sets these on the session at every statement (ANSI mode off among them):
+        # a setting the profile gives wins
+        self.server_side_parameters = {**self.server_side_parameters, **self.spark_conf}
 
     def state_path(self, project_root: str | Path) -> str:
         """The state location; a relative path is relative to the dbt project (the JVM does
@@ -97,7 +101,7 @@ class IncrementalStreamConnectionManager(SparkConnectionManager):
         if os.environ.get(REMOTE_BY_US):  # a running dbt-stream serve's Spark (see impl.use_running_serve)
             return super().open(connection)
         try:
-            session(creds.master, {**creds.server_side_parameters, **creds.spark_conf}, hive=True)
+            session(creds.master, creds.server_side_parameters, hive=True)
         except Exception as e:  # Spark raises several types when the master is unreachable
             raise FailedToConnectError(f"could not start Spark with master {creds.master}: {e}") from e
         return super().open(connection)

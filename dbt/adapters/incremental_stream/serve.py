@@ -78,7 +78,7 @@ def main(argv: list[str]) -> int:
                     host=args.host, max_ticks=args.max_ticks,
                     info={"connect": None if not connect else f"sc://{args.host}:{args.connect_port}"})
     server.catch_signals()  # a signal while Spark starts: stop without a tick
-    spark = session(creds.master, {**creds.server_side_parameters, **creds.spark_conf, **connect}, hive=True)
+    spark = session(creds.master, {**creds.server_side_parameters, **connect}, hive=True)
     return server.run()
 
 
