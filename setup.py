@@ -23,6 +23,7 @@ setup(
         "dbt-adapters==1.24.5",
         "dbt-spark[session]==1.11.0",
         "confluent-kafka==2.16.1",
+        "msgspec==0.22.0",  # JSON records decoded by type in C, a chunk at a time (connectors/columnar.py)
         # Avro sources and sinks; the schema registry is spoken to over its REST API with
         # requests (confluent-kafka's own registry client needs a newer certifi than installs)
         "fastavro==1.13.1",

@@ -34,7 +34,7 @@ from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, Str
 
 from .catalog import Catalog, quote_relation
 from .circuit.operators import WEIGHT, quote
-from .connectors.datasource import driver_rows, kafka_frame, row_schema
+from .connectors.datasource import driver_table, kafka_frame
 from .connectors.kafka import KafkaSettings, KafkaSink, KafkaSource, KafkaTopics, KafkaWriter, Ranges
 from .errors import CompileError, ConnectorError, ModelFailed, StateError, StreamError
 from .runtime import kernels, zsets
@@ -384,7 +384,7 @@ class Project:
         """A small read: decoded in the driver into Arrow, which a small tick runs on as it
         is (no Spark job). False when a column type only Spark converts."""
         rel = source.relation
-        table = zsets.arrow_rows(row_schema(source), driver_rows(self._settings(), source, ranges))
+        table = driver_table(self._settings(), source, ranges)
         if table is None:
             return False
         good = pc.is_null(table.column("_reason"))

@@ -2,12 +2,13 @@
 
 The driver fixes each partition's [start, end) for a tick; every range (split in chunks
 so one busy partition still spreads over several tasks) is one Spark task that reads and
-decodes its records. A row is a change of the source (its columns, then ``_w``) or a dead
-letter (``_reason`` set), tagged with the record's partition and offset.
+decodes its records into Arrow record batches (:mod:`.columnar`). A row is a change of the
+source (its columns, then ``_w``) or a dead letter (``_reason`` set), tagged with the
+record's partition and offset.
 
     frame = kafka_frame(spark, settings, source, {0: (0, 100), 1: (40, 90)})
 
-A small tick's ranges are read in the driver instead (:func:`driver_rows`): the same
+A small tick's ranges are read in the driver instead (:func:`driver_table`): the same
 rows, with no Spark job.
 """
 from __future__ import annotations
@@ -16,14 +17,16 @@ import json
 from dataclasses import dataclass
 from typing import Any, Iterator
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
 
 from ..circuit.operators import WEIGHT
-from .envelopes import source_changes
-from .formats import Bad, Registry
-from .kafka import KafkaSettings, KafkaSource, Ranges, is_secret, read_range
+from ..runtime import zsets
+from .columnar import ChunkDecoder
+from .formats import Registry
+from .kafka import KafkaSettings, KafkaSource, Ranges, is_secret, read_chunks, record
 
 NAME = "dbt_stream_kafka"
 #: most offsets one task reads
@@ -93,29 +96,25 @@ class _Reader(DataSourceReader):
         return [_Range(p, s, min(s + CHUNK, end)) for p, (start, end) in sorted(self.ranges.items())
                 for s in range(start, end, CHUNK)] or [_Range(0, 0, 0)]
 
-    def read(self, partition: Any) -> Iterator[tuple[Any, ...]]:
-        return read_rows(self.settings, self.source, partition.partition, partition.start, partition.end)
+    def read(self, partition: Any) -> Iterator[Any]:
+        decoder = chunk_decoder(self.settings, self.source)
+        for chunk in read_chunks(self.settings, self.source.topic, partition.partition, partition.start, partition.end):
+            if decoder.columnar:
+                yield from decoder(chunk).to_batches()
+            else:  # nested column types: rows, which Spark converts
+                yield from decoder.rows([record(m) for m in chunk])
 
 
-def read_rows(settings: KafkaSettings, source: KafkaSource, partition: int, start: int, end: int
-              ) -> Iterator[tuple[Any, ...]]:
-    """The rows (of :func:`row_schema`) of one partition's offsets [start, end)."""
-    if end <= start:
-        return
-    decode = source.decoder(settings.registry)
-    nothing = (None,) * len(source.columns.fields)
-    for record in read_range(settings, source.topic, partition, start, end):
-        try:
-            changes = source_changes(source.envelope, source.schema, source.key, decode, record)
-        except Bad as e:
-            yield nothing + (0, record.partition, record.offset, record.value, str(e))
-            continue
-        meta = tuple(record.metadata(kind) for kind, _ in source.metadata)
-        for row, weight in changes:
-            yield row + meta + (weight, record.partition, record.offset, None, None)
+def chunk_decoder(settings: KafkaSettings, source: KafkaSource) -> ChunkDecoder:
+    return ChunkDecoder(source, source.decoder(settings.registry), row_schema(source))
 
 
-def driver_rows(settings: KafkaSettings, source: KafkaSource, ranges: Ranges) -> list[tuple[Any, ...]]:
+def driver_table(settings: KafkaSettings, source: KafkaSource, ranges: Ranges) -> pa.Table | None:
     """The records in ``ranges`` read and decoded in the driver: for a small tick, whose
-    read as a Spark job costs more than the records do."""
-    return [r for p, (start, end) in sorted(ranges.items()) for r in read_rows(settings, source, p, start, end)]
+    read as a Spark job costs more than the records do. None for nested column types."""
+    decoder = chunk_decoder(settings, source)
+    if not decoder.columnar:
+        return None
+    tables = [decoder(chunk) for p, (start, end) in sorted(ranges.items())
+              for chunk in read_chunks(settings, source.topic, p, start, end)]
+    return pa.concat_tables(tables) if tables else pa.Table.from_batches([], zsets.arrow_schema(row_schema(source)))

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
 from typing import Any, Callable, Mapping, Sequence
 
 from pyspark.sql.types import DataType, IntegerType, LongType, StringType, StructType, TimestampType
@@ -94,7 +95,7 @@ def _key_row(columns: StructType, key: Sequence[str], decode: Decoder, record: R
     else:
         text = record.key.decode("utf-8", errors="replace")
         try:
-            doc = json.loads(text)
+            doc = json.loads(text, parse_float=Decimal)
         except ValueError:
             doc = text
         if not isinstance(doc, (dict, str)) and len(key) == 1:

@@ -119,7 +119,7 @@ class Decoder:
     def __call__(self, payload: bytes) -> Any:
         if self.format == "json":
             try:
-                return json.loads(payload)
+                return json.loads(payload, parse_float=Decimal)  # a number as written: a decimal column holds it exactly
             except (ValueError, UnicodeDecodeError) as e:
                 raise Bad(f"not JSON: {e}") from e
         if self.format == "csv":
@@ -161,6 +161,17 @@ def _schema_of(text: str) -> Any:
     import fastavro
 
     return fastavro.parse_schema(json.loads(text))
+
+
+def _floats(v: Any) -> Any:
+    """A nested value as parsed, its JSON numbers with a point as floats."""
+    if isinstance(v, Decimal):
+        return float(v)
+    if isinstance(v, dict):
+        return {k: _floats(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_floats(x) for x in v]
+    return v
 
 
 def _plain(v: Any) -> Any:
@@ -227,13 +238,13 @@ def _convert(t: DataType) -> Callable[[Any], Any]:
     if isinstance(t, _INTS):
         return of(int, then=_in_range(_INT_BITS[type(t)]))
     if isinstance(t, FloatType):
-        return of(int, float, then=_float32)
+        return of(int, float, Decimal, then=_float32)
     if isinstance(t, DoubleType):
-        return of(int, float, then=float)
+        return of(int, float, Decimal, then=float)
     if isinstance(t, DecimalType):
         return of(int, float, str, Decimal, then=partial(_decimal, t))
     if isinstance(t, StringType):
-        return of(str)
+        return of(str, then=_utf8)
     if isinstance(t, BooleanType):
         return of(bool)
     if isinstance(t, TimestampType):  # a text with an offset is that instant, held in UTC as Spark's CAST does
@@ -242,7 +253,7 @@ def _convert(t: DataType) -> Callable[[Any], Any]:
         return lambda v: v if isinstance(v, date) and not isinstance(v, datetime) else date.fromisoformat(str(v))
     if isinstance(t, BinaryType):
         return of(bytes, str, then=lambda v: v.encode() if isinstance(v, str) else v)
-    return lambda v: v  # nested types as parsed
+    return _floats  # nested types as parsed
 
 
 _INT_BITS = {LongType: 64, IntegerType: 32, ShortType: 16, ByteType: 8}
@@ -257,6 +268,15 @@ def _in_range(bits: int) -> Callable[[int], int]:
             raise _Misfit(f"out of range [{low}, {high}]")
         return v
     return check
+
+
+def _utf8(v: str) -> str:
+    """Text a column holds: a JSON escape of half a surrogate pair has no UTF-8."""
+    try:
+        v.encode("utf-8")
+    except UnicodeEncodeError:
+        raise _Misfit("a lone surrogate (\\ud800-\\udfff) is not text") from None
+    return v
 
 
 def _float32(v: int | float) -> float:

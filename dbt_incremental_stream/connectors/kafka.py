@@ -17,7 +17,7 @@ import json
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from pyspark.sql.types import StructField, StructType
 
@@ -308,9 +308,11 @@ class KafkaTopics:
         self._consumer.close()
 
 
-def read_range(settings: KafkaSettings, topic: str, partition: int, start: int, end: int,
-               timeout: float = 30.0) -> Any:
-    """The records of one partition in [start, end) (committed transactions only)."""
+def read_chunks(settings: KafkaSettings, topic: str, partition: int, start: int, end: int, size: int = 10_000,
+                timeout: float = 30.0) -> Iterator[list[Any]]:
+    """The messages of one partition in [start, end) (committed transactions only), at
+    most ``size`` at a time: confluent-kafka's ``Message`` objects, as the client hands
+    them over in one call."""
     from confluent_kafka import KafkaError, TopicPartition
 
     errors: list[str] = []
@@ -319,24 +321,33 @@ def read_range(settings: KafkaSettings, topic: str, partition: int, start: int, 
         consumer.assign([TopicPartition(topic, partition, start)])
         position = start
         while position < end:
-            msg = consumer.poll(timeout)
-            if msg is None:
+            msgs = consumer.consume(min(size, end - position), timeout)
+            if not msgs:
                 raise ConnectorError(f"Kafka topic {topic!r} partition {partition}: offsets {position}..{end} "
                                      f"not readable within {timeout:.0f}s ({'; '.join(errors) or 'no error'})")
-            err = msg.error()
-            if err is not None:
-                if err.code() != KafkaError._PARTITION_EOF:
-                    raise ConnectorError(f"Kafka topic {topic!r} partition {partition}: {err}")
-                position = max(position, msg.offset())  # only aborted records or markers were left
-                continue
-            if msg.offset() >= end:
-                break
-            position = msg.offset() + 1
-            stamp = msg.timestamp()
-            yield Record(topic, partition, msg.offset(), stamp[1] if stamp[0] else None, msg.key(), msg.value(),
-                         tuple(msg.headers() or ()))
+            chunk = []
+            for msg in msgs:
+                err = msg.error()
+                if err is not None:
+                    if err.code() != KafkaError._PARTITION_EOF:
+                        raise ConnectorError(f"Kafka topic {topic!r} partition {partition}: {err}")
+                    position = max(position, msg.offset())  # only aborted records or markers were left
+                    continue
+                if msg.offset() >= end:
+                    position = end
+                    break
+                position = msg.offset() + 1
+                chunk.append(msg)
+            if chunk:
+                yield chunk
     finally:
         consumer.close()
+
+
+def record(msg: Any) -> Record:
+    stamp = msg.timestamp()
+    return Record(msg.topic(), msg.partition(), msg.offset(), stamp[1] if stamp[0] else None, msg.key(), msg.value(),
+                  tuple(msg.headers() or ()))
 
 
 SINK_ENVELOPES = ENVELOPES
