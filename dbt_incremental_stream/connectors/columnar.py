@@ -22,11 +22,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from decimal import Decimal
+from operator import attrgetter
 from typing import Any, Callable, Optional, Sequence
 
 import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
+from confluent_kafka import Message
 from pyspark.sql.types import (BinaryType, BooleanType, DataType, DateType, DecimalType, DoubleType, FloatType,
                                StringType, StructField, StructType, TimestampType)
 
@@ -133,7 +135,10 @@ class ChunkDecoder:
         columns = self.source.schema.fields
         arrays = []
         for i, (f, then) in enumerate(zip(columns, self._then)):
-            values = [getattr(o, f"c{i}") for o in taken]
+            values = list(map(attrgetter(f"c{i}"), taken))
+            if isinstance(f.dataType, TimestampType):
+                arrays.append(_times(values, then).cast(self._arrow.field(f.name).type))  # type: ignore[arg-type]
+                continue
             if then is not None:
                 values = [None if v is None else then(v) for v in values]
             arrays.append(_array(values, self._arrow.field(f.name).type, f.dataType))
@@ -147,8 +152,8 @@ class ChunkDecoder:
                 arrays.append(_array([r.metadata(kind) for r in records], self._arrow.field(f.name).type, f.dataType))
         n = len(taken)
         return pa.Table.from_arrays(
-            arrays + [pa.array([1] * n, pa.int64()), pa.array([m.partition() for m in msgs], pa.int32()),
-                      pa.array([m.offset() for m in msgs], pa.int64()), pa.nulls(n, pa.binary()),
+            arrays + [pa.array([1] * n, pa.int64()), pa.array(list(map(Message.partition, msgs)), pa.int32()),
+                      pa.array(list(map(Message.offset, msgs)), pa.int64()), pa.nulls(n, pa.binary()),
                       pa.nulls(n, pa.string())], schema=self._arrow)
 
     # --- the row decoder -----------------------------------------------------------------
@@ -180,6 +185,30 @@ def _then(f: StructField) -> Callable[[Any], Any] | None:
     if isinstance(f.dataType, (TimestampType, DateType, BinaryType)):
         return converter(f)
     return None
+
+
+#: times Arrow's cast reads exactly as Python's ``fromisoformat`` does (no offset; any
+#: other form is converted value by value)
+_PLAIN_TIME = r"^\d{4}-\d{2}-\d{2}[T ]([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d{1,6})?$"
+
+
+def _times(values: list[Any], convert: Callable[[Any], Any]) -> pa.Array:
+    """Timestamps (UTC, no zone) from text: the plain ones cast by Arrow, the others (an
+    offset, a date alone) by the row decoder's rules; Bad when one is no time."""
+    try:
+        text = pa.array(values, pa.string())
+    except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError) as e:  # a lone surrogate
+        raise Bad(str(e)) from e
+    plain = pc.fill_null(pc.match_substring_regex(text, _PLAIN_TIME), False)
+    try:
+        parsed = pc.cast(pc.if_else(plain, text, None), pa.timestamp("us"))
+    except pa.ArrowInvalid:  # a day the month does not have: each by the row decoder
+        plain = pa.array([False] * len(values))
+        parsed = pa.nulls(len(values), pa.timestamp("us"))
+    if pc.sum(plain).as_py() == len(values) - text.null_count:
+        return parsed
+    rest = [None if v is None or p else convert(v) for v, p in zip(values, plain.to_pylist())]
+    return pc.if_else(plain, parsed, _array(rest, pa.timestamp("us"), TimestampType()))
 
 
 def _array(values: list[Any], arrow: pa.DataType, spark: DataType) -> pa.Array:
