@@ -13,9 +13,11 @@ throughput is events / wall time, latency the p50/p99 of its ticks. The queries:
 - windowed aggregate: per minute and category (a tumbling window), upsert sink.
 
 Baselines in the same run, to name the limit: the broker's produce rate and a consumer's
-read rate (driver, one thread, no decoding) and the same read + JSON decode through the
-executors' data source with no view (the source side of a tick). Prints a table and saves
-bench/results/kafka_e2e.png.
+read rate (driver, one thread, no decoding), JSON decoding alone (records already in
+memory, one core: :class:`ChunkDecoder`), and the same read + JSON decode through the
+executors' data source with no view (the source side of a tick). Each query's row splits
+its median tick (read, Spark, driver, state write, outputs incl. the sink, commit,
+publish). Prints a table and saves bench/results/kafka_e2e.png.
 """
 from __future__ import annotations
 
@@ -36,8 +38,9 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition  # noqa: 
 from pyspark.sql.types import StructType  # noqa: E402
 
 from dbt_incremental_stream.connectors.broker import LocalBroker  # noqa: E402
-from dbt_incremental_stream.connectors.datasource import kafka_frame  # noqa: E402
-from dbt_incremental_stream.connectors.kafka import KafkaSettings, KafkaSink, KafkaSource, KafkaTopics  # noqa: E402
+from dbt_incremental_stream.connectors.datasource import chunk_decoder, kafka_frame  # noqa: E402
+from dbt_incremental_stream.connectors.kafka import (KafkaSettings, KafkaSink, KafkaSource, KafkaTopics,  # noqa: E402
+                                                     read_chunks)
 from dbt_incremental_stream.project import Model, Project  # noqa: E402
 from dbt_incremental_stream.runtime.session import session  # noqa: E402
 from dbt_incremental_stream.connectors.broker import create_topics, produce  # noqa: E402
@@ -85,6 +88,22 @@ def source_rate(spark, settings: KafkaSettings, source: KafkaSource, n: int) -> 
     return n / (time.perf_counter() - started)
 
 
+def decode_rate(settings: KafkaSettings, source: KafkaSource, n: int) -> float:
+    """Records/s one core decodes (the records already read into memory)."""
+    topics = KafkaTopics(settings)
+    ranges, _ = topics.ranges(source, {})
+    topics.close()
+    chunks = [c for p, (start, end) in ranges.items() for c in read_chunks(settings, source.topic, p, start, end)]
+    decoder = chunk_decoder(settings, source)
+    best = float("inf")
+    for _ in range(3):
+        started = time.perf_counter()
+        got = sum(decoder(c).num_rows for c in chunks)
+        best = min(best, time.perf_counter() - started)
+    assert got == n, (got, n)
+    return n / best
+
+
 def drain(spark, work: Path, settings: KafkaSettings, name: str, sql: str, envelope: str, key: tuple, n: int,
           per_tick: int, orders: KafkaSource, customers: KafkaSource) -> dict:
     """Tick a one-view project through the whole backlog."""
@@ -103,11 +122,13 @@ def drain(spark, work: Path, settings: KafkaSettings, name: str, sql: str, envel
     elapsed = time.perf_counter() - started
     project.close()
     seconds = sorted(t.seconds + t.split.get("publish", 0.0) for t in ticks)  # to commit, then publishing
+    split = {k: statistics.median(t.split.get(k, 0.0) for t in ticks)
+             for k in ("read", "spark", "driver", "write", "outputs", "commit", "publish")}
     read = sum(t.offsets.get("raw.orders", 0) for t in ticks)
     assert read == n, (read, n)
     return {"query": name, "events": n, "ticks": len(ticks), "seconds": elapsed, "rate": n / elapsed,
             "p50": statistics.median(seconds), "p99": seconds[min(len(seconds) - 1, int(0.99 * len(seconds)))],
-            "out": sum(sum(t.rows_out.values()) for t in ticks)}
+            "out": sum(sum(t.rows_out.values()) for t in ticks), "split": split}
 
 
 def main() -> None:
@@ -140,6 +161,7 @@ def main() -> None:
             customers = KafkaSource("raw.customers", "customers", StructType.fromDDL("id bigint, region string"),
                                     envelope="upsert", key=("id",))
             consumed = consume_rate(bootstrap, "orders", args.partitions, args.events)
+            decoded_alone = decode_rate(settings, orders, args.events)
             source_rate(spark, settings, orders, args.events)  # warm the Python workers
             decoded = source_rate(spark, settings, orders, args.events)
             spark.sql("CREATE SCHEMA IF NOT EXISTS bench")
@@ -157,10 +179,14 @@ def main() -> None:
     print(f"{'stage':<34} {'events/s':>10} {'ticks':>6} {'tick p50':>9} {'tick p99':>9} {'messages out':>13}")
     print(f"{'broker: produce':<34} {produced:>10,.0f}")
     print(f"{'consumer: read (1 thread)':<34} {consumed:>10,.0f}")
+    print(f"{'JSON decode alone (1 core)':<34} {decoded_alone:>10,.0f}")
     print(f"{'source: read + decode (executors)':<34} {decoded:>10,.0f}")
     for r in rows:
         print(f"{'e2e: ' + r['query']:<34} {r['rate']:>10,.0f} {r['ticks']:>6} {r['p50']:>8.2f}s {r['p99']:>8.2f}s "
               f"{r['out']:>13,}")
+    print("\nmedian tick split (s):")
+    for r in rows:
+        print(f"  {r['query']:<20} " + ", ".join(f"{k} {v:.2f}" for k, v in r["split"].items()))
     plot(rows, produced, consumed, decoded)
 
 
