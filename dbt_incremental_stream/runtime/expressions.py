@@ -21,8 +21,8 @@ Only a subset compiles, the one whose meaning is the same in both engines:
   ``ArrowInvalid`` and the caller hands the expression to Spark instead; integer
   arithmetic is checked, as ANSI mode is.
 
-Floating-point values (Spark orders NaN above every number and makes NaN = NaN true),
-timestamp literals and comparisons (read in the session time zone), division of
+Floating-point comparisons follow Spark's order (NaN above every number, NaN = NaN true);
+other floating-point operations, timestamp literals and comparisons (read in the session time zone), division of
 decimals, other functions and casts stay with Spark: the compilers return None for them.
 """
 from __future__ import annotations
@@ -118,6 +118,8 @@ def _kind(t: pa.DataType) -> str:
         return "date"
     if pa.types.is_boolean(t):
         return "bool"
+    if pa.types.is_floating(t):  # compared as Spark compares them (:func:`_float_compare`)
+        return "float"
     if pa.types.is_timestamp(t):  # instants compare as Spark compares them; TIMESTAMP and TIMESTAMP_NTZ do not mix
         return f"ts:{t.tz}"
     raise _Untranslatable(str(t))
@@ -388,15 +390,18 @@ class _Compiler:
             return lambda t: pc.invert(f(t))
         return f
 
-    def _same(self, *es: exp.Expression) -> list[Compiled]:
-        """Operands to compare: of one kind, or integers and decimals compared exactly."""
+    def _same(self, *es: exp.Expression) -> tuple[list[Compiled], str]:
+        """Operands to compare and their kind: of one kind, integers and decimals compared
+        exactly, or integers and floats as floats (Spark casts the integer to DOUBLE)."""
         compiled = [self.operand(x) for x in es]
         kinds = {k for _, k in compiled}
         if kinds == {"int", "dec"}:
-            return [(lambda t, f=f: _as_decimal(f(t))) for f, _ in compiled]
+            return [(lambda t, f=f: _as_decimal(f(t))) for f, _ in compiled], "dec"
+        if kinds == {"int", "float"}:
+            return [(lambda t, f=f: pc.cast(f(t), pa.float64())) for f, _ in compiled], "float"
         if len(kinds) != 1:
             raise _Untranslatable("values of different kinds")
-        return [f for f, _ in compiled]
+        return [f for f, _ in compiled], kinds.pop()
 
     def _positive(self, e: exp.Expression) -> Compiled:
         if isinstance(e, exp.Paren):
@@ -412,12 +417,14 @@ class _Compiler:
             x, _ = self.operand(e.this)
             return lambda t: pc.is_null(as_column(x(t), t.num_rows))
         if type(e) in _COMPARE:
-            a, b = self._same(e.left, e.right)
-            cmp = getattr(pc, _COMPARE[type(e)])
+            (a, b), kind = self._same(e.left, e.right)
+            cmp = _float_compare(_COMPARE[type(e)]) if kind == "float" else getattr(pc, _COMPARE[type(e)])
             return lambda t: cmp(a(t), b(t))
         if isinstance(e, exp.Between):
-            x, low, high = self._same(e.this, e.args["low"], e.args["high"])
-            return lambda t: pc.and_kleene(pc.greater_equal(x(t), low(t)), pc.less_equal(x(t), high(t)))
+            (x, low, high), kind = self._same(e.this, e.args["low"], e.args["high"])
+            ge, le = ((_float_compare("greater_equal"), _float_compare("less_equal")) if kind == "float"
+                      else (pc.greater_equal, pc.less_equal))
+            return lambda t: pc.and_kleene(ge(x(t), low(t)), le(x(t), high(t)))
         if isinstance(e, exp.In) and not e.args.get("query") and not e.args.get("unnest"):
             x, kind = self.operand(e.this)
             items = pa.array([_item(v, kind) for v in e.expressions])
@@ -441,6 +448,23 @@ class _Compiler:
             if kind == "bool":
                 return x
         raise _Untranslatable(type(e).__name__)
+
+
+def _float_compare(name: str) -> Callable[[object, object], pa.Array]:
+    """A comparison of floats as Spark makes it: NaN equals NaN and is above every other
+    number (IEEE's NaN compares false with everything); NULL where an operand is NULL."""
+    def nan(x: object) -> pa.Array:
+        return pc.is_nan(x)  # type: ignore[arg-type]
+
+    def eq(a: object, b: object) -> pa.Array:
+        return pc.or_kleene(pc.equal(a, b), pc.and_kleene(nan(a), nan(b)))
+
+    def lt(a: object, b: object) -> pa.Array:
+        return pc.or_kleene(pc.less(a, b), pc.and_kleene(pc.invert(nan(a)), nan(b)))
+
+    return {"equal": eq, "not_equal": lambda a, b: pc.invert(eq(a, b)), "less": lt,
+            "greater": lambda a, b: lt(b, a), "less_equal": lambda a, b: pc.or_kleene(lt(a, b), eq(a, b)),
+            "greater_equal": lambda a, b: pc.or_kleene(lt(b, a), eq(a, b))}[name]
 
 
 def _exact_cast(source: pa.DataType, target: pa.DataType) -> None:

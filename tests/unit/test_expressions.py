@@ -33,6 +33,9 @@ PREDICATES = [
     "`i` % 2 = 1", "upper(SUBSTRING(`s`, 2, 3)) = 'BC%'", "HOUR(`ts`) BETWEEN 8 AND 18",
     "`ts` > DATE_TRUNC('DAY', `ts`) - INTERVAL '1' HOUR", "`ts` + INTERVAL 2 DAYS <= DATE_TRUNC('MONTH', `ts`)",
     "`ts` BETWEEN TIMESTAMP_SECONDS(0) AND TIMESTAMP_SECONDS(0) + INTERVAL '30' MINUTE",
+    # doubles as Spark orders them: NaN = NaN, NaN above every number, -0.0 = 0.0
+    "`x` > 0", "`x` = `x`", "`x` <> 0", "`x` < 1", "`x` >= 0", "`x` <= `x`", "`x` > `i`", "`i` >= `x`",
+    "`x` BETWEEN -1 AND 1", "`x` NOT BETWEEN 0 AND 1", "`x` > 1 OR `x` IS NULL",
 ]
 VALUES = [
     "`d` * (1 - `d`)", "`d` * (1 - `d`) * (1 + `d`)", "`d` * `i`", "0.908 * `b`", "`i` + 1", "-`i`", "`b` - `i` * 2",
@@ -63,7 +66,7 @@ SPARK_ONLY = ["TRY_ELEMENT_AT(SPLIT(`s`, '.'), 1) = 'a'", "ELEMENT_AT(SPLIT(`s`,
               "REGEXP_EXTRACT(`s`, '(a)$', 1) = 'a'", "REGEXP_EXTRACT(`s`, '(\\\\d)', 1) = '1'",
               "REGEXP_EXTRACT(`s`, '(a)', 2) = 'a'", "`d` / 2 > 0", "`x` / 2 > 0", "DATE_FORMAT(`ts`, 'EEE') = 'Mon'", "REPLACE(`s`, '', 'x') = 'x'",
               "CAST(`i` AS STRING) = '1'", "CAST(`x` AS INT) = 1", "DATE_TRUNC('DAY', `day`) IS NULL",
-              "COALESCE(`x`, 0) > 1", "SUBSTRING(`s`, 0, 2) = 'ab'", "SUBSTRING(`s`, `i`, 2) = 'ab'", "`x` > 0", "`b` > 1e3", "`i` > 1.5 + `x`", "`d` / 7.0",
+              "COALESCE(`x`, 0) > 1", "SUBSTRING(`s`, 0, 2) = 'ab'", "SUBSTRING(`s`, `i`, 2) = 'ab'", "`b` > 1e3", "`i` > 1.5 + `x`", "`d` / 7.0",
               "`ts` - INTERVAL '1' MONTH > `ts`", "`ts` + INTERVAL '1.5' SECOND > `ts`"]
 
 
