@@ -520,11 +520,7 @@ class Project:
             self._append(m.relation, rows, tick)
         for m in self.models.values():
             if m.sink is not None:
-                schema, collected = changes.rows(m.name)
-                columns = StructType([f for f in schema.fields if f.name != WEIGHT])
-                at_weight = schema.fieldNames().index(WEIGHT)
-                rows = [(tuple(v for i, v in enumerate(r) if i != at_weight), int(r[at_weight])) for r in collected]
-                payloads = m.sink.payloads(m.relation, columns, rows, self._settings().registry)
+                payloads = m.sink.payloads(m.relation, changes.arrow(m.name), self._settings().registry)
                 self._writer(m.relation).write(m.sink.topic, tick, payloads)
                 report.rows_out[m.relation] = len(payloads)
         for rel, frame in dead.items():

@@ -143,11 +143,10 @@ def _converters(columns: StructType) -> list[tuple[str, Callable[[Any], Any]]]:
 Message = tuple[Any, Any]  # (key document or None, value document or None)
 
 
-def sink_messages(envelope: str, key: Sequence[str], columns: Sequence[str], changes: Sequence[tuple[Row, int]],
+def sink_messages(envelope: str, key: Sequence[str], docs: Sequence[tuple[dict[str, Any], int]],
                   refuse: Callable[[str], Exception]) -> list[Message]:
-    """One tick's consolidated changes (row, weight) as messages. ``refuse`` makes the error
-    for a change the envelope cannot say (a retraction on an ``append`` sink)."""
-    docs = [(dict(zip(columns, row)), w) for row, w in changes]
+    """One tick's consolidated changes (row as a document, weight) as messages. ``refuse``
+    makes the error for a change the envelope cannot say (a retraction on an ``append`` sink)."""
     keyed = (lambda d: {k: d[k] for k in key}) if key else (lambda d: None)
     if envelope in ("append", "insert_delete"):
         if envelope == "append" and any(w < 0 for _, w in docs):

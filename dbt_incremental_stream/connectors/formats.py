@@ -24,6 +24,7 @@ from decimal import Decimal, InvalidOperation
 from functools import lru_cache, partial
 from typing import Any, Callable, Mapping, Sequence
 
+import msgspec
 from pyspark.sql.types import (BinaryType, BooleanType, ByteType, DataType, DateType, DecimalType, DoubleType,
                                FloatType, IntegerType, LongType, ShortType, StringType, StructField, StructType,
                                TimestampType)
@@ -334,6 +335,7 @@ class Encoder:
     format: str
     topic: str
     registry: Registry | None = None
+    binary: bool = False  # a column holds bytes (written as text, not msgspec's base64)
 
     def __post_init__(self) -> None:
         if self.format not in FORMATS:
@@ -343,8 +345,8 @@ class Encoder:
                               "the schema there)")
 
     def __call__(self, doc: Any, columns: Sequence[str], schema: dict[str, Any] | None, part: str = "value") -> bytes:
-        if self.format == "json":
-            return json.dumps(doc, default=_json_default).encode()
+        if self.format == "json":  # times as RFC 3339, decimals as text: no precision lost
+            return json.dumps(doc, default=_json_default).encode() if self.binary else _JSON.encode(doc)
         if self.format == "csv":
             out = io.StringIO()
             csv.writer(out, lineterminator="").writerow(["" if doc[c] is None else _text(doc[c]) for c in columns])
@@ -362,6 +364,9 @@ class Encoder:
 @lru_cache(maxsize=64)
 def _registered(registry: Registry, subject: str, schema: str) -> int:
     return registry.register(subject, json.loads(schema))
+
+
+_JSON = msgspec.json.Encoder(enc_hook=str)
 
 
 def _json_default(v: Any) -> Any:

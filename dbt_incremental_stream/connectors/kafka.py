@@ -19,8 +19,11 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Iterator, Mapping, Sequence
 
-from pyspark.sql.types import StructField, StructType
+import pyarrow as pa
+from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.types import BinaryType, StructField, StructType
 
+from ..circuit.operators import WEIGHT
 from ..errors import ConnectorError, StreamError
 from .envelopes import ENVELOPES, ENVELOPES_OF, METADATA, Record, sink_messages, sink_schemas
 from .formats import FORMATS, Decoder, Encoder, Registry, Row
@@ -387,22 +390,30 @@ class KafkaSink:
     def to_json(self) -> dict[str, Any]:
         return {"topic": self.topic, "envelope": self.envelope, "key": list(self.key), "format": self.format}
 
-    def payloads(self, model: str, columns: StructType, changes: Sequence[tuple[Row, int]],
-                 registry: Registry | None) -> list[tuple[bytes | None, bytes | None]]:
-        """One tick's consolidated changes (row, weight) as message keys and values."""
-        missing = [k for k in self.key if k not in columns.fieldNames()]
+    def payloads(self, model: str, change: pa.Table, registry: Registry | None
+                 ) -> list[tuple[bytes | None, bytes | None]]:
+        """One tick's consolidated change (the model's columns, then ``_w``) as message keys
+        and values."""
+        names = [n for n in change.column_names if n != WEIGHT]
+        missing = [k for k in self.key if k not in names]
         if missing:
             raise ConnectorError(f"model {model!r}: sink key columns {missing} are not among its columns")
 
         def refuse(why: str) -> ConnectorError:
             return ConnectorError(f"model {model!r}, sink topic {self.topic!r}: {why}")
 
-        messages = sink_messages(self.envelope, self.key, columns.fieldNames(), changes, refuse)
-        encode = Encoder(self.format, self.topic, registry)
+        rows = change.select(names)
+        columns = from_arrow_schema(rows.schema)
+        naive = [pa.field(f.name, pa.timestamp(f.type.unit)) if pa.types.is_timestamp(f.type) else f
+                 for f in rows.schema]  # times as the columns hold them: UTC, no zone
+        docs = rows.cast(pa.schema(naive)).to_pylist()
+        messages = sink_messages(self.envelope, self.key, list(zip(docs, change.column(WEIGHT).to_pylist())), refuse)
+        encode = Encoder(self.format, self.topic, registry,
+                         binary=any(isinstance(f.dataType, BinaryType) for f in columns.fields))
         value_schema, key_schema = (sink_schemas(self.envelope, _avro_name(model), columns, self.key)
                                     if self.format == "avro" else (None, None))
         return [(None if k is None else encode(k, self.key, key_schema, "key"),
-                 None if v is None else encode(v, columns.fieldNames(), value_schema)) for k, v in messages]
+                 None if v is None else encode(v, names, value_schema)) for k, v in messages]
 
 
 def _avro_name(relation: str) -> str:

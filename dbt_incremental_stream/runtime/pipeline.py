@@ -91,15 +91,11 @@ class Changes(Mapping[str, DataFrame]):
     def __len__(self) -> int:
         return len(self._make)
 
-    def rows(self, name: str) -> tuple[StructType, list[tuple]]:
-        """A view's change as its columns and ``(value, ..., weight)`` tuples, as ``collect()``
-        gives them; from Arrow without a Spark round trip where the tick ran on arrangements."""
+    def arrow(self, name: str) -> pa.Table:
+        """A view's change (its columns, then ``_w``) in the driver as Arrow: as the tick
+        made it on arrangements, else collected."""
         table = self._tables.get(name)
-        if table is None:
-            frame = self[name]
-            return frame.schema, [tuple(r) for r in frame.collect()]
-        schema = from_arrow_schema(table.schema)
-        return schema, ArrowTableToRowsConversion.convert(table, schema, return_as_tuples=True, binary_as_bytes=False)
+        return table if table is not None else zsets.collect_arrow(self[name])
 
 
 def _merge_arrow(state: State, table: pa.Table) -> pa.Table:
