@@ -14,6 +14,7 @@ rows, with no Spark job.
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -115,6 +116,13 @@ def driver_table(settings: KafkaSettings, source: KafkaSource, ranges: Ranges) -
     decoder = chunk_decoder(settings, source)
     if not decoder.columnar:
         return None
-    tables = [decoder(chunk) for p, (start, end) in sorted(ranges.items())
-              for chunk in read_chunks(settings, source.topic, p, start, end)]
+
+    def read(p: int) -> list[pa.Table]:
+        start, end = ranges[p]
+        return [decoder(chunk) for chunk in read_chunks(settings, source.topic, p, start, end)]
+
+    busy = sorted(p for p, (start, end) in ranges.items() if end > start)
+    # a thread per partition: the client fetches (without the GIL) while another decodes
+    with ThreadPoolExecutor(max_workers=min(4, len(busy) or 1)) as pool:
+        tables = [t for part in pool.map(read, busy) for t in part]
     return pa.concat_tables(tables) if tables else pa.Table.from_batches([], zsets.arrow_schema(row_schema(source)))
