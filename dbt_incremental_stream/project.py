@@ -34,8 +34,8 @@ from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, Str
 
 from .catalog import Catalog, quote_relation
 from .circuit.operators import WEIGHT, quote
-from .connectors.datasource import driver_table, kafka_frame
-from .connectors.kafka import KafkaSettings, KafkaSink, KafkaSource, KafkaTopics, KafkaWriter, Ranges
+from .connectors.datasource import driver_table, kafka_frame, stops
+from .connectors.kafka import KafkaSettings, KafkaSink, KafkaSource, KafkaTopics, KafkaWriter, Ranges, shares
 from .errors import CompileError, ConnectorError, ModelFailed, StateError, StreamError
 from .runtime import kernels, zsets
 from .runtime.pipeline import Changes, Pipeline
@@ -356,37 +356,50 @@ class Project:
             if rel in self._caught_up:
                 continue
             source = self.streams[rel]
+            most: dict[int, int] | None = None  # records to read per partition
             if self._replay is not None:  # the lag is what is left after the redone ranges
                 ranges[rel] = self._replay.get(rel, {})
                 after = {**self._offsets.get(rel, {}), **{p: e for p, (_, e) in ranges[rel].items()}}
                 report.lag[rel] = sum(e - s for s, e in self._kafka().ranges(source, after)[0].values())
-            else:
-                ranges[rel], report.lag[rel] = self._kafka().ranges(source, self._offsets.get(rel, {}),
-                                                                    limit=self.max_records)
+            else:  # to the end, at most max_records records (not offsets: transaction markers take some)
+                ranges[rel], _ = self._kafka().ranges(source, self._offsets.get(rel, {}))
+                total = sum(e - s for s, e in ranges[rel].values())
+                most = shares(ranges[rel], self.max_records) if self.max_records and total > self.max_records else None
+            ends = {p: e for p, (_, e) in ranges[rel].items()}
+            if not any(e > s for s, e in ranges[rel].values()):
+                report.offsets[rel] = 0
+                if report.lag.setdefault(rel, 0):
+                    behind.add(rel)
+                continue
+            reading = sum(most.values()) if most else sum(e - s for s, e in ranges[rel].values())
+            if reading > DRIVER_READ or not self._read_in_driver(source, ranges, most, deltas, dead, report):
+                frame = kafka_frame(self.spark, self._settings(), source, ranges[rel], most).persist()
+                frames.append(frame)
+                report.rows_in[rel], report.dead[rel] = _counts(frame)
+                if most is not None:
+                    ranges[rel] = stops(frame, ranges[rel], most)
+                if report.rows_in[rel]:
+                    deltas[engine_name(rel)] = self._stream_delta(source, frame.where(F.col("_reason").isNull()))
+                if report.dead[rel]:
+                    dead[rel] = frame.where(F.col("_reason").isNotNull())
+            report.offsets[rel] = sum(e - s for s, e in ranges[rel].values())
+            if self._replay is None:
+                report.lag[rel] = sum(ends[p] - e for p, (_, e) in ranges[rel].items())
             if report.lag[rel]:
                 behind.add(rel)  # the next tick reads on
-            report.offsets[rel] = sum(e - s for s, e in ranges[rel].values())
-            if not report.offsets[rel]:
-                continue
-            if report.offsets[rel] <= DRIVER_READ and self._read_in_driver(source, ranges[rel], deltas, dead, report):
-                continue
-            frame = kafka_frame(self.spark, self._settings(), source, ranges[rel]).persist()
-            frames.append(frame)
-            report.rows_in[rel], report.dead[rel] = _counts(frame)
-            if report.rows_in[rel]:
-                deltas[engine_name(rel)] = self._stream_delta(source, frame.where(F.col("_reason").isNull()))
-            if report.dead[rel]:
-                dead[rel] = frame.where(F.col("_reason").isNotNull())
         return ranges, behind, dead
 
-    def _read_in_driver(self, source: KafkaSource, ranges: Ranges, deltas: dict[str, DataFrame | pa.Table],
-                        dead: dict[str, DataFrame], report: TickReport) -> bool:
+    def _read_in_driver(self, source: KafkaSource, ranges: dict[str, Ranges], most: dict[int, int] | None,
+                        deltas: dict[str, DataFrame | pa.Table], dead: dict[str, DataFrame], report: TickReport
+                        ) -> bool:
         """A small read: decoded in the driver into Arrow, which a small tick runs on as it
-        is (no Spark job). False when a column type only Spark converts."""
+        is (no Spark job); the source's ranges become those read. False when a column type
+        only Spark converts."""
         rel = source.relation
-        table = driver_table(self._settings(), source, ranges)
-        if table is None:
+        got = driver_table(self._settings(), source, ranges[rel], most)
+        if got is None:
             return False
+        table, ranges[rel] = got
         good = pc.is_null(table.column("_reason"))
         rows, letters = table.filter(good), table.filter(pc.invert(good))
         report.rows_in[rel], report.dead[rel] = rows.num_rows, letters.num_rows

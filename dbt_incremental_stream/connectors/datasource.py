@@ -16,10 +16,11 @@ from __future__ import annotations
 import json
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
 
@@ -46,12 +47,16 @@ def row_schema(source: KafkaSource) -> StructType:
     return StructType(list(source.columns.fields) + TAGS)
 
 
-def kafka_frame(spark: SparkSession, settings: KafkaSettings, source: KafkaSource, ranges: Ranges) -> DataFrame:
-    """The records in ``ranges``, read and decoded by executors."""
+def kafka_frame(spark: SparkSession, settings: KafkaSettings, source: KafkaSource, ranges: Ranges,
+                most: Mapping[int, int] | None = None) -> DataFrame:
+    """The records in ``ranges``, read and decoded by executors; ``most``: at most this many
+    records of each partition (then one task reads the partition)."""
     if NAME not in _registered:
         spark.dataSource.register(KafkaRangeSource)
         _registered.add(NAME)
     options = {"source": json.dumps(source.to_json()), "ranges": json.dumps({str(p): r for p, r in ranges.items()})}
+    if most is not None:
+        options["most"] = json.dumps({str(p): n for p, n in most.items()})
     for k, v in settings.config.items():
         options[(_SECRET_OPTION if is_secret(k) else "kafka.") + k] = v
     if settings.registry is not None:
@@ -69,6 +74,7 @@ class _Range(InputPartition):
     partition: int
     start: int
     end: int
+    most: int | None = None  # records
 
 
 class KafkaRangeSource(DataSource):
@@ -84,6 +90,7 @@ class _Reader(DataSourceReader):
     def __init__(self, options: dict[str, str]):
         self.source = KafkaSource.from_json(json.loads(options["source"]))
         self.ranges = {int(p): tuple(r) for p, r in json.loads(options["ranges"]).items()}
+        self.most = {int(p): n for p, n in json.loads(options["most"]).items()} if "most" in options else None
         config = {}
         for k, v in options.items():
             for prefix in (_SECRET_OPTION, "kafka."):
@@ -94,12 +101,16 @@ class _Reader(DataSourceReader):
         self.settings = KafkaSettings(config, registry)
 
     def partitions(self) -> list[InputPartition]:
+        if self.most is not None:
+            return [_Range(p, start, end, self.most[p]) for p, (start, end) in sorted(self.ranges.items())
+                    if self.most[p]] or [_Range(0, 0, 0)]
         return [_Range(p, s, min(s + CHUNK, end)) for p, (start, end) in sorted(self.ranges.items())
                 for s in range(start, end, CHUNK)] or [_Range(0, 0, 0)]
 
     def read(self, partition: Any) -> Iterator[Any]:
         decoder = chunk_decoder(self.settings, self.source)
-        for chunk in read_chunks(self.settings, self.source.topic, partition.partition, partition.start, partition.end):
+        for chunk in read_chunks(self.settings, self.source.topic, partition.partition, partition.start, partition.end,
+                                 most=partition.most):
             if decoder.columnar:
                 yield from decoder(chunk).to_batches()
             else:  # nested column types: rows, which Spark converts
@@ -110,19 +121,40 @@ def chunk_decoder(settings: KafkaSettings, source: KafkaSource) -> ChunkDecoder:
     return ChunkDecoder(source, source.decoder(settings.registry), row_schema(source))
 
 
-def driver_table(settings: KafkaSettings, source: KafkaSource, ranges: Ranges) -> pa.Table | None:
-    """The records in ``ranges`` read and decoded in the driver: for a small tick, whose
-    read as a Spark job costs more than the records do. None for nested column types."""
+def driver_table(settings: KafkaSettings, source: KafkaSource, ranges: Ranges, most: Mapping[int, int] | None = None
+                 ) -> tuple[pa.Table, Ranges] | None:
+    """The records in ``ranges`` read and decoded in the driver (for a small tick, whose
+    read as a Spark job costs more than the records do), and the ranges read: with
+    ``most``, each partition's ends after its last record read. None for nested column
+    types."""
     decoder = chunk_decoder(settings, source)
     if not decoder.columnar:
         return None
 
-    def read(p: int) -> list[pa.Table]:
+    def read(p: int) -> tuple[list[pa.Table], int]:
         start, end = ranges[p]
-        return [decoder(chunk) for chunk in read_chunks(settings, source.topic, p, start, end)]
+        reached: dict[int, int] = {}
+        tables = [decoder(chunk) for chunk in read_chunks(settings, source.topic, p, start, end,
+                                                          most=None if most is None else most[p], reached=reached)]
+        return tables, reached[p]
 
-    busy = sorted(p for p, (start, end) in ranges.items() if end > start)
+    busy = sorted(p for p, (start, end) in ranges.items() if end > start and (most is None or most[p]))
     # a thread per partition: the client fetches (without the GIL) while another decodes
     with ThreadPoolExecutor(max_workers=min(4, len(busy) or 1)) as pool:
-        tables = [t for part in pool.map(read, busy) for t in part]
-    return pa.concat_tables(tables) if tables else pa.Table.from_batches([], zsets.arrow_schema(row_schema(source)))
+        read_ = dict(zip(busy, pool.map(read, busy)))
+    tables = [t for p in busy for t in read_[p][0]]
+    table = pa.concat_tables(tables) if tables else pa.Table.from_batches([], zsets.arrow_schema(row_schema(source)))
+    return table, {p: (start, read_[p][1] if p in read_ else (start if most is not None else end))
+                   for p, (start, end) in ranges.items()}
+
+
+def stops(frame: DataFrame, ranges: Ranges, most: Mapping[int, int]) -> Ranges:
+    """The ranges a read with ``most`` records per partition covered: a partition that gave
+    its ``most`` ends after its last record, one that gave fewer where its range ended."""
+    got = {r[0]: (r[1], r[2]) for r in frame.groupBy("_partition").agg(F.countDistinct("_offset"), F.max("_offset"))
+           .collect()}
+    out = {}
+    for p, (start, end) in ranges.items():
+        n, last = got.get(p, (0, None))
+        out[p] = (start, last + 1 if most[p] and n >= most[p] else (end if most[p] else start))
+    return out

@@ -215,6 +215,20 @@ def _flag(value: Any, relation: str, name: str) -> bool:
 Ranges = dict[int, tuple[int, int]]
 
 
+def shares(ranges: Mapping[int, tuple[int, int]], limit: int) -> dict[int, int]:
+    """``limit`` split over the partitions in equal shares, none more than its range holds;
+    what a short partition leaves goes to the others."""
+    share, left = {p: 0 for p in ranges}, min(limit, sum(e - s for s, e in ranges.values()))
+    while left > 0:
+        open_ = [p for p in ranges if ranges[p][0] + share[p] < ranges[p][1]]
+        each = max(1, left // len(open_))
+        for p in open_:
+            take = min(each, ranges[p][1] - ranges[p][0] - share[p], left)
+            share[p] += take
+            left -= take
+    return share
+
+
 class KafkaTopics:
     """What the driver asks Kafka: a topic's partitions, where a source starts, and where
     each partition ends now — enough to give each tick exact offset ranges."""
@@ -252,14 +266,7 @@ class KafkaTopics:
         total = sum(e - s for s, e in ranges.values())
         if limit is None or total <= limit:
             return ranges, 0
-        share, left = {p: 0 for p in partitions}, limit
-        while left > 0:  # equal shares; what a short partition leaves goes to the others
-            open_ = [p for p in partitions if ranges[p][0] + share[p] < ranges[p][1]]
-            each = max(1, left // len(open_))
-            for p in open_:
-                take = min(each, ranges[p][1] - ranges[p][0] - share[p], left)
-                share[p] += take
-                left -= take
+        share = shares(ranges, limit)
         return {p: (s, s + share[p]) for p, (s, e) in ranges.items()}, total - limit
 
     def _starts(self, source: KafkaSource, partitions: list[int], ends: Mapping[int, int]) -> dict[int, int]:
@@ -312,19 +319,21 @@ class KafkaTopics:
 
 
 def read_chunks(settings: KafkaSettings, topic: str, partition: int, start: int, end: int, size: int = 10_000,
-                timeout: float = 30.0) -> Iterator[list[Any]]:
-    """The messages of one partition in [start, end) (committed transactions only), at
-    most ``size`` at a time: confluent-kafka's ``Message`` objects, as the client hands
-    them over in one call."""
+                timeout: float = 30.0, most: int | None = None, reached: dict[int, int] | None = None
+                ) -> Iterator[list[Any]]:
+    """The messages of one partition in [start, end) (committed transactions only; at most
+    ``most`` of them), ``size`` at a time: confluent-kafka's ``Message`` objects, as the
+    client hands them over in one call. ``reached[partition]``: the offset the read got to
+    (``end``, or after the last record when ``most`` stopped it short of records left)."""
     from confluent_kafka import KafkaError, TopicPartition
 
     errors: list[str] = []
     consumer = settings.consumer({"error_cb": lambda e: errors.append(str(e))})
     try:
         consumer.assign([TopicPartition(topic, partition, start)])
-        position = start
-        while position < end:
-            msgs = consumer.consume(min(size, end - position), timeout)
+        position, left = start, end - start if most is None else most
+        while position < end and left > 0:
+            msgs = consumer.consume(min(size, end - position, left), timeout)
             if not msgs:
                 raise ConnectorError(f"Kafka topic {topic!r} partition {partition}: offsets {position}..{end} "
                                      f"not readable within {timeout:.0f}s ({'; '.join(errors) or 'no error'})")
@@ -341,8 +350,17 @@ def read_chunks(settings: KafkaSettings, topic: str, partition: int, start: int,
                     break
                 position = msg.offset() + 1
                 chunk.append(msg)
+                left -= 1
+                if not left:
+                    break
             if chunk:
                 yield chunk
+        if position < end:  # stopped by ``most``: only markers may be left before the end
+            for msg in consumer.consume(1, 0.2):
+                if msg.error() is not None and msg.error().code() == KafkaError._PARTITION_EOF or msg.offset() >= end:
+                    position = end
+        if reached is not None:
+            reached[partition] = min(position, end)
     finally:
         consumer.close()
 

@@ -393,3 +393,42 @@ def test_a_model_failing_on_its_input_does_not_stop_the_others(spark, kafka, tmp
     assert project.failed == {}
     assert not any(check_project(project).values())
     project.close()
+
+
+def test_max_records_counts_records_not_offsets(spark, kafka, tmp_path, monkeypatch):
+    """A topic written one record per transaction holds a commit marker after each record:
+    twice the offsets. A tick reads at most max_records records (in the driver, and by
+    executors), its ranges end after the last record it read, and the lag counts offsets."""
+    import json
+
+    from confluent_kafka import Producer
+
+    from dbt_incremental_stream import project as project_module
+
+    create_topics(kafka, "t_txn", partitions=2)
+    producer = Producer({"bootstrap.servers": kafka, "transactional.id": "t_txn-test"})
+    producer.init_transactions(10)
+    for i in range(50):
+        producer.begin_transaction()
+        producer.produce("t_txn", key=str(i % 2).encode(), value=json.dumps({"id": i, "name": "a", "amount": 1.0}))
+        producer.commit_transaction(10)
+    src = "raw_txn.orders"
+    spark.sql("CREATE SCHEMA IF NOT EXISTS k_txn")
+    project = Project(spark, str(tmp_path / "state"), kafka=KafkaSettings({"bootstrap.servers": kafka}),
+                      max_records=10)
+    project.deploy(Model("k_txn.totals", VIEW.format(src=src)), streams=[KafkaSource(src, "t_txn", SCHEMA)])
+    read = []
+    for executors in (False, False, True, True, False):
+        monkeypatch.setattr(project_module, "DRIVER_READ", 0 if executors else 100_000)
+        project.new_frontier()
+        assert project.advance()
+        read.append((project.last.rows_in[src], project.last.offsets[src], project.last.lag[src]))
+    # 10 records a tick over about 20 offsets (a range ends after its last record, or at the
+    # partition's end when only markers are left): 100 offsets in all
+    assert [n for n, _, _ in read] == [10] * 5 and read[-1][2] == 0, read
+    assert sum(o for _, o, _ in read) == 100 and all(o + lag <= 100 for _, o, lag in read), read
+    project.new_frontier()
+    assert not project.advance()  # caught up
+    assert rows(spark, "k_txn.totals") == Counter({("a", 50, 50.0): 1})
+    assert not any(check_project(project).values())
+    project.close()

@@ -47,7 +47,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--profiles-dir", help="where profiles.yml is (default: as dbt finds it)")
     parser.add_argument("--target", help="the profile's target (default: its `target:`)")
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between ticks (default 1)")
-    parser.add_argument("--max-records", type=int, help="most offsets per source and tick (default: the profile's "
+    parser.add_argument("--max-records", type=int, help="most records per source and tick (default: the profile's "
                                                         "max_records_per_tick, else all)")
     parser.add_argument("--port", type=int, default=9187, help="HTTP port for /metrics and /status (0: any free "
                                                                "port, -1: none; default 9187)")
