@@ -274,7 +274,7 @@ class Project:
         """One tick: read every source's changes, update all models, commit, publish.
 
         Kafka sources are read to their end once per Project instance (one ``dbt run``), at
-        most ``max_records`` offsets per source and tick. Returns False (and commits nothing)
+        most ``max_records`` records per source and tick. Returns False (and commits nothing)
         when there is nothing to do: no source changed, no model to build, no model reading
         the time. :attr:`last` tells what the tick read and wrote.
         """
