@@ -34,14 +34,13 @@ from pyspark.sql.types import (BinaryType, BooleanType, DataType, DateType, Deci
 
 from ..runtime import zsets
 from .envelopes import Record, source_changes
-from .formats import _INTS, Bad, Decoder, converter
+from .formats import _FLOAT_MAX, _INTS, Bad, Decoder, converter
 from .kafka import KafkaSource, record
 
 #: Python types the fast decoder reads each column type's JSON values as
 _FAST: list[tuple[tuple[type, ...], type]] = [
     (_INTS, int), ((DoubleType, FloatType), float), ((DecimalType,), Decimal), ((StringType,), str),
     ((BooleanType,), bool), ((TimestampType, DateType, BinaryType), str)]
-_FLOAT_MAX = 3.4028234663852886e38
 
 
 def _fast_type(t: DataType) -> type | None:
