@@ -45,6 +45,8 @@ sys.path.insert(0, str(HERE))
 
 import sqlglot  # noqa: E402
 from confluent_kafka import Producer  # noqa: E402
+import pyarrow as pa  # noqa: E402
+import pyarrow.compute as pc  # noqa: E402
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition  # noqa: E402
 from pyspark.sql.types import StructType  # noqa: E402
 from sqlglot import exp  # noqa: E402
@@ -184,13 +186,13 @@ class _StreamReader(DataSourceStreamReader):
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         return [_Offsets(int(p), int(start.get(p, 0)), int(e)) for p, e in end.items() if e > start.get(p, 0)]
 
-    def read(self, partition: _Offsets) -> Iterator[tuple]:
+    def read(self, partition: _Offsets) -> Iterator[pa.RecordBatch]:
         reader = KafkaRangeSource(dict(self.options, ranges=json.dumps(
             {str(partition.partition): [partition.start, partition.end]}))).reader(StructType())
         for part in reader.partitions():
-            for row in reader.read(part):
-                if row[-1] is None:  # not a dead letter
-                    yield row[:self.width]
+            for batch in reader.read(part):  # Arrow batches of the source's columns, then the tags
+                good = batch.filter(pc.is_null(batch.column("_reason")))  # not dead letters
+                yield good.select(good.schema.names[:self.width])
 
 
 def spark_reason(e: Exception) -> str:
