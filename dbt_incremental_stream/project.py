@@ -439,10 +439,11 @@ class Project:
     def _intent(self) -> dict[str, Ranges] | None:
         """The ranges of the tick after the committed one, if a crash cut it short. Intents
         of committed ticks (a crash between the commit and the intent's removal) go."""
-        folder = self.pipe.store.fs.path(MANIFEST_DIR)
-        for name in self.pipe.store.fs.list(folder):
-            if name.startswith("intent-") and name.endswith(".json") and int(name[len("intent-"):-len(".json")]) <= self.pipe.tick:
-                self.pipe.store.fs.delete(self.pipe.store.fs.path(MANIFEST_DIR, name))
+        fs = self.pipe.store.fs
+        for name in fs.list(fs.path(MANIFEST_DIR)):
+            done = re.fullmatch(r"intent-(\d+)\.json", name)
+            if done and int(done.group(1)) <= self.pipe.tick:
+                fs.delete(fs.path(MANIFEST_DIR, name))
         path = self._intent_path(self.pipe.tick + 1)
         if not self.pipe.store.fs.exists(path):
             return None

@@ -354,10 +354,10 @@ class Encoder:
         import fastavro
 
         assert schema is not None and self.registry is not None
-        schema_id = _registered(self.registry, f"{self.topic}-{part}", json.dumps(schema, sort_keys=True))
+        text = json.dumps(schema, sort_keys=True)
         out = io.BytesIO()
-        out.write(b"\x00" + struct.pack(">I", schema_id))
-        fastavro.schemaless_writer(out, _schema_of(json.dumps(schema, sort_keys=True)), doc)
+        out.write(b"\x00" + struct.pack(">I", _registered(self.registry, f"{self.topic}-{part}", text)))
+        fastavro.schemaless_writer(out, _schema_of(text), doc)
         return out.getvalue()
 
 

@@ -26,7 +26,7 @@ from pyspark.sql.types import BinaryType, StructField, StructType
 from ..circuit.operators import WEIGHT
 from ..errors import ConnectorError, StreamError
 from .envelopes import ENVELOPES, ENVELOPES_OF, METADATA, Record, sink_messages, sink_schemas
-from .formats import FORMATS, Decoder, Encoder, Registry, Row
+from .formats import FORMATS, Decoder, Encoder, Registry
 
 #: librdkafka settings whose values are secrets: never printed
 SECRET_PARTS = ("password", "secret", "token", "key.pem", "keystore", "sasl.oauthbearer.config", "user.info")

@@ -22,8 +22,9 @@ Only a subset compiles, the one whose meaning is the same in both engines:
   arithmetic is checked, as ANSI mode is.
 
 Floating-point comparisons follow Spark's order (NaN above every number, NaN = NaN true);
-other floating-point operations, timestamp literals and comparisons (read in the session time zone), division of
-decimals, other functions and casts stay with Spark: the compilers return None for them.
+other floating-point operations, timestamp literals and comparisons (read in the session
+time zone), division of decimals, other functions and casts stay with Spark: the
+compilers return None for them.
 """
 from __future__ import annotations
 

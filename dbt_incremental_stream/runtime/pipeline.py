@@ -36,8 +36,6 @@ from py4j.protocol import Py4JError
 from pyspark.errors import AnalysisException, ParseException, PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.conversion import ArrowTableToRowsConversion
-from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import DataType, DecimalType, DoubleType, FloatType, StructField, StructType
 
 from ..circuit.incremental import Incrementalizer
@@ -526,10 +524,11 @@ class Pipeline:
         state nodes ``aside`` (of the views in ``skip``) are left as they are."""
         fetched = time.perf_counter()
         states = self._states()
+        live = [s for s in states if s.id not in aside]
         assert self.store.runs is not None
         run = ArrangedTick(plan, inputs, self.store.arrangements, self.store.runs, self.spark)
-        tables = {s.id: run.state_delta(s) for s in states if s.id not in aside}
-        expired = self._expire_arrow(plan, tables, clock, [s for s in states if s.id not in aside])
+        tables = {s.id: run.state_delta(s) for s in live}
+        expired = self._expire_arrow(plan, tables, clock, live)
         evaluated = time.perf_counter()
         tick = self.store.tick + 1
         batches = self.store.write_arrow(tick, tables, {s.id: self._stored_schema(s) for s in states})
