@@ -41,8 +41,8 @@ from pyspark.sql.types import StructType  # noqa: E402
 
 from dbt_incremental_stream.connectors.broker import LocalBroker  # noqa: E402
 from dbt_incremental_stream.connectors.datasource import chunk_decoder, kafka_frame  # noqa: E402
-from dbt_incremental_stream.connectors.kafka import (KafkaSettings, KafkaSink, KafkaSource, KafkaTopics,  # noqa: E402
-                                                     read_chunks)
+from dbt_incremental_stream.connectors.kafka import KafkaSettings, KafkaSource, KafkaTopics, read_chunks  # noqa: E402
+from dbt_incremental_stream.connectors.sinks import KafkaSink  # noqa: E402
 from dbt_incremental_stream.project import Model, Project  # noqa: E402
 from dbt_incremental_stream.runtime.session import session  # noqa: E402
 from dbt_incremental_stream.connectors.broker import create_topics, produce  # noqa: E402

@@ -54,7 +54,8 @@ from sqlglot import exp  # noqa: E402
 from bench.join_aggregate import SparkWork  # noqa: E402
 from dbt_incremental_stream.connectors.broker import LocalBroker, create_topics, produce  # noqa: E402
 from dbt_incremental_stream.connectors.datasource import KafkaRangeSource  # noqa: E402
-from dbt_incremental_stream.connectors.kafka import KafkaSettings, KafkaSink, KafkaSource, KafkaTopics  # noqa: E402
+from dbt_incremental_stream.connectors.kafka import KafkaSettings, KafkaSource, KafkaTopics  # noqa: E402
+from dbt_incremental_stream.connectors.sinks import KafkaSink  # noqa: E402
 from dbt_incremental_stream.differential import Oracle, check_project, compare  # noqa: E402
 from dbt_incremental_stream.project import Model, Project  # noqa: E402
 from dbt_incremental_stream.runtime.session import session  # noqa: E402

@@ -35,7 +35,8 @@ from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, Str
 from .catalog import Catalog, quote_relation
 from .circuit.operators import WEIGHT, quote
 from .connectors.datasource import driver_table, kafka_frame, stops
-from .connectors.kafka import KafkaSettings, KafkaSink, KafkaSource, KafkaTopics, KafkaWriter, Ranges, shares
+from .connectors.kafka import KafkaSettings, KafkaSource, KafkaTopics, Ranges, shares
+from .connectors.sinks import KafkaSink, TopicWriter
 from .errors import CompileError, ConnectorError, ModelFailed, StateError, StreamError
 from .runtime import kernels, zsets
 from .runtime.pipeline import Changes, Pipeline
@@ -105,7 +106,7 @@ class Project:
                                                     for rel, parts in notes.get("offsets", {}).items()}
         self._caught_up: set[str] = set()  # Kafka sources read to their end by this instance
         self._topics: KafkaTopics | None = None
-        self._writers: dict[str, KafkaWriter] = {}
+        self._writers: dict[str, TopicWriter] = {}
         self._new_logs: set[str] = set()  # changelog tables to start over at the next tick
         self._published = -1  # the tick the catalog views show, as far as this instance knows
         self.catalog = Catalog(spark)
@@ -467,13 +468,13 @@ class Project:
             self._topics = KafkaTopics(self._settings())
         return self._topics
 
-    def _writer(self, name: str) -> KafkaWriter:
-        """The transactional producer of a model's sink or a source's dead-letter topic (its
-        transactional.id names the state location too: projects do not fence each other)."""
+    def _writer(self, name: str) -> TopicWriter:
+        """The transactional producers of a model's sink or a source's dead-letter topic (their
+        transactional ids name the state location too: projects do not fence each other)."""
         if name not in self._writers:
             local = "://" not in self.location
             where = hashlib.sha256((os.path.realpath(self.location) if local else self.location).encode()).hexdigest()[:12]
-            self._writers[name] = KafkaWriter(self._settings(), f"{where}.{name}")
+            self._writers[name] = TopicWriter(self._settings(), f"{where}.{name}")
         return self._writers[name]
 
     def _stream_delta(self, source: KafkaSource, rows: DataFrame) -> DataFrame:
@@ -533,9 +534,15 @@ class Project:
                                 F.lit(tick).cast("bigint").alias("_tick"))
             self._append(m.relation, rows, tick)
         for m in self.models.values():
-            if m.sink is not None:
-                payloads = m.sink.payloads(m.relation, changes.arrow(m.name), self._settings().registry)
-                self._writer(m.relation).write(m.sink.topic, tick, payloads)
+            if m.sink is None:
+                continue
+            writer = self._writer(m.relation)
+            table = changes.in_driver(m.name)
+            if table is None:  # a tick on DataFrames: the tasks that compute the change write it
+                report.rows_out[m.relation] = writer.write_from_tasks(m.relation, m.sink, changes[m.name], tick)
+            else:
+                payloads = m.sink.payloads(m.relation, table, self._settings().registry)
+                writer.write(m.sink.topic, tick, payloads)
                 report.rows_out[m.relation] = len(payloads)
         for rel, frame in dead.items():
             source = self.streams[rel]

@@ -9,7 +9,7 @@ tick. The driver only decides each partition's offset range for a tick
 (:mod:`.datasource`). A record that does not parse or does not fit the columns becomes a
 dead letter instead of stopping the pipeline.
 
-A sink writes a model's changes to a topic in one Kafka transaction per tick, once.
+Sinks, the other way, are in :mod:`.sinks`.
 """
 from __future__ import annotations
 
@@ -19,14 +19,11 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Iterator, Mapping, Sequence
 
-import pyarrow as pa
-from pyspark.sql.pandas.types import from_arrow_schema
-from pyspark.sql.types import BinaryType, StructField, StructType
+from pyspark.sql.types import StructField, StructType
 
-from ..circuit.operators import WEIGHT
 from ..errors import ConnectorError, StreamError
-from .envelopes import ENVELOPES, ENVELOPES_OF, METADATA, Record, sink_messages, sink_schemas
-from .formats import FORMATS, Decoder, Encoder, Registry
+from .envelopes import ENVELOPES_OF, METADATA, Record
+from .formats import FORMATS, Decoder, Registry
 
 #: librdkafka settings whose values are secrets: never printed
 SECRET_PARTS = ("password", "secret", "token", "key.pem", "keystore", "sasl.oauthbearer.config", "user.info")
@@ -369,130 +366,3 @@ def record(msg: Any) -> Record:
     stamp = msg.timestamp()
     return Record(msg.topic(), msg.partition(), msg.offset(), stamp[1] if stamp[0] else None, msg.key(), msg.value(),
                   tuple(msg.headers() or ()))
-
-
-SINK_ENVELOPES = ENVELOPES
-TICK_HEADER = "dbt_stream_tick"
-
-
-@dataclass(frozen=True)
-class KafkaSink:
-    """A model's changes mirrored to a topic in a format and an envelope
-    (:func:`.envelopes.sink_messages`), keyed by its ``key`` columns if it has any."""
-
-    topic: str
-    envelope: str = "insert_delete"
-    key: tuple[str, ...] = ()
-    format: str = "json"
-
-    def __post_init__(self) -> None:
-        if not self.topic:
-            raise StreamError("sink: `topic` is required")
-        if self.format not in FORMATS:
-            raise StreamError(f"sink: format {self.format!r} is not one of {FORMATS}")
-        if self.envelope not in ENVELOPES_OF[self.format]:
-            raise StreamError(f"sink: envelope {self.envelope!r} is not one of {ENVELOPES_OF[self.format]} "
-                              f"(for format {self.format})")
-        if self.envelope == "upsert" and not self.key:
-            raise StreamError("sink: the upsert envelope needs `key` columns")
-
-    @staticmethod
-    def from_config(config: Mapping[str, Any] | None) -> KafkaSink | None:
-        if not config:
-            return None
-        key = config.get("key") or ()
-        return KafkaSink(str(config.get("topic") or ""), str(config.get("envelope", "insert_delete")),
-                         tuple(k.lower() for k in ([key] if isinstance(key, str) else key)),
-                         str(config.get("format", "json")))
-
-    def to_json(self) -> dict[str, Any]:
-        return {"topic": self.topic, "envelope": self.envelope, "key": list(self.key), "format": self.format}
-
-    def payloads(self, model: str, change: pa.Table, registry: Registry | None
-                 ) -> list[tuple[bytes | None, bytes | None]]:
-        """One tick's consolidated change (the model's columns, then ``_w``) as message keys
-        and values."""
-        names = [n for n in change.column_names if n != WEIGHT]
-        missing = [k for k in self.key if k not in names]
-        if missing:
-            raise ConnectorError(f"model {model!r}: sink key columns {missing} are not among its columns")
-
-        def refuse(why: str) -> ConnectorError:
-            return ConnectorError(f"model {model!r}, sink topic {self.topic!r}: {why}")
-
-        rows = change.select(names)
-        columns = from_arrow_schema(rows.schema)
-        naive = [pa.field(f.name, pa.timestamp(f.type.unit)) if pa.types.is_timestamp(f.type) else f
-                 for f in rows.schema]  # times as the columns hold them: UTC, no zone
-        docs = rows.cast(pa.schema(naive)).to_pylist()
-        messages = sink_messages(self.envelope, self.key, list(zip(docs, change.column(WEIGHT).to_pylist())), refuse)
-        encode = Encoder(self.format, self.topic, registry,
-                         binary=any(isinstance(f.dataType, BinaryType) for f in columns.fields))
-        value_schema, key_schema = (sink_schemas(self.envelope, _avro_name(model), columns, self.key)
-                                    if self.format == "avro" else (None, None))
-        return [(None if k is None else encode(k, self.key, key_schema, "key"),
-                 None if v is None else encode(v, names, value_schema)) for k, v in messages]
-
-
-def _avro_name(relation: str) -> str:
-    return "".join(c if c.isalnum() else "_" for c in relation)
-
-
-class KafkaWriter:
-    """Writes a tick's messages to a topic in one Kafka transaction, once: every message
-    carries its tick in a header, and a tick the topic already holds (written before a
-    crash, then redone) is not written again."""
-
-    def __init__(self, settings: KafkaSettings, name: str, *, timeout: float = 30.0):
-        from confluent_kafka import Producer
-
-        self.settings, self.timeout = settings, timeout
-        self._producer = Producer({**settings.config, "transactional.id": f"dbt-incremental-stream.{name}",
-                                   "linger.ms": 5})
-        self._producer.init_transactions(timeout)
-        self._last: dict[str, int] = {}
-
-    def last_tick(self, topic: str) -> int:
-        """The newest tick a topic holds (0: none), from the last message of each partition."""
-        from confluent_kafka import TopicPartition
-
-        if topic in self._last:
-            return self._last[topic]
-        consumer = self.settings.consumer({})
-        try:
-            meta = consumer.list_topics(topic, timeout=self.timeout).topics.get(topic)
-            if meta is None or meta.error is not None or not meta.partitions:
-                raise ConnectorError(f"sink topic {topic!r} does not exist at {self.settings.bootstrap_servers}; "
-                                     "create it or fix the model's `sink.topic`")
-            last = 0
-            for p in meta.partitions:
-                low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=self.timeout)
-                # the tail is enough: a tick is one transaction, and its commit marker takes an offset
-                consumer.assign([TopicPartition(topic, p, max(low, high - 8))])
-                while (msg := consumer.poll(self.timeout)) is not None and msg.error() is None:
-                    last = max([last, *(int(v) for k, v in (msg.headers() or []) if k == TICK_HEADER)])
-            self._last[topic] = last
-            return last
-        finally:
-            consumer.close()
-
-    def write(self, topic: str, tick: int, messages: Sequence[tuple[Any, ...]]) -> bool:
-        """Write one tick's messages (key, value[, headers]) atomically unless the topic has
-        the tick already."""
-        if self.last_tick(topic) >= tick:
-            return False
-        headers = [(TICK_HEADER, str(tick).encode())]
-        self._producer.begin_transaction()
-        try:
-            for key, value, *more in messages:
-                self._producer.produce(topic, key=key, value=value, headers=headers + (more[0] if more else []))
-                self._producer.poll(0)
-            self._producer.commit_transaction(self.timeout)
-        except Exception:
-            self._producer.abort_transaction(self.timeout)
-            raise
-        self._last[topic] = tick
-        return True
-
-    def close(self) -> None:
-        self._producer.flush(self.timeout)

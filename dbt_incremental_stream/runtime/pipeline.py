@@ -89,11 +89,10 @@ class Changes(Mapping[str, DataFrame]):
     def __len__(self) -> int:
         return len(self._make)
 
-    def arrow(self, name: str) -> pa.Table:
-        """A view's change (its columns, then ``_w``) in the driver as Arrow: as the tick
-        made it on arrangements, else collected."""
-        table = self._tables.get(name)
-        return table if table is not None else zsets.collect_arrow(self[name])
+    def in_driver(self, name: str) -> pa.Table | None:
+        """A view's change (its columns, then ``_w``) as Arrow if the tick made it on
+        arrangements, else None."""
+        return self._tables.get(name)
 
 
 def _merge_arrow(state: State, table: pa.Table) -> pa.Table:

@@ -19,7 +19,8 @@ from pyspark.sql.types import (BooleanType, DateType, DecimalType, DoubleType, L
 
 from dbt_incremental_stream.connectors.envelopes import ENVELOPES_OF
 from dbt_incremental_stream.connectors.formats import Registry
-from dbt_incremental_stream.connectors.kafka import KafkaSettings, KafkaSink, KafkaSource
+from dbt_incremental_stream.connectors.kafka import KafkaSettings, KafkaSource
+from dbt_incremental_stream.connectors.sinks import KafkaSink
 from dbt_incremental_stream.errors import StreamError
 from dbt_incremental_stream.project import Model, Project
 from tests import registry as test_registry

@@ -134,7 +134,7 @@ def consume(bootstrap, topic, partitions=1):
 
 
 def test_sinks_mirror_changes_once(spark, kafka, tmp_path):
-    from dbt_incremental_stream.connectors.kafka import KafkaSink
+    from dbt_incremental_stream.connectors.sinks import KafkaSink
 
     create_topics(kafka, "s_in", "s_log", "s_upsert", partitions=1)
     src = "raw_sink.orders"
@@ -167,9 +167,86 @@ def test_sinks_mirror_changes_once(spark, kafka, tmp_path):
     assert upserts["b"] is None
 
     # a tick redone after a crash between the sink's commit and the state's finds it written
-    writer = project._writer(project.models["k_sink.log"])
-    assert writer.write("s_log", project.tick, [(None, {"insert": {"name": "dup"}})]) is False
+    writer = project._writer("k_sink.log")
+    assert writer.write("s_log", project.tick, [(None, b'{"insert": {"name": "dup"}}')]) == 0
     project.close()
+
+
+@pytest.mark.parametrize("path", ["arranged", "dataframe"])
+def test_a_tick_redone_after_a_crash_between_partition_commits_writes_each_partition_once(
+        spark, kafka, tmp_path, monkeypatch, path):
+    """A tick stopped after its first partition's commit, then redone by a new Project (a
+    restart): every partition of every sink holds each tick once, and the sinks fold to the
+    views. On DataFrames the tasks write the partitions, on arrangements the driver."""
+    from dbt_incremental_stream.connectors.sinks import AFTER_COMMIT, KafkaSink
+    from dbt_incremental_stream.runtime import pipeline
+
+    src, schema, state = f"raw_px_{path}.orders", f"px_{path}", str(tmp_path / "state")
+    source_topic, totals_topic, rows_topic = f"px_{path}_in", f"px_{path}_totals", f"px_{path}_rows"
+    create_topics(kafka, source_topic, partitions=1)
+    create_topics(kafka, totals_topic, rows_topic, partitions=3)
+    settings = KafkaSettings({"bootstrap.servers": kafka})
+    spark.sql(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+    stream = KafkaSource(src, source_topic, SCHEMA, envelope="upsert", key=("id",))
+    project = Project(spark, state, kafka=settings)
+    project.deploy(Model(f"{schema}.totals", VIEW.format(src=src), sink=KafkaSink(totals_topic, "upsert", ("name",))),
+                   streams=[stream])
+    project.deploy(Model(f"{schema}.rows", f"SELECT id, name, amount FROM {src}", sink=KafkaSink(rows_topic)),
+                   streams=[stream])
+    if path == "dataframe":
+        monkeypatch.setattr(pipeline, "ARRANGED_ROWS", -1)
+    produce(kafka, source_topic, [({"id": i}, {"id": i, "name": f"n{i % 7}", "amount": float(i)}) for i in range(60)])
+    assert project.advance()
+    produce(kafka, source_topic, [({"id": i}, {"id": i, "name": f"n{i % 5}", "amount": i / 2}) for i in range(0, 60, 3)]
+            + [({"id": i}, None) for i in range(1, 60, 4)])
+    project.new_frontier()
+    monkeypatch.setenv(AFTER_COMMIT, "fail")
+    with pytest.raises(Exception, match="stopped after committing"):
+        project.advance()
+    crashed = project.tick + 1
+    project.close()
+    monkeypatch.delenv(AFTER_COMMIT)
+    before = _partition_ticks(kafka, totals_topic)
+
+    project = Project(spark, state, kafka=settings)  # a restart, which redoes the tick from its intent
+    assert project.advance() and project.tick == crashed
+    assert project.pipe.last_tick.path == path, project.pipe.last_tick.why
+    after = _partition_ticks(kafka, totals_topic)
+    written = {p for p, ticks in before.items() if crashed in ticks}
+    assert written and written < {p for p, ticks in after.items() if crashed in ticks}, "no crash between commits"
+
+    for topic in (totals_topic, rows_topic):  # each partition holds each tick once (one transaction)
+        for p, ticks in _partition_ticks(kafka, topic).items():
+            assert len(ticks) == len(set(ticks)), f"{topic}[{p}]: transactions of ticks {ticks}"
+    upserts = {}
+    for key, value, _ in consume(kafka, totals_topic, partitions=3):
+        upserts[key["name"]] = value
+    assert Counter((v["name"], v["n"], v["total"]) for v in upserts.values() if v) == rows(spark, f"{schema}.totals")
+    log: Counter = Counter()
+    for _, value, _ in consume(kafka, rows_topic, partitions=3):
+        (op, row), = value.items()
+        log[(row["id"], row["name"], row["amount"])] += 1 if op == "insert" else -1
+    assert +log == rows(spark, f"{schema}.rows") and not -log
+    project.close()
+
+
+def _partition_ticks(bootstrap, topic, partitions=3):
+    """The tick of each committed transaction in each partition, in order (a transaction's
+    messages have consecutive offsets; its commit marker takes the next one)."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"ticks-{topic}", "enable.partition.eof": True,
+                  "isolation.level": "read_committed"})
+    c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+    out, last, ends = {p: [] for p in range(partitions)}, {}, 0
+    while ends < partitions and (msg := c.poll(10)) is not None:
+        if msg.error():
+            ends += 1
+            continue
+        if last.get(msg.partition(), -2) != msg.offset() - 1:
+            out[msg.partition()].append(int(dict(msg.headers())["dbt_stream_tick"]))
+        last[msg.partition()] = msg.offset()
+    c.close()
+    return out
 
 
 def test_changed_source_columns_need_a_full_refresh(spark, kafka, tmp_path):
@@ -200,7 +277,7 @@ def test_a_tick_redone_after_a_crash_reads_the_same_records(spark, kafka, tmp_pa
     """The sink commits tick 2, the process dies before the state commits; more records
     arrive; the restarted project redoes tick 2 on exactly the records tick 2 had (the sink
     already holds it), then reads the rest as tick 3: the sink loses and repeats nothing."""
-    from dbt_incremental_stream.connectors.kafka import KafkaSink
+    from dbt_incremental_stream.connectors.sinks import KafkaSink
     from dbt_incremental_stream.runtime.state import StateStore
 
     create_topics(kafka, "c_in", "c_out", partitions=2)

@@ -20,7 +20,8 @@ from dbt.adapters.incremental_stream.connections import (
     REMOTE_BY_US,
     logger,
 )
-from dbt_incremental_stream.connectors.kafka import KafkaSink, KafkaSource
+from dbt_incremental_stream.connectors.kafka import KafkaSource
+from dbt_incremental_stream.connectors.sinks import KafkaSink
 from dbt_incremental_stream.errors import StreamError
 from dbt_incremental_stream.project import KINDS, Model, Project
 from dbt_incremental_stream.serve import ServeClient
