@@ -3,8 +3,9 @@ an aggregate with an insert_delete sink, a changelog table with an append sink),
 ticks through the input in its own process.
 
 The crash test kills serve (SIGKILL to Python, Spark's JVM and its workers), or stops it
-with SIGTERM to its process group, at random points more than 20 times, restarting it each
-time, and then compares the sink topics (each tick's messages) and the changelog table with
+with SIGTERM to its process group, at random points more than 20 times, and a few times
+between two partitions' commits of a tick's sink writes, restarting it each time, and then
+compares the sink topics (each tick's messages) and the changelog table with
 those of an uninterrupted run over the same input: nothing lost, nothing duplicated. The
 uninterrupted run also checks the HTTP endpoints and the graceful stop. Another run is
 killed inside a tick, and its restart redoes that tick and reports the true lag."""
@@ -28,9 +29,11 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from dbt_incremental_stream.connectors.broker import create_topics, free_port, produce
+from dbt_incremental_stream.connectors.sinks import AFTER_COMMIT
 
 BIN = Path(sys.executable).parent
 ORDERS, PER_TICK, KILLS = 1000, 40, 21
+BETWEEN_COMMITS = {1, 5, 9}  # the kills that land between two partitions' commits
 CATEGORIES = ["books", "games", "garden", "toys", "tools"]
 
 PROFILE = """
@@ -180,13 +183,13 @@ def caught_up(event: dict) -> bool:
     return event.get("event") == "tick" and not any(event["lag"].values())
 
 
-def read_topic(bootstrap: str, topic: str) -> dict[int, Counter]:
-    """Each tick's messages (by the tick header), committed transactions only."""
+def committed(bootstrap: str, topic: str) -> list[tuple[int, int, bytes | None, bytes | None]]:
+    """A topic's messages in committed transactions: (partition, tick header, key, value)."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{topic}-{time.time()}",
                          "enable.partition.eof": True, "isolation.level": "read_committed"})
     meta = consumer.list_topics(topic, timeout=10).topics[topic]
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in meta.partitions])
-    ticks: dict[int, Counter] = defaultdict(Counter)
+    out = []
     open_ = set(meta.partitions)
     while open_:
         msg = consumer.poll(10)
@@ -194,9 +197,16 @@ def read_topic(bootstrap: str, topic: str) -> dict[int, Counter]:
         if msg.error():
             open_.discard(msg.partition())
             continue
-        tick = int(dict(msg.headers())["dbt_stream_tick"])
-        ticks[tick][(msg.key(), msg.value())] += 1
+        out.append((msg.partition(), int(dict(msg.headers())["dbt_stream_tick"]), msg.key(), msg.value()))
     consumer.close()
+    return out
+
+
+def read_topic(bootstrap: str, topic: str) -> dict[int, Counter]:
+    """Each tick's messages (by the tick header)."""
+    ticks: dict[int, Counter] = defaultdict(Counter)
+    for _, tick, key, value in committed(bootstrap, topic):
+        ticks[tick][(key, value)] += 1
     return dict(ticks)
 
 
@@ -242,8 +252,15 @@ def test_serve_survives_random_kills_with_exactly_once_outputs(tmp_path, kafka):
     ticks = last["tick"]
     assert ticks >= ORDERS // PER_TICK + 1
 
-    # the same, killed at random points: during start-up, inside a tick, between ticks
-    for _ in range(KILLS):
+    # the same, killed at random points: during start-up, inside a tick, between ticks, and
+    # between two partitions' commits of a tick's sinks
+    paused, marks = tmp_path / "paused", []
+    paused.mkdir()
+    for kill in range(KILLS):
+        if kill in BETWEEN_COMMITS:
+            serve = Serve(crash, {**env, AFTER_COMMIT: f"pause:{paused}"}, "--port", "-1", "--connect-port", "-1")
+            marks.append(_kill_after_a_partition_commit(serve, paused))
+            continue
         serve = Serve(crash, env, "--port", "-1", "--connect-port", "-1")
         seen = rng.choice([0, 0, 1, 1, 2])
         if seen == 0:
@@ -266,6 +283,10 @@ def test_serve_survives_random_kills_with_exactly_once_outputs(tmp_path, kafka):
         assert sorted(got) == sorted(want), f"{sink}: ticks differ"
         assert got == want, f"{sink}: messages differ"
     assert changelog(crash) == changelog(ref)
+    partitions = {sink: _partitions_of_ticks(kafka, f"crash_{sink}") for sink in ("totals", "big")}
+    assert any(tick in ticks for topic, p, tick in marks for sink, parts in partitions.items()
+               for q, ticks in parts.items() if (f"crash_{sink}", q) != (topic, p)), \
+        f"no kill between two partitions' commits of a tick: {marks}"
     # and the outputs are right: the sink's changes add up to the batch answer
     totals: Counter = Counter()
     for messages in read_topic(kafka, "crash_totals").values():
@@ -278,6 +299,27 @@ def test_serve_survives_random_kills_with_exactly_once_outputs(tmp_path, kafka):
     con.executemany("INSERT INTO o VALUES (?, ?, ?)", [(o["id"], o["category"], o["amount"]) for o in orders])
     batch = con.sql("SELECT category, COUNT(*), CAST(SUM(amount) AS VARCHAR) FROM o GROUP BY category").fetchall()
     assert +totals == Counter({(c, n, s): 1 for c, n, s in batch})
+
+
+def _kill_after_a_partition_commit(serve: Serve, paused: Path) -> tuple[str, int, int]:
+    """SIGKILL once a sink writer committed a partition of a tick and waits before the next
+    (it leaves a file named topic-partition-tick): that topic, partition and tick."""
+    while not (files := list(paused.iterdir())):
+        assert serve.proc.poll() is None, "".join(serve.lines[-30:])
+        time.sleep(0.005)
+    serve.kill()
+    for f in files:
+        f.unlink()
+    topic, partition, tick = files[0].name.rsplit("-", 2)
+    return topic, int(partition), int(tick)
+
+
+def _partitions_of_ticks(bootstrap: str, topic: str) -> dict[int, set[int]]:
+    """The ticks each partition of a topic holds."""
+    ticks: dict[int, set[int]] = defaultdict(set)
+    for partition, tick, _, _ in committed(bootstrap, topic):
+        ticks[partition].add(tick)
+    return ticks
 
 
 def _kill_after_intent(serve: Serve, manifest: Path) -> dict | None:
