@@ -17,13 +17,17 @@ p50/p99 of those ticks. The queries:
 Baselines in the same run, to name the limit: the broker's produce rate and a consumer's
 read rate (driver, one thread, no decoding), JSON decoding alone (records already in
 memory, one core: :class:`ChunkDecoder`), and the same read + JSON decode through the
-executors' data source with no view (the source side of a tick). Each query's row splits
-its median tick (read, Spark, driver, state write, outputs incl. the sink, commit,
-publish). Prints a table and saves bench/results/kafka_e2e.png.
+executors' data source with no view (the source side of a tick), and the sink alone: the
+filter's change of ``--per-tick`` / 2 rows encoded (insert_delete JSON) and written to a
+topic of ``--partitions`` partitions, once by the driver and once by Spark tasks, a
+transaction per partition. Each query's row splits its median tick (read, Spark, driver, state write, outputs incl. the sink, commit,
+publish). Also each format and envelope decoded alone, by the chunk decoder and by the
+per-record row decoder. Prints a table and saves bench/results/kafka_e2e.png.
 """
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import random
 import shutil
@@ -32,17 +36,21 @@ import sys
 import tempfile
 import time
 from datetime import datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import pyarrow as pa  # noqa: E402
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition  # noqa: E402
-from pyspark.sql.types import StructType  # noqa: E402
+from pyspark.sql.types import (DecimalType, LongType, StringType, StructField, StructType,  # noqa: E402
+                               TimestampType)
 
 from dbt_incremental_stream.connectors.broker import LocalBroker  # noqa: E402
 from dbt_incremental_stream.connectors.datasource import chunk_decoder, kafka_frame  # noqa: E402
 from dbt_incremental_stream.connectors.kafka import KafkaSettings, KafkaSource, KafkaTopics, read_chunks  # noqa: E402
-from dbt_incremental_stream.connectors.sinks import KafkaSink  # noqa: E402
+from dbt_incremental_stream.circuit.operators import WEIGHT  # noqa: E402
+from dbt_incremental_stream.connectors.sinks import KafkaSink, TopicWriter  # noqa: E402
 from dbt_incremental_stream.project import Model, Project  # noqa: E402
 from dbt_incremental_stream.runtime.session import session  # noqa: E402
 from dbt_incremental_stream.connectors.broker import create_topics, produce  # noqa: E402
@@ -106,11 +114,94 @@ def decode_rate(settings: KafkaSettings, source: KafkaSource, n: int) -> float:
     return n / best
 
 
+def sink_rates(spark, settings: KafkaSettings, n: int, partitions: int) -> tuple[float, float]:
+    """Messages/s of the sink alone, written by the driver and by Spark tasks: ``n`` inserted
+    rows of the filter's columns, as insert_delete JSON, a transaction per partition."""
+    rng = random.Random(7)
+    change = pa.table({"id": pa.array(range(n), pa.int64()),
+                       "customer_id": pa.array([rng.randrange(CUSTOMERS) for _ in range(n)], pa.int64()),
+                       "amount": pa.array([round(rng.uniform(50, 100), 2) for _ in range(n)], pa.float64()),
+                       WEIGHT: pa.array([1] * n, pa.int64())})
+    frame = spark.createDataFrame(change).cache()
+    frame.count()
+    rates = []
+    for by in ("driver", "tasks"):
+        topic = f"sink_{by}"
+        create_topics(settings.bootstrap_servers, topic, partitions=partitions)
+        writer, sink, best = TopicWriter(settings, f"bench-{by}"), KafkaSink(topic), float("inf")
+        for tick in (1, 2, 3):
+            started = time.perf_counter()
+            if by == "driver":
+                messages = sink.payloads("bench.sink", change, None)
+                writer.write(topic, tick, messages)
+                written = len(messages)
+            else:
+                written = writer.write_from_tasks("bench.sink", sink, frame, tick)
+            best = min(best, time.perf_counter() - started)
+        writer.close()
+        assert written == n, (written, n)
+        rates.append(n / best)
+    frame.unpersist()
+    return rates[0], rates[1]
+
+
+def format_rates(n: int) -> list[tuple[str, float, float]]:
+    """Records/s one core decodes into a batch of rows, per format and envelope, by the
+    chunk decoder and by the per-record row decoder it falls back to (records in memory,
+    chunks of 10,000, best of 3)."""
+    import fastavro
+    from confluent_kafka import Message
+
+    from dbt_incremental_stream.connectors.formats import avro_record
+    from dbt_incremental_stream.connectors.kafka import record
+
+    columns = StructType([StructField("id", LongType()), StructField("customer_id", LongType()),
+                          StructField("category", StringType()), StructField("amount", DecimalType(10, 2)),
+                          StructField("ordered_at", TimestampType())])
+    rng = random.Random(11)
+    docs = [{"id": i, "customer_id": rng.randrange(CUSTOMERS), "category": rng.choice(CATEGORIES),
+             "amount": f"{rng.uniform(1, 100):.2f}", "ordered_at": f"2026-11-01T10:{i // 60 % 60:02d}:{i % 60:02d}"}
+            for i in range(n)]
+    schema = avro_record("orders", columns)
+    parsed = fastavro.parse_schema(schema)
+
+    def avro(d: dict) -> bytes:
+        out = io.BytesIO()
+        fastavro.schemaless_writer(out, parsed, {**d, "amount": Decimal(d["amount"]),
+                                                 "ordered_at": datetime.fromisoformat(d["ordered_at"])})
+        return out.getvalue()
+    cases = {
+        ("json", "append"): lambda d: json.dumps(d).encode(),
+        ("json", "insert_delete"): lambda d: json.dumps({"insert": d}).encode(),
+        ("json", "debezium"): lambda d: json.dumps({"payload": {"before": None, "after": d, "op": "c"}}).encode(),
+        ("csv", "append"): lambda d: ",".join(str(v) for v in d.values()).encode(),
+        ("avro", "append"): avro,
+    }
+    out = []
+    for (fmt, envelope), encode in cases.items():
+        source = KafkaSource("raw.orders", "orders", columns, fmt, envelope,
+                             avro_schema=json.dumps(schema) if fmt == "avro" else None)
+        decoder = chunk_decoder(KafkaSettings({"bootstrap.servers": "-"}), source)
+        msgs = [Message(topic="orders", partition=0, offset=i, value=encode(d)) for i, d in enumerate(docs)]
+        chunks = [msgs[i:i + 10_000] for i in range(0, n, 10_000)]
+        rates = []
+        for decode in (decoder, lambda c: decoder._row_table([record(m) for m in c])):
+            best = float("inf")
+            for _ in range(3):
+                started = time.perf_counter()
+                got = sum(decode(c).num_rows for c in chunks)
+                best = min(best, time.perf_counter() - started)
+            assert got == n, (fmt, envelope, got)
+            rates.append(n / best)
+        out.append((f"{fmt} {envelope}", rates[0], rates[1]))
+    return out
+
+
 def drain(spark, work: Path, settings: KafkaSettings, name: str, sql: str, envelope: str, key: tuple, n: int,
-          per_tick: int, orders: KafkaSource, customers: KafkaSource) -> dict:
+          per_tick: int, partitions: int, orders: KafkaSource, customers: KafkaSource) -> dict:
     """Tick a one-view project through the whole backlog."""
     topic = f"out_{name.replace(' ', '_').replace('+', '')}"
-    create_topics(settings.bootstrap_servers, topic, partitions=1)
+    create_topics(settings.bootstrap_servers, topic, partitions=partitions)
     project = Project(spark, str(work / topic), kafka=settings, max_records=per_tick)
     relation = f"bench.{topic}"
     project.deploy(Model(relation, sql, sink=KafkaSink(topic, envelope, key)), streams=[orders, customers])
@@ -170,13 +261,15 @@ def main() -> None:
                                     envelope="upsert", key=("id",))
             consumed = consume_rate(bootstrap, "orders", args.partitions, args.events)
             decoded_alone = decode_rate(settings, orders, args.events)
+            formats = format_rates(min(args.events, 100_000))
             source_rate(spark, settings, orders, args.events)  # warm the Python workers
             decoded = source_rate(spark, settings, orders, args.events)
+            sink_driver, sink_tasks = sink_rates(spark, settings, args.per_tick // 2, args.partitions)
             spark.sql("CREATE SCHEMA IF NOT EXISTS bench")
             for name in args.queries.split(","):
                 sql, envelope, key = QUERIES[name]
                 rows.append(drain(spark, work, settings, name, sql, envelope, key, args.events, args.per_tick,
-                                  orders, customers))
+                                  args.partitions, orders, customers))
                 print(f"  {name}: {rows[-1]['rate']:,.0f} events/s", file=sys.stderr)
     finally:
         spark.stop()
@@ -190,9 +283,14 @@ def main() -> None:
     print(f"{'consumer: read (1 thread)':<34} {consumed:>10,.0f}")
     print(f"{'JSON decode alone (1 core)':<34} {decoded_alone:>10,.0f}")
     print(f"{'source: read + decode (executors)':<34} {decoded:>10,.0f}")
+    print(f"{'sink: encode + write (driver)':<34} {sink_driver:>10,.0f}")
+    print(f"{'sink: encode + write (tasks)':<34} {sink_tasks:>10,.0f}")
     for r in rows:
         print(f"{'e2e: ' + r['query']:<34} {r['rate']:>10,.0f} {r['ticks']:>6} {r['p50']:>8.2f}s {r['p99']:>8.2f}s "
               f"{r['out']:>13,} {r['first']:>10.2f}s")
+    print(f"\ndecode alone (1 core), records/s:\n  {'format envelope':<20} {'chunk decoder':>14} {'row decoder':>12}")
+    for name, fast, slow in formats:
+        print(f"  {name:<20} {fast:>14,.0f} {slow:>12,.0f}")
     print("\nmedian tick split (s):")
     for r in rows:
         print(f"  {r['query']:<20} " + ", ".join(f"{k} {v:.2f}" for k, v in r["split"].items()))

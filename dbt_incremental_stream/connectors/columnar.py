@@ -3,9 +3,10 @@
 The rows are :func:`.datasource.row_schema`'s: the source's columns, ``_w``, the record's
 partition and offset, and for a dead letter its raw value and the reason.
 
-JSON values of an ``append`` or ``upsert`` source take a fast path: each value is decoded
-by a typed msgspec decoder (C code; a value of another JSON type than the column's, or a
-missing field, is refused, as the row decoder refuses it), and each column is built by
+JSON values take a fast path: each value is decoded by a typed msgspec decoder (C code; a
+value of another JSON type than the column's, or a missing field, is refused, as the row
+decoder refuses it), the envelope's too (a row; ``{"insert": row}`` or ``{"delete": row}``;
+debezium's ``before``/``after``, in a ``payload`` or not), and each column is built by
 Arrow with its declared type, which checks integer ranges and decimal precision and scale.
 Times, dates and bytes are decoded as text and converted by the row decoder's own rules.
 A chunk the fast path refuses anywhere is decoded again record by record: every record
@@ -15,15 +16,25 @@ case, a time in a form RFC 3339 does not have) or gives the reason it is a dead 
 So the rows are always the row decoder's, only faster; ``tests/fast/test_columnar.py``
 holds the two to that on random and malformed values.
 
-Other formats and envelopes, and sources with nested column types, go through the row
-decoder a chunk at a time.
+Avro values are decoded one by one (fastavro, C code) and taken through the envelope by
+the row decoder's own rules; each column is then built by Arrow from the values of the
+types the row decoder takes as they are (any other goes to the row decoder).
+
+CSV values of one line take a fast path too: Python's csv reader (C code) parses each as
+the row decoder does, and each column's texts are cast by Arrow. A text is cast only in
+the form Python's ``int()``, ``float()`` or ``Decimal()`` reads the same way (Arrow would
+take ``0x1F`` as an integer); any other goes to the row decoder.
+
+Upsert tombstones and sources with nested column types go through the row decoder.
 """
 from __future__ import annotations
 
+import csv
 from dataclasses import dataclass, field
 from decimal import Decimal
-from operator import attrgetter
-from typing import Any, Callable, Optional, Sequence
+from functools import partial
+from operator import attrgetter, itemgetter
+from typing import Any, Callable, Optional, Sequence, Union
 
 import msgspec
 import pyarrow as pa
@@ -33,7 +44,7 @@ from pyspark.sql.types import (BinaryType, BooleanType, DataType, DateType, Deci
                                StringType, StructField, StructType, TimestampType)
 
 from ..runtime import zsets
-from .envelopes import Record, source_changes
+from .envelopes import Record, envelope_changes, field_of, source_changes
 from .formats import _FLOAT_MAX, _INTS, Bad, Decoder, converter
 from .kafka import KafkaSource, record
 
@@ -58,22 +69,33 @@ class ChunkDecoder:
     decode: Decoder  # the row decoder
     row_schema: StructType
     _arrow: pa.Schema = field(init=False)
-    _fast: Callable[[bytes], Any] | None = field(init=False)
-    _then: list[Callable[[Any], Any] | None] = field(init=False)  # a column's conversion after the fast decoder
+    _fast: Callable[[bytes], list[tuple[Any, int]]] | None = field(init=False)
+    _get: list[Callable[[Any], Any]] = field(init=False)  # a column's value in a fast-decoded row
+    _column: list[Callable[[list[Any]], pa.Array]] = field(init=False)  # a column's values as Arrow
 
     def __post_init__(self) -> None:
         self._arrow = zsets.arrow_schema(self.row_schema)
         columns = self.source.schema.fields
         types = [_fast_type(f.dataType) for f in columns]
-        fast = (self.decode.format == "json" and self.source.envelope in ("append", "upsert")
-                and all(t is not None for t in types))
-        self._fast, self._then = None, []
-        if fast:
+        arrow = [self._arrow.field(f.name).type for f in columns]
+        self._fast, self._get, self._column = None, [], []
+        if any(t is None for t in types):
+            return
+        if self.decode.format == "json":
             names = [f"c{i}" for i in range(len(columns))]
             row = msgspec.defstruct("Row", [(n, Optional[t]) for n, t in zip(names, types)],  # type: ignore[misc]
                                     rename=dict(zip(names, (f.name for f in columns))))
-            self._fast = msgspec.json.Decoder(row).decode
-            self._then = [_then(f) for f in columns]
+            self._fast = _json_changes(self.source.envelope, row)
+            self._get = [attrgetter(n) for n in names]
+            self._column = [partial(_json_column, f, t) for f, t in zip(columns, arrow)]
+        elif self.decode.format == "csv":
+            self._fast = partial(_csv_line, len(columns))
+            self._get = [itemgetter(i) for i in range(len(columns))]
+            self._column = [partial(_text_column, f, t) for f, t in zip(columns, arrow)]
+        else:  # Avro: records decoded one by one (fastavro), columns built by Arrow
+            self._fast = partial(_decoded_changes, self.decode, self.source.envelope)
+            self._get = [partial(_field_of, f.name) for f in columns]
+            self._column = [partial(_value_column, f, t) for f, t in zip(columns, arrow)]
 
     @property
     def columnar(self) -> bool:
@@ -105,7 +127,7 @@ class ChunkDecoder:
             try:
                 taken.append(decode(v))
                 at.append(i)
-            except (msgspec.DecodeError, UnicodeDecodeError):
+            except (msgspec.DecodeError, UnicodeDecodeError, Bad, _Slow):
                 slow.append(i)
         if not taken:
             return None
@@ -128,19 +150,13 @@ class ChunkDecoder:
             parts.append(self._row_table([record(msgs[i]) for i in sorted(slow)]))
         return pa.concat_tables(parts) if len(parts) > 1 else parts[0]
 
-    def _columns(self, taken: list[Any], msgs: list[Any]) -> pa.Table:
-        """Fast-decoded records as rows; Bad when a value does not fit its column or an
-        upsert key is null (the row decoder says why)."""
+    def _columns(self, taken: list[list[tuple[Any, int]]], records: list[Any]) -> pa.Table:
+        """Fast-decoded records' changes as rows; Bad when a value does not fit its column
+        or an upsert key is null (the row decoder says why)."""
         columns = self.source.schema.fields
-        arrays = []
-        for i, (f, then) in enumerate(zip(columns, self._then)):
-            values = list(map(attrgetter(f"c{i}"), taken))
-            if isinstance(f.dataType, TimestampType):
-                arrays.append(_times(values, then).cast(self._arrow.field(f.name).type))  # type: ignore[arg-type]
-                continue
-            if then is not None:
-                values = [None if v is None else then(v) for v in values]
-            arrays.append(_array(values, self._arrow.field(f.name).type, f.dataType))
+        changes = [change for changed in taken for change in changed]
+        msgs = [m for m, changed in zip(records, taken) for _ in changed]
+        arrays = [column([get(row) for row, _ in changes]) for get, column in zip(self._get, self._column)]
         if self.source.envelope == "upsert":
             names = self.source.schema.fieldNames()
             if any(arrays[names.index(k)].null_count for k in self.source.key):
@@ -149,9 +165,10 @@ class ChunkDecoder:
             records = [record(m) for m in msgs]
             for (kind, _), f in zip(self.source.metadata, self.source.columns.fields[len(columns):]):
                 arrays.append(_array([r.metadata(kind) for r in records], self._arrow.field(f.name).type, f.dataType))
-        n = len(taken)
+        n = len(changes)
         return pa.Table.from_arrays(
-            arrays + [pa.array([1] * n, pa.int64()), pa.array(list(map(Message.partition, msgs)), pa.int32()),
+            arrays + [pa.array([w for _, w in changes], pa.int64()),
+                      pa.array(list(map(Message.partition, msgs)), pa.int32()),
                       pa.array(list(map(Message.offset, msgs)), pa.int64()), pa.nulls(n, pa.binary()),
                       pa.nulls(n, pa.string())], schema=self._arrow)
 
@@ -178,12 +195,143 @@ class ChunkDecoder:
         return out
 
 
-def _then(f: StructField) -> Callable[[Any], Any] | None:
-    """What becomes of a column's fast-decoded value: times, dates and bytes by the row
-    decoder's rules (raising Bad), the rest as decoded."""
-    if isinstance(f.dataType, (TimestampType, DateType, BinaryType)):
-        return converter(f)
-    return None
+class _Slow(Exception):
+    """A record the fast path leaves to the row decoder (which takes it or says why not)."""
+
+
+def _json_changes(envelope: str, row: type) -> Callable[[bytes], list[tuple[Any, int]]]:
+    """A JSON value's changes (row, weight) in ``envelope`` by typed msgspec decoders;
+    msgspec.DecodeError or _Slow for a value the fast path leaves to the row decoder."""
+    if envelope in ("append", "upsert"):
+        decode_row = msgspec.json.Decoder(row).decode
+        return lambda value: [(decode_row(value), 1)]
+    if envelope == "insert_delete":  # exactly one of the two set, no other field
+        change = msgspec.defstruct("Change", [("insert", Optional[row], None), ("delete", Optional[row], None)],
+                                   forbid_unknown_fields=True)
+        decode_change = msgspec.json.Decoder(change).decode
+
+        def insert_delete(value: bytes) -> list[tuple[Any, int]]:
+            c = decode_change(value)
+            if (c.insert is None) == (c.delete is None):
+                raise _Slow
+            return [(c.insert, 1)] if c.delete is None else [(c.delete, -1)]
+        return insert_delete
+    side = Union[row, None, msgspec.UnsetType]  # type: ignore[valid-type]
+    body = msgspec.defstruct("Body", [("before", side, msgspec.UNSET), ("after", side, msgspec.UNSET)])
+    doc = msgspec.defstruct("Debezium", [("before", side, msgspec.UNSET), ("after", side, msgspec.UNSET),
+                                         ("payload", Union[body, None, msgspec.UnsetType], msgspec.UNSET)])
+    decode_doc = msgspec.json.Decoder(doc).decode
+
+    def debezium(value: bytes) -> list[tuple[Any, int]]:
+        d = decode_doc(value)
+        b = d.payload if isinstance(d.payload, body) else d  # the row decoder's choice: a payload object, else the record
+        if b.before is msgspec.UNSET and b.after is msgspec.UNSET:
+            raise _Slow
+        return [(r, w) for r, w in ((b.before, -1), (b.after, 1)) if r is not None and r is not msgspec.UNSET]
+    return debezium
+
+
+def _json_column(f: StructField, arrow: pa.DataType, values: list[Any]) -> pa.Array:
+    """A column's fast-decoded JSON values: times, dates and bytes (decoded as text) by the
+    row decoder's rules, the rest as decoded; Bad when one does not fit."""
+    if isinstance(f.dataType, TimestampType):
+        return _times(values, converter(f)).cast(arrow)
+    if isinstance(f.dataType, (DateType, BinaryType)):
+        convert = converter(f)
+        values = [None if v is None else convert(v) for v in values]
+    return _array(values, arrow, f.dataType)
+
+
+def _decoded_changes(decode: Decoder, envelope: str, value: bytes) -> list[tuple[Any, int]]:
+    """A value's changes by the row decoder's decoding and envelope rules, each row still a
+    document; _Slow for a row that is not an object (the row decoder says why)."""
+    changes = envelope_changes(envelope, decode(value))
+    if not all(isinstance(doc, dict) for doc, _ in changes):
+        raise _Slow
+    return changes
+
+
+def _field_of(name: str, doc: Any) -> Any:
+    return field_of(doc, name)
+
+
+#: the Python types of the values the row decoder takes for each column type as they are
+_EXACT: list[tuple[tuple[type, ...], set[type]]] = [
+    (_INTS, {int}), ((DoubleType, FloatType), {int, float}), ((DecimalType,), {int, Decimal}), ((StringType,), {str}),
+    ((BooleanType,), {bool})]
+
+
+def _value_column(f: StructField, arrow: pa.DataType, values: list[Any]) -> pa.Array:
+    """A column's decoded values (Avro's): those of the types the row decoder takes as they
+    are built by Arrow, times, dates and bytes converted by its rules; Bad when one does not
+    fit (a value of another type included)."""
+    for spark_types, python in _EXACT:
+        if isinstance(f.dataType, spark_types):
+            if not set(map(type, values)) <= python | {type(None)}:
+                raise Bad("a value of another type")
+            return _array(values, arrow, f.dataType)
+    convert = converter(f)
+    return _array([None if v is None else convert(v) for v in values], arrow, f.dataType)
+
+
+def _csv_line(fields: int, value: bytes) -> list[tuple[list[str], int]]:
+    """A CSV value's one row of text fields, parsed as the row decoder parses it (a value of
+    one line: the same reader sees the same line); _Slow for any other."""
+    text = value.decode("utf-8")
+    if "\n" in text or "\r" in text:
+        raise _Slow
+    try:
+        lines = list(csv.reader((text,)))
+    except csv.Error:
+        raise _Slow from None
+    if len(lines) != 1 or len(lines[0]) != fields:
+        raise _Slow
+    return [(lines[0], 1)]
+
+
+#: the texts a CSV field of each kind is cast by Arrow from, exactly as Python's int(),
+#: float() and Decimal() read them (Arrow alone would also take, say, "0x1F" as an integer)
+_INTEGER = r"^[+-]?[0-9]+$"
+_REAL = r"^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$"
+_FIXED = r"^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)$"
+
+
+def _text_column(f: StructField, arrow: pa.DataType, values: list[str]) -> pa.Array:
+    """A column's CSV fields as :func:`.formats.from_text` then the column's converter make
+    them (an empty field is NULL), cast by Arrow; Bad when one does not fit."""
+    t = f.dataType
+    text = pa.array(values, pa.string())
+    text = pc.if_else(pc.equal(text, ""), pa.scalar(None, pa.string()), text)
+    if isinstance(t, StringType):
+        return text
+    if isinstance(t, BooleanType):
+        lower = pc.utf8_lower(text)
+        _all(pc.is_in(lower, pa.array(["true", "false", None])))  # a null field too
+        return pc.equal(lower, "true")
+    if isinstance(t, _INTS):  # Arrow reads no "+"
+        return _cast(pc.replace_substring_regex(text, r"^\+", ""), _INTEGER, arrow)
+    if isinstance(t, DoubleType):
+        return _cast(text, _REAL, arrow)
+    if isinstance(t, FloatType):  # as float() then a float32: the range checked on the double
+        wide = _cast(text, _REAL, pa.float64())
+        _all(pc.invert(pc.and_(pc.is_finite(wide), pc.greater(pc.abs(wide), _FLOAT_MAX))))
+        return wide.cast(pa.float32(), safe=False)
+    if isinstance(t, DecimalType):
+        return _cast(text, _FIXED, arrow)
+    return _json_column(f, arrow, [None if v == "" else v for v in values])  # times, dates, bytes: as JSON text
+
+
+def _all(ok: pa.Array) -> None:
+    if pc.all(ok).as_py() is False:
+        raise Bad("a field the fast path does not take")
+
+
+def _cast(text: pa.Array, form: str, arrow: pa.DataType) -> pa.Array:
+    _all(pc.match_substring_regex(text, form))
+    try:
+        return pc.cast(text, arrow)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+        raise Bad(str(e)) from e
 
 
 #: times Arrow's cast reads exactly as Python's ``fromisoformat`` does (no offset; any

@@ -57,31 +57,36 @@ def source_changes(envelope: str, columns: StructType, key: Sequence[str], decod
                    record: Record) -> list[tuple[Row, int]]:
     """A record's changes to the source's value ``columns``: weighted rows; for ``upsert``, the
     row with weight 1, or (a tombstone) the key with the other columns null and weight 0."""
+    if record.value is None and envelope == "upsert":
+        return [(_key_row(columns, key, decode, record), 0)]
     doc = None if record.value is None else decode(record.value)
-    if envelope == "append":
-        return [(_row(columns, doc), 1)]
+    changes = [(_row(columns, body), w) for body, w in envelope_changes(envelope, doc)]
     if envelope == "upsert":
-        if doc is None:
-            return [(_key_row(columns, key, decode, record), 0)]
-        row = _row(columns, doc)
+        row = changes[0][0]
         for k in key:
             if row[columns.fieldNames().index(k)] is None:
                 raise Bad(f"upsert key column {k!r} is null")
-        return [(row, 1)]
+    return changes
+
+
+def envelope_changes(envelope: str, doc: Any) -> list[tuple[Any, int]]:
+    """A decoded record value's changes in ``envelope``: (row document, weight); Bad for a
+    value the envelope does not have."""
+    if envelope in ("append", "upsert"):
+        return [(doc, 1)]
     if envelope == "debezium":
         if not isinstance(doc, dict):
             raise Bad("a debezium record is an object with before/after")
         body = doc["payload"] if isinstance(doc.get("payload"), dict) else doc
         if "before" not in body and "after" not in body:
             raise Bad("a debezium record needs `before` and/or `after`")
-        return [(_row(columns, body[part]), w) for part, w in (("before", -1), ("after", 1))
-                if body.get(part) is not None]
+        return [(body[part], w) for part, w in (("before", -1), ("after", 1)) if body.get(part) is not None]
     # insert_delete: exactly one of the two is set (an Avro record carries both, one null)
     parts = [(k, v) for k, v in doc.items() if v is not None] if isinstance(doc, dict) else []
     if len(parts) != 1 or parts[0][0] not in ("insert", "delete") or set(doc) - {"insert", "delete"}:
         raise Bad('an insert_delete record is {"insert": row} or {"delete": row}')
     kind, body = parts[0]
-    return [(_row(columns, body), 1 if kind == "insert" else -1)]
+    return [(body, 1 if kind == "insert" else -1)]
 
 
 def _key_row(columns: StructType, key: Sequence[str], decode: Decoder, record: Record) -> Row:
@@ -104,11 +109,11 @@ def _key_row(columns: StructType, key: Sequence[str], decode: Decoder, record: R
         if len(key) != 1:
             raise Bad(f"the record key must be an object with {list(key)}")
         doc = {key[0]: doc}
-    given = {k: value(fields[k], _get(doc, k)) for k in key}
+    given = {k: value(fields[k], field_of(doc, k)) for k in key}
     return tuple(given.get(f.name) for f in columns.fields)
 
 
-def _get(doc: Mapping[str, Any], name: str) -> Any:
+def field_of(doc: Mapping[str, Any], name: str) -> Any:
     """Field ``name`` of a document, its name matched without regard to case."""
     if name in doc:
         return doc[name]
@@ -121,7 +126,7 @@ def _get(doc: Mapping[str, Any], name: str) -> Any:
 def _row(columns: StructType, doc: Any) -> Row:
     if not isinstance(doc, dict):
         raise Bad(f"expected an object with the columns, got {type(doc).__name__}")
-    return tuple(convert(_get(doc, name)) for name, convert in _converters(columns))
+    return tuple(convert(field_of(doc, name)) for name, convert in _converters(columns))
 
 
 _CONVERTERS: dict[int, tuple[StructType, list[tuple[str, Callable[[Any], Any]]]]] = {}

@@ -17,6 +17,7 @@ import csv
 import io
 import json
 import math
+import re
 import struct
 from dataclasses import dataclass
 from datetime import date, datetime, timezone
@@ -154,7 +155,8 @@ class Decoder:
         try:
             return _plain(fastavro.schemaless_reader(io.BytesIO(body), schema, None))
         except Exception as e:  # fastavro raises several types for corrupt input
-            raise Bad(f"not Avro for its schema: {type(e).__name__}: {e}") from e
+            detail = re.sub(r"\s*(from\s+)?<[^<>]* at 0x[0-9a-f]+>", "", str(e))  # no object addresses
+            raise Bad(f"not Avro for its schema: {type(e).__name__}: {detail}") from e
 
 
 @lru_cache(maxsize=64)
@@ -178,9 +180,9 @@ def _floats(v: Any) -> Any:
 def _plain(v: Any) -> Any:
     """Avro's timestamps come back aware (UTC); columns hold them naive, as Spark does."""
     if isinstance(v, dict):
-        return {k: _plain(x) for k, x in v.items()}
+        return {k: _plain(x) if isinstance(x, (dict, datetime)) else x for k, x in v.items()}
     if isinstance(v, datetime) and v.tzinfo is not None:
-        return v.astimezone(timezone.utc).replace(tzinfo=None)
+        return (v if v.tzinfo is timezone.utc else v.astimezone(timezone.utc)).replace(tzinfo=None)
     return v
 
 

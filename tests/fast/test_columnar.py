@@ -127,3 +127,185 @@ def test_a_good_chunk_takes_the_fast_path_and_keeps_every_digit():
     assert [t.isoformat() for t in table.column("t").to_pylist()] == ["2026-11-01T10:00:00+00:00"] * 3
     assert decoder._row_table([record(m) for m in messages([text], [None])]).to_pylist()[0]["d"] == \
         Decimal("9999999999999999.99")
+
+
+@st.composite
+def changes(draw, envelope: str) -> bytes | None:
+    """A record value of ``envelope`` around :func:`documents`' rows, and the envelope's own
+    malformations: both sides or neither, another field, a side that is not an object."""
+    def row() -> object:
+        value = draw(documents())
+        try:
+            return json.loads(value) if value is not None else None
+        except ValueError:
+            return value.decode("latin-1")
+    kind = draw(st.sampled_from(["good"] * 6 + ["both", "neither", "extra", "scalar", "null"]))
+    if kind == "null":
+        return None
+    if envelope == "insert_delete":
+        doc = {draw(st.sampled_from(["insert", "delete"])): row()}
+        if kind == "both":
+            doc = {"insert": row(), "delete": row()}
+        elif kind == "neither":
+            doc = draw(st.sampled_from([{}, {"insert": None}, {"insert": None, "delete": None}]))
+        elif kind == "extra":
+            doc[draw(st.sampled_from(["op", "Insert"]))] = row()
+    else:
+        doc = {"before": row(), "after": row(), "op": "u"}
+        if kind == "neither":
+            doc = draw(st.sampled_from([{"op": "c"}, {"before": None, "after": None}, {"payload": {"op": "d"}}]))
+        elif draw(st.booleans()):
+            doc.pop(draw(st.sampled_from(["before", "after"])))
+        if kind == "extra" or draw(st.booleans()):
+            doc = {"payload": doc, **({"before": row()} if kind == "extra" else {})}
+    return (json.dumps(doc) if kind != "scalar" else json.dumps([doc])).encode()
+
+
+@settings(max_examples=100, deadline=None)
+@given(data=st.data(), envelope=st.sampled_from(["insert_delete", "debezium"]))
+def test_an_insert_delete_or_debezium_source_decodes_as_the_row_decoder_does(data, envelope):
+    docs = data.draw(st.lists(changes(envelope), min_size=1, max_size=20))
+    source = KafkaSource("raw.c", "t", SCHEMA, envelope=envelope, metadata=(("offset", "at"),))
+    fast, rows = both(source, messages(docs, [None] * len(docs)))
+    assert sorted(fast, key=repr) == sorted(rows, key=repr)
+
+
+def test_envelopes_take_the_fast_path():
+    columns = StructType([StructField("id", LongType()), StructField("s", StringType())])
+    for envelope, value, weights in [
+            ("insert_delete", b'{"delete": {"id": 1, "s": "a"}}', [-1]),
+            ("debezium", b'{"payload": {"before": {"id": 1, "s": "a"}, "after": {"id": 1, "s": "b"}, "op": "u"}}',
+             [-1, 1]),
+            ("debezium", b'{"before": null, "after": {"id": 2, "s": "c"}, "op": "c"}', [1])]:
+        source = KafkaSource("raw.e", "t", columns, envelope=envelope)
+        decoder = ChunkDecoder(source, source.decoder(None), row_schema(source))
+        msgs = messages([value], [None])
+        table = decoder._columns([decoder._fast(m.value()) for m in msgs], msgs)  # no record refused
+        assert table.column("_w").to_pylist() == weights
+        assert table.to_pylist() == decoder._row_table([record(m) for m in msgs]).to_pylist()
+
+
+@st.composite
+def csv_values(draw) -> bytes | None:
+    """A CSV record value: mostly one line of every column (texts of each column's values,
+    edges and empty fields included), some with a field of another type, a field too many
+    or too few, a quoted comma or newline, an open quote, or bytes that are not UTF-8."""
+    kind = draw(st.sampled_from(["good"] * 8 + ["mistyped", "short", "long", "quoted", "newline", "open", "garbage",
+                                                "null", "spaces"]))
+    if kind == "null":
+        return None
+    if kind == "garbage":
+        return draw(st.binary(max_size=20))
+    fields = []
+    for c in COLUMNS:
+        v = draw(st.one_of(CLEAN[c], CLEAN[c], EDGE[c], st.none()))
+        fields.append("" if v is None else str(v).lower() if isinstance(v, bool) else str(v))
+    if kind == "mistyped":
+        fields[draw(st.integers(0, len(fields) - 1))] = str(draw(anything))
+    elif kind == "spaces":
+        i = draw(st.integers(0, len(fields) - 1))
+        fields[i] = f" {fields[i]} "
+    elif kind == "short":
+        fields.pop()
+    elif kind == "long":
+        fields.append("1")
+    if "\ud800" in "".join(fields):
+        fields = [f.replace("\ud800", "?") for f in fields]
+    line = ",".join(f'"{f}"' if "," in f or '"' in f else f for f in fields)
+    if kind == "quoted":
+        line = line.replace(fields[6], '"a,b ""c"""', 1) if fields[6] else line
+    elif kind == "newline":
+        line += ',"x\ny"'
+    elif kind == "open":
+        line += ',"x'
+    return line.encode()
+
+
+@settings(max_examples=150, deadline=None)
+@given(values=st.lists(csv_values(), min_size=1, max_size=30),
+       ids=st.lists(st.one_of(st.none(), st.integers(0, 5)), min_size=30, max_size=30),
+       envelope=st.sampled_from(["append", "upsert"]))
+def test_a_csv_source_decodes_as_the_row_decoder_does(values, ids, envelope):
+    source = KafkaSource("raw.v", "t", SCHEMA, format="csv", envelope=envelope,
+                         key=("id",) if envelope == "upsert" else ())
+    keys = [None if i is None else str(i).encode() for i in ids[:len(values)]]
+    fast, rows = both(source, messages(values, keys))
+    assert fast == rows
+
+
+def test_a_good_csv_chunk_takes_the_fast_path():
+    source = KafkaSource("raw.v", "t", SCHEMA, format="csv")
+    decoder = ChunkDecoder(source, source.decoder(None), row_schema(source))
+    line = b'7,-12,+3,1.5e3,0.25,12.50,"a, ""b""",TRUE,2026-11-01T10:00:00,2026-11-01,xyz'
+    msgs = messages([line, b",,,,,,,,,,"], [None, None])
+    table = decoder._columns([decoder._fast(m.value()) for m in msgs], msgs)  # no record refused
+    assert table.to_pylist() == decoder._row_table([record(m) for m in msgs]).to_pylist()
+    assert table.column("s").to_pylist() == ['a, "b"', None] and table.column("d").to_pylist()[0] == Decimal("12.50")
+
+
+#: each field may hold any of these, so a record can carry a value of another type than its column's
+AVRO_ANY = ["null", "long", "double", "string", "boolean", "bytes",
+            {"type": "bytes", "logicalType": "decimal", "precision": 30, "scale": 4},
+            {"type": "long", "logicalType": "timestamp-micros"}, {"type": "int", "logicalType": "date"}]
+AVRO_SCHEMA = {"type": "record", "name": "r", "fields": [{"name": c, "type": AVRO_ANY} for c in COLUMNS]}
+
+
+@st.composite
+def avro_values(draw) -> bytes | None:
+    """An Avro record value: each field a value of its column's own Python type (edges
+    included) or of another, or the record truncated or not Avro at all."""
+    import io
+    from datetime import date, datetime, timezone
+
+    import fastavro
+
+    kind = draw(st.sampled_from(["good"] * 8 + ["mistyped", "truncated", "garbage", "null"]))
+    if kind == "null":
+        return None
+    if kind == "garbage":
+        return draw(st.binary(max_size=20))
+    own = {
+        "d": st.decimals(places=3, min_value=-10**9, max_value=10**9, allow_nan=False),
+        "t": st.datetimes(datetime(1970, 1, 2), datetime(2100, 1, 1)).map(lambda t: t.replace(tzinfo=timezone.utc)),
+        "day": st.dates(date(1970, 1, 1), date(2100, 1, 1)), "raw": st.binary(max_size=4),
+        "s": st.text(max_size=8).map(lambda s: s.encode("utf-8", "replace").decode("utf-8")),
+    }
+    doc = {}
+    for c in COLUMNS:
+        strategy = own.get(c, CLEAN[c].filter(lambda v: not isinstance(v, str)) if c not in ("s",) else CLEAN[c])
+        doc[c] = draw(st.one_of(strategy, strategy, st.none()))
+    if draw(st.booleans()):
+        c = draw(st.sampled_from(["id", "n", "tiny", "x", "f"]))
+        doc[c] = draw(EDGE[c].filter(lambda v: isinstance(v, (int, float)) and abs(v) < 1 << 63))
+    if kind == "mistyped":
+        doc[draw(st.sampled_from(COLUMNS))] = draw(st.one_of(st.booleans(), st.integers(-5, 5), st.floats(-1, 1),
+                                                             st.text(max_size=4), st.binary(max_size=3)))
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, fastavro.parse_schema(AVRO_SCHEMA), doc)
+    value = out.getvalue()
+    return value[:draw(st.integers(0, len(value) - 1))] if kind == "truncated" else value
+
+
+@settings(max_examples=150, deadline=None)
+@given(values=st.lists(avro_values(), min_size=1, max_size=30))
+def test_an_avro_source_decodes_as_the_row_decoder_does(values):
+    source = KafkaSource("raw.a", "t", SCHEMA, format="avro", avro_schema=json.dumps(AVRO_SCHEMA))
+    fast, rows = both(source, messages(values, [None] * len(values)))
+    assert fast == rows
+
+
+def test_a_good_avro_chunk_takes_the_fast_path():
+    import io
+    from datetime import date, datetime, timezone
+
+    import fastavro
+
+    source = KafkaSource("raw.a", "t", SCHEMA, format="avro", avro_schema=json.dumps(AVRO_SCHEMA))
+    decoder = ChunkDecoder(source, source.decoder(None), row_schema(source))
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, fastavro.parse_schema(AVRO_SCHEMA), {
+        "id": 1, "n": 2, "tiny": 3, "x": 1.5, "f": 2, "d": Decimal("12.5"), "s": "a", "b": True,
+        "t": datetime(2026, 11, 1, 10, tzinfo=timezone.utc), "day": date(2026, 11, 1), "raw": b"\x00"})
+    msgs = messages([out.getvalue()] * 2, [None] * 2)
+    table = decoder._columns([decoder._fast(m.value()) for m in msgs], msgs)  # no record refused
+    assert table.to_pylist() == decoder._row_table([record(m) for m in msgs]).to_pylist()
