@@ -37,6 +37,7 @@ from operator import attrgetter, itemgetter
 from typing import Any, Callable, Optional, Sequence, Union
 
 import msgspec
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import Message
@@ -69,7 +70,8 @@ class ChunkDecoder:
     decode: Decoder  # the row decoder
     row_schema: StructType
     _arrow: pa.Schema = field(init=False)
-    _fast: Callable[[bytes], list[tuple[Any, int]]] | None = field(init=False)
+    _fast: Callable[[bytes], Any] | None = field(init=False)  # a value as the fast path decodes it
+    _expand: Callable[[list[Any]], Expanded] = field(init=False)  # decoded values' rows, weights, owners
     _get: list[Callable[[Any], Any]] = field(init=False)  # a column's value in a fast-decoded row
     _column: list[Callable[[list[Any]], pa.Array]] = field(init=False)  # a column's values as Arrow
 
@@ -78,14 +80,14 @@ class ChunkDecoder:
         columns = self.source.schema.fields
         types = [_fast_type(f.dataType) for f in columns]
         arrow = [self._arrow.field(f.name).type for f in columns]
-        self._fast, self._get, self._column = None, [], []
+        self._fast, self._expand, self._get, self._column = None, _one, [], []
         if any(t is None for t in types):
             return
         if self.decode.format == "json":
             names = [f"c{i}" for i in range(len(columns))]
             row = msgspec.defstruct("Row", [(n, Optional[t]) for n, t in zip(names, types)],  # type: ignore[misc]
-                                    rename=dict(zip(names, (f.name for f in columns))))
-            self._fast = _json_changes(self.source.envelope, row)
+                                    rename=dict(zip(names, (f.name for f in columns))), gc=False)
+            self._fast, self._expand = _json_changes(self.source.envelope, row)
             self._get = [attrgetter(n) for n in names]
             self._column = [partial(_json_column, f, t) for f, t in zip(columns, arrow)]
         elif self.decode.format == "csv":
@@ -93,7 +95,8 @@ class ChunkDecoder:
             self._get = [itemgetter(i) for i in range(len(columns))]
             self._column = [partial(_text_column, f, t) for f, t in zip(columns, arrow)]
         else:  # Avro: records decoded one by one (fastavro), columns built by Arrow
-            self._fast = partial(_decoded_changes, self.decode, self.source.envelope)
+            self._fast = partial(_decoded_changes, self.decode.avro_document, self.source.envelope)
+            self._expand = _flatten
             self._get = [partial(_field_of, f.name) for f in columns]
             self._column = [partial(_value_column, f, t) for f, t in zip(columns, arrow)]
 
@@ -150,13 +153,13 @@ class ChunkDecoder:
             parts.append(self._row_table([record(msgs[i]) for i in sorted(slow)]))
         return pa.concat_tables(parts) if len(parts) > 1 else parts[0]
 
-    def _columns(self, taken: list[list[tuple[Any, int]]], records: list[Any]) -> pa.Table:
+    def _columns(self, taken: list[Any], records: list[Any]) -> pa.Table:
         """Fast-decoded records' changes as rows; Bad when a value does not fit its column
         or an upsert key is null (the row decoder says why)."""
         columns = self.source.schema.fields
-        changes = [change for changed in taken for change in changed]
-        msgs = [m for m, changed in zip(records, taken) for _ in changed]
-        arrays = [column([get(row) for row, _ in changes]) for get, column in zip(self._get, self._column)]
+        rows, weights, owners = self._expand(taken)
+        msgs = records if owners is None else [records[i] for i in owners]
+        arrays = [column([get(row) for row in rows]) for get, column in zip(self._get, self._column)]
         if self.source.envelope == "upsert":
             names = self.source.schema.fieldNames()
             if any(arrays[names.index(k)].null_count for k in self.source.key):
@@ -165,9 +168,9 @@ class ChunkDecoder:
             records = [record(m) for m in msgs]
             for (kind, _), f in zip(self.source.metadata, self.source.columns.fields[len(columns):]):
                 arrays.append(_array([r.metadata(kind) for r in records], self._arrow.field(f.name).type, f.dataType))
-        n = len(changes)
+        n = len(rows)
         return pa.Table.from_arrays(
-            arrays + [pa.array([w for _, w in changes], pa.int64()),
+            arrays + [pa.array(weights, pa.int64()) if weights is not None else pa.array(np.ones(n, np.int64)),
                       pa.array(list(map(Message.partition, msgs)), pa.int32()),
                       pa.array(list(map(Message.offset, msgs)), pa.int64()), pa.nulls(n, pa.binary()),
                       pa.nulls(n, pa.string())], schema=self._arrow)
@@ -199,27 +202,48 @@ class _Slow(Exception):
     """A record the fast path leaves to the row decoder (which takes it or says why not)."""
 
 
-def _json_changes(envelope: str, row: type) -> Callable[[bytes], list[tuple[Any, int]]]:
-    """A JSON value's changes (row, weight) in ``envelope`` by typed msgspec decoders;
-    msgspec.DecodeError or _Slow for a value the fast path leaves to the row decoder."""
+#: decoded values' rows, their weights (None: all 1) and the value each comes from (None:
+#: one row per value)
+Expanded = tuple[list[Any], Optional[list[int]], Optional[list[int]]]
+
+
+def _one(taken: list[Any]) -> Expanded:
+    """Values that are one row each, inserted."""
+    return taken, None, None
+
+
+def _flatten(taken: list[list[tuple[Any, int]]]) -> Expanded:
+    """Values that are lists of (row, weight)."""
+    return ([row for changes in taken for row, _ in changes], [w for changes in taken for _, w in changes],
+            [i for i, changes in enumerate(taken) for _ in changes])
+
+
+def _json_changes(envelope: str, row: type) -> tuple[Callable[[bytes], Any], Callable[[list[Any]], Expanded]]:
+    """How typed msgspec decoders read a JSON value in ``envelope`` (msgspec.DecodeError or
+    _Slow for a value the fast path leaves to the row decoder), and how the values they give
+    expand to rows. The structs are not tracked by Python's garbage collector: a chunk
+    holds many, and collections over them would cost more than the decoding."""
     if envelope in ("append", "upsert"):
-        decode_row = msgspec.json.Decoder(row).decode
-        return lambda value: [(decode_row(value), 1)]
+        return msgspec.json.Decoder(row).decode, _one
     if envelope == "insert_delete":  # exactly one of the two set, no other field
         change = msgspec.defstruct("Change", [("insert", Optional[row], None), ("delete", Optional[row], None)],
-                                   forbid_unknown_fields=True)
+                                   forbid_unknown_fields=True, gc=False)
         decode_change = msgspec.json.Decoder(change).decode
 
-        def insert_delete(value: bytes) -> list[tuple[Any, int]]:
+        def insert_delete(value: bytes) -> Any:
             c = decode_change(value)
             if (c.insert is None) == (c.delete is None):
                 raise _Slow
-            return [(c.insert, 1)] if c.delete is None else [(c.delete, -1)]
-        return insert_delete
+            return c
+
+        def expand(taken: list[Any]) -> Expanded:
+            return ([c.insert if c.delete is None else c.delete for c in taken],
+                    [1 if c.delete is None else -1 for c in taken], None)
+        return insert_delete, expand
     side = Union[row, None, msgspec.UnsetType]  # type: ignore[valid-type]
-    body = msgspec.defstruct("Body", [("before", side, msgspec.UNSET), ("after", side, msgspec.UNSET)])
+    body = msgspec.defstruct("Body", [("before", side, msgspec.UNSET), ("after", side, msgspec.UNSET)], gc=False)
     doc = msgspec.defstruct("Debezium", [("before", side, msgspec.UNSET), ("after", side, msgspec.UNSET),
-                                         ("payload", Union[body, None, msgspec.UnsetType], msgspec.UNSET)])
+                                         ("payload", Union[body, None, msgspec.UnsetType], msgspec.UNSET)], gc=False)
     decode_doc = msgspec.json.Decoder(doc).decode
 
     def debezium(value: bytes) -> list[tuple[Any, int]]:
@@ -228,7 +252,7 @@ def _json_changes(envelope: str, row: type) -> Callable[[bytes], list[tuple[Any,
         if b.before is msgspec.UNSET and b.after is msgspec.UNSET:
             raise _Slow
         return [(r, w) for r, w in ((b.before, -1), (b.after, 1)) if r is not None and r is not msgspec.UNSET]
-    return debezium
+    return debezium, _flatten
 
 
 def _json_column(f: StructField, arrow: pa.DataType, values: list[Any]) -> pa.Array:
@@ -242,12 +266,13 @@ def _json_column(f: StructField, arrow: pa.DataType, values: list[Any]) -> pa.Ar
     return _array(values, arrow, f.dataType)
 
 
-def _decoded_changes(decode: Decoder, envelope: str, value: bytes) -> list[tuple[Any, int]]:
+def _decoded_changes(decode: Callable[[bytes], Any], envelope: str, value: bytes) -> list[tuple[Any, int]]:
     """A value's changes by the row decoder's decoding and envelope rules, each row still a
     document; _Slow for a row that is not an object (the row decoder says why)."""
     changes = envelope_changes(envelope, decode(value))
-    if not all(isinstance(doc, dict) for doc, _ in changes):
-        raise _Slow
+    for doc, _ in changes:
+        if type(doc) is not dict:
+            raise _Slow
     return changes
 
 
@@ -274,7 +299,7 @@ def _value_column(f: StructField, arrow: pa.DataType, values: list[Any]) -> pa.A
     return _array([None if v is None else convert(v) for v in values], arrow, f.dataType)
 
 
-def _csv_line(fields: int, value: bytes) -> list[tuple[list[str], int]]:
+def _csv_line(fields: int, value: bytes) -> list[str]:
     """A CSV value's one row of text fields, parsed as the row decoder parses it (a value of
     one line: the same reader sees the same line); _Slow for any other."""
     text = value.decode("utf-8")
@@ -286,7 +311,7 @@ def _csv_line(fields: int, value: bytes) -> list[tuple[list[str], int]]:
         raise _Slow from None
     if len(lines) != 1 or len(lines[0]) != fields:
         raise _Slow
-    return [(lines[0], 1)]
+    return lines[0]
 
 
 #: the texts a CSV field of each kind is cast by Arrow from, exactly as Python's int(),

@@ -126,7 +126,7 @@ class Decoder:
                 raise Bad(f"not JSON: {e}") from e
         if self.format == "csv":
             return self._csv(payload)
-        return self._avro(payload)
+        return _plain(self.avro_document(payload))
 
     def _csv(self, payload: bytes) -> dict[str, Any]:
         try:
@@ -138,7 +138,8 @@ class Decoder:
             raise Bad(f"a CSV record is one line of {len(self.columns.fields)} fields, got {found}")
         return {f.name: from_text(f, v) for f, v in zip(self.columns.fields, lines[0])}
 
-    def _avro(self, payload: bytes) -> Any:
+    def avro_document(self, payload: bytes) -> Any:
+        """An Avro value as fastavro reads it (times aware, in UTC)."""
         import fastavro
 
         if self.registry is not None:
@@ -153,7 +154,7 @@ class Decoder:
         else:
             schema, body = _schema_of(self.avro_schema), payload
         try:
-            return _plain(fastavro.schemaless_reader(io.BytesIO(body), schema, None))
+            return fastavro.schemaless_reader(io.BytesIO(body), schema, None)
         except Exception as e:  # fastavro raises several types for corrupt input
             detail = re.sub(r"\s*(from\s+)?<[^<>]* at 0x[0-9a-f]+>", "", str(e))  # no object addresses
             raise Bad(f"not Avro for its schema: {type(e).__name__}: {detail}") from e
