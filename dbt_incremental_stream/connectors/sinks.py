@@ -182,30 +182,23 @@ class PartitionWriter:
     def write(self, tick: int, messages: Sequence[Message], after_commit: str | None = None) -> bool:
         """Write one tick's messages (key, value[, headers]) to the partition atomically,
         unless it has the tick already. ``after_commit``: :data:`AFTER_COMMIT`'s value."""
-        from confluent_kafka import KafkaException
+        try:
+            return self.begin(tick, messages) and self.commit(tick, after_commit)
+        except Exception as e:
+            if not _fenced(e):
+                raise
+            # another process (a task, the driver) wrote this partition since: once more
+            return self.begin(tick, messages) and self.commit(tick, after_commit)
 
+    def begin(self, tick: int, messages: Sequence[Message]) -> bool:
+        """Open the tick's transaction and produce its messages into it; False (and nothing
+        open) when the partition has the tick already."""
         if self.last_tick() >= tick:
             return False
-        try:
-            self._commit(tick, messages)
-        except KafkaException as e:
-            if not e.args[0].fatal():
-                raise
-            # fenced: another process (a task, the driver) wrote this partition since
-            self._producer, self._last = self._start(), None
-            if self.last_tick() >= tick:
-                return False
-            self._commit(tick, messages)
-        self._last = tick
-        if after_commit:
-            _after_commit(after_commit, self.topic, self.partition, tick)
-        return True
-
-    def _commit(self, tick: int, messages: Sequence[Message]) -> None:
         headers = [(TICK_HEADER, str(tick).encode())]
         producer = self._producer
-        producer.begin_transaction()
         try:
+            producer.begin_transaction()
             for key, value, *more in messages:
                 while True:
                     try:
@@ -215,16 +208,45 @@ class PartitionWriter:
                     except BufferError:  # the local queue is full: let it drain
                         producer.poll(0.05)
                 producer.poll(0)
-            producer.commit_transaction(self.timeout)
-        except Exception as e:
-            from confluent_kafka import KafkaException
-
-            if not (isinstance(e, KafkaException) and e.args[0].fatal()):
-                producer.abort_transaction(self.timeout)
+        except Exception:
+            self.restart()
             raise
+        return True
+
+    def commit(self, tick: int, after_commit: str | None = None) -> bool:
+        """Commit the open transaction of ``tick``."""
+        try:
+            self._producer.commit_transaction(self.timeout)
+        except Exception:
+            self.restart()
+            raise
+        self._last = tick
+        if after_commit:
+            _after_commit(after_commit, self.topic, self.partition, tick)
+        return True
+
+    def abort(self) -> None:
+        """Abort the open transaction (a producer that cannot is started again)."""
+        try:
+            self._producer.abort_transaction(self.timeout)
+        except Exception:
+            self.restart()
+
+    def restart(self) -> None:
+        """A new producer of the id (which aborts any transaction left open), and the
+        partition's last tick read again: after an error, or being fenced."""
+        self._producer, self._last = self._start(), None
 
     def close(self) -> None:
         self._producer.flush(self.timeout)
+
+
+def _fenced(e: Exception) -> bool:
+    """Whether a producer was fenced by a newer one of its transactional id (or can go on
+    no more for another reason)."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    return isinstance(e, KafkaException) and (e.args[0].fatal() or e.args[0].code() == KafkaError._FENCED)
 
 
 def _last_tick(settings: KafkaSettings, topic: str, partition: int, timeout: float) -> int:
@@ -279,12 +301,36 @@ class TopicWriter:
         split: dict[int, list[Message]] = {}
         for message in messages:
             split.setdefault(partition_of(message, count), []).append(message)
-        written, after_commit = 0, os.environ.get(AFTER_COMMIT)
-        for p in sorted(split):
-            if (topic, p) not in self._writers:
-                self._writers[(topic, p)] = PartitionWriter(self.settings, self.name, topic, p, timeout=self.timeout)
-            written += self._writers[(topic, p)].write(tick, split[p], after_commit)
+        after_commit = os.environ.get(AFTER_COMMIT)
+        writers = {p: self._partition(topic, p) for p in sorted(split)}
+        begun: list[int] = []
+        try:  # every partition's messages produced first, so that they are sent while the others are produced
+            for p, writer in writers.items():
+                if writer.begin(tick, split[p]):
+                    begun.append(p)
+        except Exception as e:
+            for p in begun:
+                writers[p].abort()
+            if not _fenced(e):
+                raise
+            return sum(writer.write(tick, split[p], after_commit) for p, writer in writers.items())
+        written = 0
+        for i, p in enumerate(begun):
+            try:
+                written += writers[p].commit(tick, after_commit)
+            except Exception as e:
+                for later in begun[i + 1:]:
+                    writers[later].abort()
+                if not _fenced(e):
+                    raise
+                return written + sum(writers[q].write(tick, split[q], after_commit) for q in begun[i:])
         return written
+
+    def _partition(self, topic: str, partition: int) -> PartitionWriter:
+        if (topic, partition) not in self._writers:
+            self._writers[(topic, partition)] = PartitionWriter(self.settings, self.name, topic, partition,
+                                                                timeout=self.timeout)
+        return self._writers[(topic, partition)]
 
     def write_from_tasks(self, model: str, sink: KafkaSink, change: DataFrame, tick: int) -> int:
         """Write a tick's change as Spark computes it: each row tagged with its partition,

@@ -230,6 +230,35 @@ def test_a_tick_redone_after_a_crash_between_partition_commits_writes_each_parti
     project.close()
 
 
+def test_a_sink_written_by_tasks_then_the_driver_writes_each_tick_once(spark, kafka, tmp_path, monkeypatch):
+    """Ticks on arrangements (the driver writes the sink) and on DataFrames (tasks write it,
+    with producers of the same transactional ids, fencing the driver's) in turn: the driver
+    starts its producers again and every partition holds each tick once."""
+    from dbt_incremental_stream.connectors.sinks import KafkaSink
+    from dbt_incremental_stream.runtime import pipeline
+
+    src, source_topic, sink_topic = "raw_turns.orders", "turns_in", "turns_out"
+    create_topics(kafka, source_topic, partitions=1)
+    create_topics(kafka, sink_topic, partitions=3)
+    spark.sql("CREATE SCHEMA IF NOT EXISTS turns")
+    project = Project(spark, str(tmp_path / "state"), kafka=KafkaSettings({"bootstrap.servers": kafka}))
+    project.deploy(Model("turns.rows", f"SELECT id, name, amount FROM {src}", sink=KafkaSink(sink_topic)),
+                   streams=[KafkaSource(src, source_topic, SCHEMA)])
+    paths = []
+    for tick, path in enumerate(["dataframe", "arranged", "dataframe", "arranged"]):
+        monkeypatch.setattr(pipeline, "ARRANGED_ROWS", -1 if path == "dataframe" else 100_000)
+        produce(kafka, source_topic, [(None, {"id": i, "name": "n", "amount": 1.0}) for i in range(tick * 9, tick * 9 + 9)])
+        project.new_frontier()
+        assert project.advance()
+        paths.append(project.pipe.last_tick.path)
+    assert paths == ["dataframe", "arranged", "dataframe", "arranged"]
+    for p, ticks in _partition_ticks(kafka, sink_topic).items():
+        assert len(ticks) == len(set(ticks)), f"{sink_topic}[{p}]: transactions of ticks {ticks}"
+    got = Counter(tuple(v["insert"].values()) for _, v, _ in consume(kafka, sink_topic, partitions=3))
+    assert got == rows(spark, "turns.rows") and sum(got.values()) == 36
+    project.close()
+
+
 def _partition_ticks(bootstrap, topic, partitions=3):
     """The tick of each committed transaction in each partition, in order (a transaction's
     messages have consecutive offsets; its commit marker takes the next one)."""
