@@ -24,9 +24,11 @@ stopped and no tick left to redo.
 """
 from __future__ import annotations
 
+import gc
 import os
 import time
 import zlib
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -90,12 +92,17 @@ class KafkaSink:
     def payloads(self, model: str, change: pa.Table, registry: Registry | None) -> list[Message]:
         """One tick's consolidated change (the model's columns, then ``_w``) as message keys
         and values."""
-        docs, encode, refuse = self._encoding(model, change, registry)
-        return [encode(k, v) for k, v in sink_messages(self.envelope, self.key, docs, refuse)]
+        with _no_collection():
+            docs, encode, refuse = self._encoding(model, change, registry)
+            return [encode(k, v) for k, v in sink_messages(self.envelope, self.key, docs, refuse)]
 
     def partitions(self, model: str, change: pa.Table, registry: Registry | None, count: int) -> pa.Array:
         """The partition each row's messages go to, as :meth:`payloads` of the whole change
         would split them: its key's, or (no key) its own message's."""
+        with _no_collection():
+            return self._partitions(model, change, registry, count)
+
+    def _partitions(self, model: str, change: pa.Table, registry: Registry | None, count: int) -> pa.Array:
         docs, encode, refuse = self._encoding(model, change, registry)
         if self.key:
             return pa.array([partition_of(encode({k: d[k] for k in self.key}, None), count) for d, _ in docs],
@@ -129,6 +136,20 @@ class KafkaSink:
             return (None if key is None else encoder(key, self.key, key_schema, "key"),
                     None if value is None else encoder(value, names, value_schema))
         return docs, encode, refuse
+
+
+@contextmanager
+def _no_collection() -> Iterator[None]:
+    """Python's cyclic garbage collector paused: a change becomes a document, then a message,
+    per row, and collections over those (which hold no cycles) would cost more than the
+    encoding."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def _avro_name(relation: str) -> str:
@@ -196,18 +217,19 @@ class PartitionWriter:
         if self.last_tick() >= tick:
             return False
         headers = [(TICK_HEADER, str(tick).encode())]
-        producer = self._producer
+        producer, produce, topic, partition = self._producer, self._producer.produce, self.topic, self.partition
         try:
             producer.begin_transaction()
-            for key, value, *more in messages:
+            for i, message in enumerate(messages):
                 while True:
                     try:
-                        producer.produce(self.topic, key=key, value=value, partition=self.partition,
-                                         headers=headers + (more[0] if more else []))
+                        produce(topic, message[1], message[0], partition,
+                                headers=headers if len(message) == 2 else headers + message[2])  # type: ignore[misc]
                         break
                     except BufferError:  # the local queue is full: let it drain
                         producer.poll(0.05)
-                producer.poll(0)
+                if i % 10_000 == 9_999:
+                    producer.poll(0)
         except Exception:
             self.restart()
             raise
