@@ -5,14 +5,15 @@ PY := $(VENV)/bin/python
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: setup test unit demo bench bench-tpch bench-nexmark bench-all clean
+.PHONY: setup test unit lint demo bench bench-tpch bench-nexmark bench-all clean
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: setup.py
+# the exact versions of constraints.txt (setup.py declares the compatible ranges)
+$(VENV)/.installed: setup.py constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev]'
 	touch $@
 
 test: setup
@@ -21,6 +22,18 @@ test: setup
 # the Spark-free tier: kernels, arrangements and the Kafka decoder's values (seconds)
 unit: setup
 	$(PY) -m pytest -q tests/fast
+
+# ruff (ruff.toml) and mypy on the engine (mypy.ini), in a virtualenv of their own: mypy
+# needs a newer pathspec than dbt-core allows beside it
+LINT_VENV := .venv-lint
+$(LINT_VENV)/.installed:
+	$(PYTHON) -m venv $(LINT_VENV)
+	$(LINT_VENV)/bin/pip install --quiet ruff==0.17.5 mypy==2.4.1
+	touch $@
+
+lint: setup $(LINT_VENV)/.installed
+	$(LINT_VENV)/bin/ruff check .
+	$(LINT_VENV)/bin/mypy --python-executable $(PY) dbt_incremental_stream
 
 demo: setup
 	$(PY) examples/demo.py $(ARGS)
@@ -50,4 +63,4 @@ bench-all: bench-nexmark
 	$(PY) bench/join_aggregate.py
 
 clean:
-	rm -rf $(VENV) .venv-pydbsp *.egg-info .pytest_cache .hypothesis spark-warehouse metastore_db
+	rm -rf $(VENV) .venv-pydbsp $(LINT_VENV) *.egg-info .pytest_cache .hypothesis spark-warehouse metastore_db

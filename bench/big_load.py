@@ -64,7 +64,8 @@ def main() -> None:
     def orders(ids, weight: int = 1):
         return ids.select(F.col("id"), (F.col("id") * 7919 % CUSTOMERS).cast("int").alias("cust"),
                           (F.col("id") * 104729 % PRODUCTS).cast("int").alias("product"),
-                          ((F.col("id") * 31 % 10000) / 100.0).alias("amount"), F.lit(weight).cast("bigint").alias("_w"))
+                          ((F.col("id") * 31 % 10000) / 100.0).alias("amount"),
+                          F.lit(weight).cast("bigint").alias("_w"))
 
     pipe = Pipeline(spark, str(work / "state"))
     pipe.add_source("orders", "id BIGINT, cust INT, product INT, amount DOUBLE")
@@ -78,7 +79,8 @@ def main() -> None:
         "customers": spark.range(CUSTOMERS).select(F.col("id").cast("int"), F.concat(
             F.lit("r"), (F.col("id") % REGIONS).cast("string")).alias("region"), F.lit(1).cast("bigint").alias("_w")),
         "products": spark.range(PRODUCTS).select(F.col("id").cast("int"), F.concat(
-            F.lit("c"), (F.col("id") % CATEGORIES).cast("string")).alias("category"), F.lit(1).cast("bigint").alias("_w")),
+            F.lit("c"), (F.col("id") % CATEGORIES).cast("string")).alias("category"),
+            F.lit(1).cast("bigint").alias("_w")),
     })
     load = time.perf_counter() - t
     load_peak = sampler.peak

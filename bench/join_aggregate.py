@@ -182,7 +182,8 @@ def main() -> None:
 
     fig, ax = plt.subplots(figsize=(6, 3.5))
     xs = [r["rows"] for r in results]
-    ax.plot(xs, [statistics.median(r["ticks"]) for r in results], "o-", label=f"incremental tick ({args.changes} changes)")
+    ax.plot(xs, [statistics.median(r["ticks"]) for r in results], "o-",
+            label=f"incremental tick ({args.changes} changes)")
     ax.plot(xs, [statistics.median(r["batch"]) for r in results], "s-", label="batch recompute")
     ax.set_xlabel("rows of state (orders)")
     ax.set_ylabel("seconds (median)")

@@ -20,9 +20,10 @@ memory, one core: :class:`ChunkDecoder`), and the same read + JSON decode throug
 executors' data source with no view (the source side of a tick), and the sink alone: the
 filter's change of ``--per-tick`` / 2 rows encoded (insert_delete JSON) and written to a
 topic of ``--partitions`` partitions, once by the driver and once by Spark tasks, a
-transaction per partition. Each query's row splits its median tick (read, Spark, driver, state write, outputs incl. the sink, commit,
-publish). Also each format and envelope decoded alone, by the chunk decoder and by the
-per-record row decoder. Prints a table and saves bench/results/kafka_e2e.png.
+transaction per partition. Each query's row splits its median tick (read, Spark, driver,
+state write, outputs incl. the sink, commit, publish). Also each format and envelope
+decoded alone, by the chunk decoder and by the per-record row decoder. Prints a table and
+saves bench/results/kafka_e2e.png.
 """
 from __future__ import annotations
 
@@ -239,7 +240,8 @@ def main() -> None:
     args = parser.parse_args()
     rng = random.Random(5)
     start = datetime(2026, 11, 1)
-    orders_msgs = [(None, json.dumps({"id": i, "customer_id": rng.randrange(CUSTOMERS), "category": rng.choice(CATEGORIES),
+    orders_msgs = [(None, json.dumps({"id": i, "customer_id": rng.randrange(CUSTOMERS),
+                                      "category": rng.choice(CATEGORIES),
                                       "amount": round(rng.uniform(1, 100), 2),
                                       "ordered_at": (start + timedelta(seconds=i // 50)).isoformat()}).encode())
                    for i in range(args.events)]

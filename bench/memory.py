@@ -29,7 +29,8 @@ sys.path.insert(0, str(HERE.parent))
 
 SHAPES = {
     "filter + project": "SELECT id, amount * 2 AS doubled FROM events WHERE amount > 50",
-    "aggregate (10k groups)": "SELECT key, COUNT(*) AS n, SUM(amount) AS total, MAX(amount) AS top FROM events GROUP BY key",
+    "aggregate (10k groups)": "SELECT key, COUNT(*) AS n, SUM(amount) AS total, MAX(amount) AS top FROM events "
+                              "GROUP BY key",
     "join (with a 10k-row table)": "SELECT e.id, e.amount, d.region FROM events e JOIN dim d ON e.key = d.id",
     "join + aggregate": "SELECT d.region, COUNT(*) AS n, SUM(e.amount) AS total FROM events e JOIN dim d "
                         "ON e.key = d.id GROUP BY d.region",

@@ -141,7 +141,8 @@ def run_engine(spark, work: Path, bootstrap: str, name: str, rounds: Rounds) -> 
         events += sum(len(v) for v in batch.values())
     problems = check_project(project)
     project.close()
-    return stats(name, "this engine", events, seconds, out_rows=out_rows, stages=statistics.median(stages[1:] or stages),
+    return stats(name, "this engine", events, seconds, out_rows=out_rows,
+                 stages=statistics.median(stages[1:] or stages),
                  arranged=f"{paths[1:].count('arranged')}/{len(paths[1:])}",
                  split={k: statistics.median(s.get(k, 0.0) for s in splits[1:] or splits) for k in splits[-1]},
                  equal="yes" if not any(problems.values()) else f"NO: {list(problems.values())[0][:200]}")

@@ -75,7 +75,8 @@ QUERIES: dict[str, str] = {
            "COUNT(DISTINCT CASE WHEN price >= 1000000 THEN bidder END) AS rank3_bidders, "
            "COUNT(DISTINCT auction) AS total_auctions FROM bid GROUP BY 1",
     # channel statistics per day
-    "q16": "SELECT channel, date_format(date_time, 'yyyy-MM-dd') AS day, MAX(date_format(date_time, 'HH:mm')) AS minute, "
+    "q16": "SELECT channel, date_format(date_time, 'yyyy-MM-dd') AS day, "
+           "MAX(date_format(date_time, 'HH:mm')) AS minute, "
            "COUNT(*) AS total_bids, COUNT(CASE WHEN price < 10000 THEN 1 END) AS rank1_bids, "
            "COUNT(DISTINCT bidder) AS total_bidders, COUNT(DISTINCT auction) AS total_auctions "
            "FROM bid GROUP BY channel, 2",
@@ -108,4 +109,5 @@ QUERIES: dict[str, str] = {
 }
 
 #: what each query reads
-READS = {name: sorted(set(re.findall(r"\b(?:FROM|JOIN)\s+(person|auction|bid|side_input)\b", sql))) for name, sql in QUERIES.items()}
+READS = {name: sorted(set(re.findall(r"\b(?:FROM|JOIN)\s+(person|auction|bid|side_input)\b", sql)))
+         for name, sql in QUERIES.items()}

@@ -31,7 +31,8 @@ def connect(sf: float) -> duckdb.DuckDBPyConnection:
     """A DuckDB database holding TPC-H at scale factor ``sf``."""
     import duckdb_extension_tpch
 
-    path = Path(duckdb_extension_tpch.__file__).parent / "extensions" / f"v{duckdb.__version__}" / "tpch.duckdb_extension"
+    path = (Path(duckdb_extension_tpch.__file__).parent / "extensions" / f"v{duckdb.__version__}"
+            / "tpch.duckdb_extension")
     con = duckdb.connect(config={"allow_unsigned_extensions": "true"})
     con.execute(f"LOAD '{path}'")
     con.execute(f"CALL dbgen(sf={sf})")

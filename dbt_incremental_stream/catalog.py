@@ -94,7 +94,7 @@ class Catalog:
         if len(parts) > 2:
             return None
         try:
-            jvm = self.spark._jvm
+            jvm: Any = self.spark._jvm  # None without a JVM: caught below, as any failure here
             database = jvm.scala.Some(parts[0]) if len(parts) == 2 else jvm.scala.Option.empty()
             return self.spark._jsparkSession.sessionState().catalog().getTableMetadata(
                 jvm.org.apache.spark.sql.catalyst.TableIdentifier.apply(parts[-1], database))
@@ -119,6 +119,7 @@ class Catalog:
             if _value(stored.viewText()) == sql:  # as a previous instance left it
                 self._fields[rel] = known
                 return True
+        assert self.spark._jvm is not None and self._text_fields is not None  # both set: ``known`` was read
         text = self.spark._jvm.scala.Some(sql)
         fields = [text if i in self._text_fields else f for i, f in enumerate(known[2])]
         try:

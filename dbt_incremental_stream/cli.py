@@ -34,7 +34,7 @@ from .errors import StreamError
 from .sql.planner import plan
 
 if TYPE_CHECKING:
-    from .manifest import Verdict
+    from .dbt_manifest import Verdict
 
 
 def _sources(specs: list[str]) -> dict[str, Operator]:
@@ -78,7 +78,7 @@ def _file(args: argparse.Namespace) -> int:
 
 
 def _models(args: argparse.Namespace) -> int:
-    from .manifest import DbtProject
+    from .dbt_manifest import DbtProject
 
     project = DbtProject(args.project_dir, args.target_path)
     width = max((len(n) for n in project.models), default=5)
@@ -93,7 +93,7 @@ def _models(args: argparse.Namespace) -> int:
 
 def _streamable(args: argparse.Namespace) -> Verdict:
     """The target model's verdict, if it can run incrementally."""
-    from .manifest import DbtProject
+    from .dbt_manifest import DbtProject
 
     v = DbtProject(args.project_dir, args.target_path).verdict(args.target)
     if not v.ok:

@@ -105,7 +105,7 @@ class Oracle:
             self.con.unregister("_rows")
 
 
-def _spark_only(node: exp.Expression) -> exp.Expression:
+def _spark_only(node: exp.Expr) -> exp.Expr:
     """Spark functions sqlglot leaves untranslated, as DuckDB says them."""
     if isinstance(node, exp.Anonymous) and str(node.name).lower() == "raise_error":
         return exp.func("error", *(e.transform(_spark_only) for e in node.expressions))
@@ -208,7 +208,7 @@ def replay(spark: SparkSession, state_location: str, inputs: Mapping[str, DataFr
         present: dict[str, list[Row]] = {n: [] for n in inputs}
         held: dict[str, list[Row]] = {n: [] for n in inputs}
         for t in range(ticks):
-            changes: dict[str, list[Change]] = {}
+            changes: dict[str, Sequence[Change]] = {}
             for n in inputs:
                 new = pending[n][t::ticks] + held[n]
                 present[n] += new
@@ -273,7 +273,8 @@ def _norm(v: Any) -> Any:
 def _sort_key(row: Row) -> tuple:
     """Rows ordered by their values to ~4 significant digits, then exactly: rows equal
     within tolerance line up, and ties on the rounded values break the same way on both sides."""
-    rough, exact = [], []
+    rough: list[tuple[int, str | float]] = []
+    exact: list[tuple[int, str | float]] = []
     for v in row:
         if v is None:
             rough.append((0, ""))

@@ -30,7 +30,6 @@ import pyarrow.compute as pc
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType, TimestampType
 
 from .catalog import Catalog, quote_relation
 from .circuit.operators import WEIGHT, quote
@@ -49,12 +48,7 @@ KINDS = (STREAMING_VIEW, CHANGELOG_TABLE)
 #: a source's read of at most this many offsets is decoded in the driver, not by a Spark job
 DRIVER_READ = 100_000
 #: columns a changelog table has after the model's own
-CHANGELOG_COLUMNS = {"_op": "string", "_weight": "bigint", "_committed_at": "timestamp", "_tick": "bigint"}
-#: a Kafka source's records that could not be read, kept with the reason
-DEAD_LETTER_SCHEMA = StructType([StructField("topic", StringType()), StructField("partition", IntegerType()),
-                                 StructField("offset", LongType()), StructField("raw", BinaryType()),
-                                 StructField("reason", StringType()), StructField("_committed_at", TimestampType()),
-                                 StructField("_tick", LongType())])
+CHANGELOG_COLUMNS = ("_op", "_weight", "_committed_at", "_tick")
 
 
 @dataclass(frozen=True)
@@ -76,7 +70,8 @@ class Model:
         return engine_name(self.relation)
 
     def to_json(self) -> dict[str, Any]:
-        return {"relation": self.relation, "sql": self.sql, "kind": self.kind, "sink": self.sink and self.sink.to_json()}
+        return {"relation": self.relation, "sql": self.sql, "kind": self.kind,
+                "sink": self.sink and self.sink.to_json()}
 
     @staticmethod
     def from_json(doc: Mapping[str, Any]) -> Model:
@@ -210,11 +205,15 @@ class Project:
                 reread: AbstractSet[str] = frozenset()) -> None:
         """Rebuild the pipeline for ``models``. A model other than ``deploying`` that no longer
         compiles (a model it reads changed) is dropped and named in :attr:`dropped`. A Kafka
-        source in ``reread`` whose columns changed starts over from its topic's start."""
+        source in ``reread`` whose columns changed starts over from its topic's start. The
+        new pipeline is built aside: if anything fails, the project is as it was."""
         self.catalog.forget()  # a redefinition may have had dbt drop or replace catalog views
         pipe = Pipeline(self.spark, self.location)
         pipe.notes = self.pipe.notes
         order = _topological(models)
+        reread_streams: set[str] = set()  # Kafka sources to read from their start
+        reread_tables: set[str] = set()  # table sources to read whole
+        dropped: dict[str, str] = {}
         try:
             replaced, missing = set(), {}
             for rel in dict.fromkeys(r for m in order for r in m.reads if r in self.streams and r not in models):
@@ -222,8 +221,7 @@ class Project:
                     if pipe.add_source(engine_name(rel), self.streams[rel].columns, replace=rel in reread,
                                        expire=self.streams[rel].expire):
                         replaced.add(engine_name(rel))
-                        self._offsets.pop(rel, None)
-                        self._caught_up.discard(rel)
+                        reread_streams.add(rel)
                     if self.streams[rel].envelope == "upsert":  # the rows a record replaces, by key
                         pipe.index(engine_name(rel), self.streams[rel].key)
                 except StateError as e:
@@ -238,7 +236,7 @@ class Project:
                     continue
                 if pipe.add_source(engine_name(rel), schema, replace=True):  # the table changed columns
                     replaced.add(engine_name(rel))
-                    self._read.pop(rel, None)
+                    reread_tables.add(rel)
             kept: dict[str, Model] = {}
             for m in order:
                 if any(models[r].kind == CHANGELOG_TABLE for r in m.reads if r in models):
@@ -251,7 +249,7 @@ class Project:
                 except StreamError as e:
                     if m.relation == deploying:
                         raise
-                    self.dropped[m.relation] = str(e)
+                    dropped[m.relation] = str(e)
                     continue
                 kept[m.relation] = m
                 if replaced & set(pipe.upstream(m.name)):
@@ -261,6 +259,12 @@ class Project:
             raise
         self.pipe.close()
         self.pipe, self.models = pipe, kept
+        for rel in reread_streams:
+            self._offsets.pop(rel, None)
+            self._caught_up.discard(rel)
+        for rel in reread_tables:
+            self._read.pop(rel, None)
+        self.dropped.update(dropped)
 
     def _table(self, relation: str, reader: str | None = None) -> DataFrame:
         try:
@@ -313,6 +317,7 @@ class Project:
                     self.on_read(report)
                 self.pipe.step(deltas, now,
                                before_commit=lambda tick, changes: self._outputs(tick, changes, dead, report))
+                assert self.pipe.last_tick is not None  # set by every step that returns
                 report.split.update(self.pipe.last_tick.seconds)
                 report.failed = self.failed
                 report.seconds = time.monotonic() - started
@@ -473,7 +478,8 @@ class Project:
         transactional ids name the state location too: projects do not fence each other)."""
         if name not in self._writers:
             local = "://" not in self.location
-            where = hashlib.sha256((os.path.realpath(self.location) if local else self.location).encode()).hexdigest()[:12]
+            where = hashlib.sha256((os.path.realpath(self.location) if local
+                                    else self.location).encode()).hexdigest()[:12]
             self._writers[name] = TopicWriter(self._settings(), f"{where}.{name}")
         return self._writers[name]
 

@@ -160,7 +160,8 @@ def distinct_parts(op: Aggregate) -> Operator | None:
     joined = parts[0]
     for i, part in enumerate(parts[1:], 1):
         renamed = tuple((f"{k}__d{i}", k) for k in op.keys)
-        part = Map(part, tuple((n, quote(k)) for n, k in renamed) + tuple((c, quote(c)) for c in part.columns[len(keys):]))
+        part = Map(part, tuple((n, quote(k)) for n, k in renamed)
+                   + tuple((c, quote(c)) for c in part.columns[len(keys):]))
         on = " AND ".join(f"{quote(k)} <=> {quote(n)}" for n, k in renamed) or "TRUE"
         joined = Join(joined, part, on, tuple((quote(k), quote(n)) for n, k in renamed))
     return Map(joined, tuple((c, quote(c)) for c in op.columns))

@@ -42,7 +42,7 @@ class Operator:
         return hashlib.sha1(text.encode()).hexdigest()[:16]
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and other.id == self.id  # type: ignore[attr-defined]
+        return type(other) is type(self) and other.id == self.id
 
     def __hash__(self) -> int:
         return hash(self.id)

@@ -85,7 +85,7 @@ class ChunkDecoder:
             return
         if self.decode.format == "json":
             names = [f"c{i}" for i in range(len(columns))]
-            row = msgspec.defstruct("Row", [(n, Optional[t]) for n, t in zip(names, types)],  # type: ignore[misc]
+            row = msgspec.defstruct("Row", [(n, Optional[t]) for n, t in zip(names, types)],
                                     rename=dict(zip(names, (f.name for f in columns))), gc=False)
             self._fast, self._expand = _json_changes(self.source.envelope, row)
             self._get = [attrgetter(n) for n in names]
@@ -231,7 +231,7 @@ def _json_changes(envelope: str, row: type) -> tuple[Callable[[bytes], Any], Cal
         decode_change = msgspec.json.Decoder(change).decode
 
         def insert_delete(value: bytes) -> Any:
-            c = decode_change(value)
+            c: Any = decode_change(value)  # a struct defined at run time
             if (c.insert is None) == (c.delete is None):
                 raise _Slow
             return c
@@ -247,8 +247,9 @@ def _json_changes(envelope: str, row: type) -> tuple[Callable[[bytes], Any], Cal
     decode_doc = msgspec.json.Decoder(doc).decode
 
     def debezium(value: bytes) -> list[tuple[Any, int]]:
-        d = decode_doc(value)
-        b = d.payload if isinstance(d.payload, body) else d  # the row decoder's choice: a payload object, else the record
+        d: Any = decode_doc(value)  # structs defined at run time
+        # the row decoder's choice: a payload object, else the record
+        b: Any = d.payload if isinstance(d.payload, body) else d
         if b.before is msgspec.UNSET and b.after is msgspec.UNSET:
             raise _Slow
         return [(r, w) for r, w in ((b.before, -1), (b.after, 1)) if r is not None and r is not msgspec.UNSET]

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, timezone
 from decimal import Decimal, InvalidOperation
 from functools import lru_cache, partial
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence, cast
 
 import msgspec
 from pyspark.sql.types import (BinaryType, BooleanType, ByteType, DataType, DateType, DecimalType, DoubleType,
@@ -66,7 +66,7 @@ class Registry:
     def _call(self, method: str, path: str, body: Any = None) -> Any:
         import requests
 
-        auth = tuple(self.user_info.split(":", 1)) if self.user_info else None
+        auth = cast(tuple[str, str], tuple(self.user_info.split(":", 1))) if self.user_info else None
         try:
             r = requests.request(method, self.url + path, json=body, auth=auth, timeout=self.timeout,
                                  headers={"Content-Type": "application/vnd.schemaregistry.v1+json"})
@@ -121,7 +121,8 @@ class Decoder:
     def __call__(self, payload: bytes) -> Any:
         if self.format == "json":
             try:
-                return json.loads(payload, parse_float=Decimal)  # a number as written: a decimal column holds it exactly
+                # a number as written: a decimal column holds it exactly
+                return json.loads(payload, parse_float=Decimal)
             except (ValueError, UnicodeDecodeError) as e:
                 raise Bad(f"not JSON: {e}") from e
         if self.format == "csv":
@@ -351,6 +352,7 @@ class Encoder:
         if self.format == "json":  # times as RFC 3339, decimals as text: no precision lost
             return json.dumps(doc, default=_json_default).encode() if self.binary else _JSON.encode(doc)
         if self.format == "csv":
+            out: io.StringIO | io.BytesIO  # a BytesIO for Avro below
             out = io.StringIO()
             csv.writer(out, lineterminator="").writerow(["" if doc[c] is None else _text(doc[c]) for c in columns])
             return out.getvalue().encode()

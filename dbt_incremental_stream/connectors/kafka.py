@@ -17,7 +17,7 @@ import json
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence, cast
 
 from pyspark.sql.types import StructField, StructType
 
@@ -77,7 +77,8 @@ class KafkaSettings:
         from confluent_kafka.admin import AdminClient
 
         errors: list[str] = []
-        admin = AdminClient({**self.config, "error_cb": lambda e: errors.append(str(e))})
+        # the stub types conf values as str / int / float / bool; librdkafka takes callbacks too
+        admin = AdminClient({**self.config, "error_cb": lambda e: errors.append(str(e))})  # type: ignore[dict-item]
         try:
             return len(admin.list_topics(timeout=timeout).topics)
         except KafkaException as e:
@@ -173,7 +174,7 @@ class KafkaSource:
         if untyped:
             raise StreamError(f"Kafka source {relation!r}: columns {untyped} need a data_type")
         try:
-            schema = StructType.fromDDL(", ".join(f"`{c}` {t}" for c, t in columns.items()))
+            schema = cast(StructType, StructType.fromDDL(", ".join(f"`{c}` {t}" for c, t in columns.items())))
         except Exception as e:  # Spark's DDL parser raises several types
             raise StreamError(f"Kafka source {relation!r}: bad column types: {e}") from e
         key = config.get("key") or ()

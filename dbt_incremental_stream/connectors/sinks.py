@@ -111,7 +111,8 @@ class KafkaSink:
                                       count) for d, w in docs], pa.int32())
 
     def _encoding(self, model: str, change: pa.Table, registry: Registry | None
-                  ) -> tuple[list[tuple[dict[str, Any], int]], Callable[[Any, Any], Message], Callable[[str], Exception]]:
+                  ) -> tuple[list[tuple[dict[str, Any], int]], Callable[[Any, Any], Message],
+                             Callable[[str], Exception]]:
         """The change's rows as (document, weight), how to encode a (key, value) message,
         and the error for a change the envelope cannot say."""
         names = [n for n in change.column_names if n != WEIGHT]
@@ -224,7 +225,7 @@ class PartitionWriter:
                 while True:
                     try:
                         produce(topic, message[1], message[0], partition,
-                                headers=headers if len(message) == 2 else headers + message[2])  # type: ignore[misc]
+                                headers=headers if len(message) == 2 else headers + message[2])
                         break
                     except BufferError:  # the local queue is full: let it drain
                         producer.poll(0.05)

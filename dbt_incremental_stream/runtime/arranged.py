@@ -269,7 +269,8 @@ class Plan:
             return
         types = zsets.arrow_schema(self.schema(op.delta))
         terms = [w.args.get("partition_by") or [], [o.this for o in w.args["order"].expressions]]
-        if not all(isinstance(c, exp.Column) and c.name in types.names and not pa.types.is_floating(types.field(c.name).type)
+        if not all(isinstance(c, exp.Column) and c.name in types.names
+                   and not pa.types.is_floating(types.field(c.name).type)
                    for part in terms for c in part):
             return
         keep = None
@@ -358,7 +359,8 @@ class Plan:
         self.need(self.state_of(state.integral), (kernels.ORDERED, state.rename[column]))
         return TemporalPlan(state, state.rename[column], bounds, lower)
 
-    def _edges(self, op: Temporal) -> tuple[str, tuple[expressions.Compiled, ...], tuple[expressions.Compiled, ...]] | None:
+    def _edges(self, op: Temporal
+               ) -> tuple[str, tuple[expressions.Compiled, ...], tuple[expressions.Compiled, ...]] | None:
         """(column, bounds, lower bounds) of a temporal filter whose every condition that
         reads the clock compares one column of the rows with a value of the clock (``c >
         now() - INTERVAL 1 HOUR``, ``c BETWEEN … AND …``, ``c = …``); the lower bounds are
@@ -489,7 +491,7 @@ def group_keys(op: Operator) -> tuple[str, ...]:
 def _on(op: Join) -> tuple[tuple[bool, ...], bool]:
     """Per key pair whether it is NULL-safe (``<=>``), and whether ``on`` says more than
     the key equalities."""
-    def norm(e: exp.Expression | str) -> str:
+    def norm(e: exp.Expr | str) -> str:
         return (sqlglot.parse_one(e, read=DIALECT) if isinstance(e, str) else e).sql(DIALECT)
 
     pairs = [(norm(a), norm(b)) for a, b in op.keys]
@@ -510,7 +512,8 @@ def _on(op: Join) -> tuple[tuple[bool, ...], bool]:
 class ArrangedTick:
     """Evaluates node deltas of one tick as Arrow tables (None: statically empty)."""
 
-    def __init__(self, plan: Plan, inputs: Mapping[str, pa.Table | None], arrangements: Mapping[str, dict[tuple[str, ...], Arrangement]],
+    def __init__(self, plan: Plan, inputs: Mapping[str, pa.Table | None],
+                 arrangements: Mapping[str, dict[tuple[str, ...], Arrangement]],
                  runs: RunStore, spark: SparkSession):
         self.plan = plan
         self._inputs = inputs
@@ -699,7 +702,8 @@ class ArrangedTick:
         n, m = matched.num_rows, clock.num_rows
         mine, theirs = matched.take(np.repeat(np.arange(n), m)), clock.take(np.tile(np.arange(m), n))
         w = pc.multiply_checked(mine.column(WEIGHT), theirs.column(WEIGHT))
-        cols = [mine.column(c) for c in kernels.data_columns(mine)] + [theirs.column(c) for c in kernels.data_columns(theirs)]
+        cols = ([mine.column(c) for c in kernels.data_columns(mine)]
+                + [theirs.column(c) for c in kernels.data_columns(theirs)])
         full = self._conform(op.joined, pa.Table.from_arrays(cols + [w], names=list(op.joined.columns) + [WEIGHT]))
         return self._where(op.joined, full, op.on)
 
@@ -737,7 +741,8 @@ class ArrangedTick:
         if compiled is not None:
             try:
                 columns = [expressions.as_column(f(delta), delta.num_rows) for f in compiled]
-                return pa.Table.from_arrays([*delta.columns, *columns], names=[*delta.column_names, *(n for n, _ in exprs)])
+                return pa.Table.from_arrays([*delta.columns, *columns],
+                                            names=[*delta.column_names, *(n for n, _ in exprs)])
             except _ARROW_DECLINES:
                 pass
         out = self._spark_pass(delta, lambda df: df.selectExpr(*map(quote, df.columns),
@@ -791,7 +796,8 @@ class ArrangedTick:
             if stored is not None:
                 for step in side.chain:
                     stored = self._row_wise(step, stored)
-            rows = kernels.consolidate(kernels.concat([stored.cast(delta.schema) if stored is not None else None, near]))
+            rows = kernels.consolidate(kernels.concat([stored.cast(delta.schema) if stored is not None else None,
+                                                       near]))
             if (pc.sum(pc.max_element_wise(rows.column(WEIGHT), 0)).as_py() or 0) >= top.k:
                 break
             want *= 4
@@ -803,7 +809,8 @@ class ArrangedTick:
             return None
         spec = self.plan.windows.get(op.id)
         if spec is None:
-            return self._in_spark(op, rows, lambda df: zsets.window_diff(None, df, None, op.partition, op.funcs, op.keep))
+            return self._in_spark(op, rows,
+                                  lambda df: zsets.window_diff(None, df, None, op.partition, op.funcs, op.keep))
         out = kernels.row_number(kernels.expand(rows), spec.partition, spec.order, spec.name)
         if spec.keep is not None:
             out = out.filter(expressions.as_column(spec.keep(out), out.num_rows))
@@ -859,7 +866,7 @@ def _unchained(op: Operator) -> tuple[list[Operator], Operator]:
     return chain, op
 
 
-def _nondecreasing(e: exp.Expression, time: str) -> bool:
+def _nondecreasing(e: exp.Expr, time: str) -> bool:
     """Whether ``e``, over column ``time`` (the time), never decreases as the time moves
     on: the time itself, shifted by a constant, or cast to a date or timestamp."""
     if isinstance(e, exp.Paren):

@@ -31,7 +31,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 from decimal import Decimal, InvalidOperation
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -72,7 +72,7 @@ def value(sql: str, schema: pa.Schema, types: Types, zone: str = "UTC") -> Compi
         return None
 
 
-def _typed(tree: exp.Expression, types: Types | None) -> dict[str, pa.DataType]:
+def _typed(tree: exp.Expr, types: Types | None) -> dict[str, pa.DataType]:
     """Spark's type of every subexpression of ``tree`` that a value is computed for."""
     if types is None:
         return {}
@@ -87,16 +87,18 @@ _TYPED = (exp.Add, exp.Sub, exp.Mul, exp.Neg, exp.Literal, exp.Case, exp.Extract
           exp.Substring, exp.Cast, exp.Coalesce, exp.TimestampTrunc, exp.Mod, exp.Div, exp.Floor, exp.Hour,
           exp.Minute, exp.Second, exp.Length, exp.Replace, exp.Lower, exp.Upper, exp.UnixSeconds, exp.Anonymous,
           exp.TimeToStr, exp.RegexpExtract, exp.Bracket)
-_COMPARE = {exp.EQ: "equal", exp.NEQ: "not_equal", exp.LT: "less", exp.LTE: "less_equal",
-            exp.GT: "greater", exp.GTE: "greater_equal"}
-_ARITHMETIC = {exp.Add: pc.add_checked, exp.Sub: pc.subtract_checked, exp.Mul: pc.multiply_checked}
+_COMPARE: dict[type[exp.Expr], str] = {exp.EQ: "equal", exp.NEQ: "not_equal", exp.LT: "less", exp.LTE: "less_equal",
+                                       exp.GT: "greater", exp.GTE: "greater_equal"}
+_ARITHMETIC: dict[type[exp.Expr], Callable[..., Any]] = {
+    exp.Add: pc.add_checked, exp.Sub: pc.subtract_checked, exp.Mul: pc.multiply_checked}
 _PARTS = {"YEAR": pc.year, "MONTH": pc.month, "DAY": pc.day}
 #: DATE_TRUNC's units (Spark's spellings) as Arrow's floor_temporal units; weeks start on Monday in both
 _TRUNC = {"YEAR": "year", "YYYY": "year", "YY": "year", "QUARTER": "quarter", "MONTH": "month", "MM": "month",
           "MON": "month", "WEEK": "week", "DAY": "day", "DD": "day", "HOUR": "hour", "MINUTE": "minute",
           "SECOND": "second", "MILLISECOND": "millisecond", "MICROSECOND": "microsecond"}
 #: hour, minute and second of a timestamp, which Spark reads in the session's time zone
-_CLOCK_PARTS = {exp.Hour: pc.hour, exp.Minute: pc.minute, exp.Second: pc.second}
+_CLOCK_PARTS: dict[type[exp.Expr], Callable[..., Any]] = {
+    exp.Hour: pc.hour, exp.Minute: pc.minute, exp.Second: pc.second}
 #: DATE_FORMAT pattern letters (Java's) as strftime's; other letters stay with Spark
 _FORMAT = {"yyyy": "%Y", "MM": "%m", "dd": "%d", "HH": "%H", "mm": "%M", "ss": "%S"}
 _FORMAT_TOKENS = re.compile(r"yyyy|MM|dd|HH|mm|ss|[-:/ .,_]")
@@ -140,12 +142,12 @@ class _Compiler:
         self.types = types
         self.utc = zone in _UTC
 
-    def _type(self, e: exp.Expression) -> pa.DataType:
+    def _type(self, e: exp.Expr) -> pa.DataType:
         return self.types[e.sql(DIALECT)]
 
     # --- values ----------------------------------------------------------------------
 
-    def operand(self, e: exp.Expression) -> tuple[Compiled, str]:
+    def operand(self, e: exp.Expr) -> tuple[Compiled, str]:
         """A value for a comparison: a column, a literal, or (with types) arithmetic."""
         if isinstance(e, exp.Paren):
             return self.operand(e.this)
@@ -172,7 +174,7 @@ class _Compiler:
             return f, _kind(self._type(e))
         raise _Untranslatable(type(e).__name__)
 
-    def value(self, e: exp.Expression) -> Compiled:
+    def value(self, e: exp.Expr) -> Compiled:
         """``e`` computed, cast to the type Spark gives it."""
         if isinstance(e, exp.Paren):
             return self.value(e.this)
@@ -188,7 +190,8 @@ class _Compiler:
         if type(e) in _ARITHMETIC or isinstance(e, exp.Neg):
             if _kind(out) not in ("int", "dec"):
                 raise _Untranslatable("arithmetic on " + str(out))
-            args = [e.this] if isinstance(e, exp.Neg) else [e.left, e.right]
+            args: list[Any] = ([e.this] if isinstance(e, exp.Neg)
+                               else [cast(exp.Binary, e).left, cast(exp.Binary, e).right])
             fs = [self.value(a) for a in args]
             kinds = [_kind(self._type(a)) for a in args]
             if any(k not in ("int", "dec") for k in kinds):
@@ -314,18 +317,18 @@ class _Compiler:
         f, op = self.value(e.this), pc.add_checked if isinstance(e, exp.Add) else pc.subtract_checked
         return lambda t: op(f(t), shift).cast(out)
 
-    def _ints(self, *es: exp.Expression) -> list[Compiled]:
+    def _ints(self, *es: exp.Expr) -> list[Compiled]:
         """Operands that must be integers."""
         if not all(pa.types.is_integer(self._type(x)) for x in es):
             raise _Untranslatable("an operand that is not an integer")
         return [self.value(x) for x in es]
 
-    def _string(self, e: exp.Expression) -> Compiled:
+    def _string(self, e: exp.Expr) -> Compiled:
         if _kind(self._type(e)) != "str":
             raise _Untranslatable("a string function of another type")
         return self.value(e)
 
-    def _timestamp(self, e: exp.Expression) -> Compiled:
+    def _timestamp(self, e: exp.Expr) -> Compiled:
         """A timestamp whose wall clock is read: in UTC only."""
         if not self.utc or not pa.types.is_timestamp(self._type(e)):
             raise _Untranslatable("a timestamp read in a time zone other than UTC")
@@ -370,7 +373,7 @@ class _Compiler:
             return pc.strftime(seconds, format=pattern)
         return date_format
 
-    def _leaf(self, e: exp.Expression) -> Compiled:
+    def _leaf(self, e: exp.Expr) -> Compiled:
         """A column or a literal, typed as Spark types it."""
         out = self._type(e)
         if isinstance(e, exp.Column):
@@ -385,26 +388,26 @@ class _Compiler:
 
     # --- predicates ------------------------------------------------------------------
 
-    def boolean(self, e: exp.Expression) -> Compiled:
+    def boolean(self, e: exp.Expr) -> Compiled:
         f = self._positive(e)
         if e.args.get("negate"):  # x NOT LIKE / NOT IN / NOT BETWEEN
             return lambda t: pc.invert(f(t))
         return f
 
-    def _same(self, *es: exp.Expression) -> tuple[list[Compiled], str]:
+    def _same(self, *es: exp.Expr) -> tuple[list[Compiled], str]:
         """Operands to compare and their kind: of one kind, integers and decimals compared
         exactly, or integers and floats as floats (Spark casts the integer to DOUBLE)."""
         compiled = [self.operand(x) for x in es]
         kinds = {k for _, k in compiled}
         if kinds == {"int", "dec"}:
-            return [(lambda t, f=f: _as_decimal(f(t))) for f, _ in compiled], "dec"
+            return [cast(Compiled, lambda t, f=f: _as_decimal(f(t))) for f, _ in compiled], "dec"
         if kinds == {"int", "float"}:
-            return [(lambda t, f=f: pc.cast(f(t), pa.float64())) for f, _ in compiled], "float"
+            return [cast(Compiled, lambda t, f=f: pc.cast(f(t), pa.float64())) for f, _ in compiled], "float"
         if len(kinds) != 1:
             raise _Untranslatable("values of different kinds")
         return [f for f, _ in compiled], kinds.pop()
 
-    def _positive(self, e: exp.Expression) -> Compiled:
+    def _positive(self, e: exp.Expr) -> Compiled:
         if isinstance(e, exp.Paren):
             return self.boolean(e.this)
         if isinstance(e, (exp.And, exp.Or)):
@@ -418,7 +421,7 @@ class _Compiler:
             x, _ = self.operand(e.this)
             return lambda t: pc.is_null(as_column(x(t), t.num_rows))
         if type(e) in _COMPARE:
-            (a, b), kind = self._same(e.left, e.right)
+            (a, b), kind = self._same(cast(exp.Binary, e).left, cast(exp.Binary, e).right)
             cmp = _float_compare(_COMPARE[type(e)]) if kind == "float" else getattr(pc, _COMPARE[type(e)])
             return lambda t: cmp(a(t), b(t))
         if isinstance(e, exp.Between):
@@ -455,7 +458,7 @@ def _float_compare(name: str) -> Callable[[object, object], pa.Array]:
     """A comparison of floats as Spark makes it: NaN equals NaN and is above every other
     number (IEEE's NaN compares false with everything); NULL where an operand is NULL."""
     def nan(x: object) -> pa.Array:
-        return pc.is_nan(x)  # type: ignore[arg-type]
+        return pc.is_nan(x)
 
     def eq(a: object, b: object) -> pa.Array:
         return pc.or_kleene(pc.equal(a, b), pc.and_kleene(nan(a), nan(b)))
@@ -550,14 +553,14 @@ def _number(text: str) -> pa.Scalar:
     return pa.scalar(d, pa.decimal128(max(digits, scale, 1), scale))
 
 
-def _count(e: exp.Expression | None) -> int:
+def _count(e: exp.Expr | None) -> int:
     """A non-negative integer literal."""
     if isinstance(e, exp.Literal) and not e.is_string and str(e.this).isdigit():
         return int(e.this)
     raise _Untranslatable("a position that is not a literal")
 
 
-def _item(e: exp.Expression, kind: str) -> object:
+def _item(e: exp.Expr, kind: str) -> object:
     """An IN-list item of the kind of the value tested."""
     if kind == "str" and isinstance(e, exp.Literal) and e.is_string:
         return e.this

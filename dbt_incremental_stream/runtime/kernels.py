@@ -210,7 +210,8 @@ def in_ranges(table: pa.Table, column: str, regions: Sequence[tuple[pa.Scalar, p
             mask = pc.or_kleene(mask, m)
         return table.filter(mask)
     values = _ordinals(table.column(column))
-    spans = sorted((int(np.searchsorted(values, ordinal(lo), "left")), int(np.searchsorted(values, ordinal(hi), "right")))
+    spans = sorted((int(np.searchsorted(values, ordinal(lo), "left")),
+                    int(np.searchsorted(values, ordinal(hi), "right")))
                    for lo, hi in regions)
     merged: list[list[int]] = []
     for start, stop in spans:

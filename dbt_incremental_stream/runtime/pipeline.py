@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from decimal import Decimal
 from functools import partial
-from typing import AbstractSet, Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import AbstractSet, Any, Callable, Iterable, Iterator, Mapping, Sequence, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -293,7 +293,7 @@ class Pipeline:
         self._analysis.createDataFrame([], schema).createOrReplaceTempView(name)
 
     def _circuit_changed(self) -> None:
-        self._empty = None
+        self._empty: Tick | None = None
         self._schema_tick: Tick | None = None
         self._schemas_by_node: dict[str, StructType] = {}
         self._types_by_exprs: dict[str, str] = {}  # node id and expressions → their types' StructType JSON
@@ -318,7 +318,7 @@ class Pipeline:
     def _parse_schema(self, name: str, schema: str | StructType) -> StructType:
         if isinstance(schema, str):
             try:
-                schema = StructType.fromDDL(schema)
+                schema = cast(StructType, StructType.fromDDL(schema))
             except Exception as e:  # Spark's parser raises several types here
                 raise StreamError(f"bad schema for source {name!r}: {e}") from e
         fields = [StructField(f.name.lower(), f.dataType, True) for f in schema.fields]
@@ -504,7 +504,8 @@ class Pipeline:
         return self.store.tick > 0 and not self.pending and all(
             spec.key in self.store.arrangements.get(spec.node, {}) for spec in plan.specs.values())
 
-    def _fetch(self, frames: Mapping[str, DataFrame | None], arrow: Mapping[str, pa.Table]) -> dict[str, pa.Table] | None:
+    def _fetch(self, frames: Mapping[str, DataFrame | None],
+               arrow: Mapping[str, pa.Table]) -> dict[str, pa.Table] | None:
         """Every input as an Arrow table in the driver, or None when the tick is too large
         for the arranged path (Spark's size estimate of a DataFrame input, then its rows)."""
         out = dict(arrow)
@@ -535,7 +536,8 @@ class Pipeline:
         runs = self.store.runs
         arrangements = {node: {key: runs.append(arr, tick, tables.get(node)) for key, arr in arrs.items()}
                         for node, arrs in self.store.arrangements.items() if node in tables}
-        changes = Changes({v.name: partial(self._arrow_change, v, tables.get(v.state.id)) for v in self._views.values()},
+        changes = Changes({v.name: partial(self._arrow_change, v, tables.get(v.state.id))
+                           for v in self._views.values()},
                           {v.name: t for v in self._views.values() if (t := tables.get(v.state.id)) is not None})
         outputs, committing = self._commit(tick, states, written, arrangements, changes,
                                            self._meta(clock, expired, skip), before_commit)
@@ -572,7 +574,8 @@ class Pipeline:
                 continue  # set aside with a failed view
             column = plan.expiry[node].column
             delta = tables.get(node)
-            kept = None if delta is None else delta.filter(pc.fill_null(pc.greater_equal(delta.column(column), t), False))
+            kept = None if delta is None else delta.filter(pc.fill_null(pc.greater_equal(delta.column(column), t),
+                                                                        False))
             gone = None
             if at != expired.get(node):
                 low = kernels.from_ordinal(expired[node], t.type) if node in expired else kernels.lowest(t.type)
@@ -676,7 +679,7 @@ class Pipeline:
     def _stored_schema(self, state: State) -> StructType:
         return self._schema_of(state if isinstance(state, Recompute) else state.input)
 
-    def _rows_arrow(self, source: str, rows: list[tuple[Sequence[Any], int]]) -> pa.Table | None:
+    def _rows_arrow(self, source: str, rows: Sequence[tuple[Sequence[Any], int]]) -> pa.Table | None:
         """``(row, weight)`` pairs as an Arrow table (None for nested column types)."""
         st = zsets.with_weight(self._schemas[source])
         return zsets.arrow_rows(st, [coerce_row(st, tuple(r) + (int(w),)) for r, w in rows])
@@ -712,7 +715,8 @@ class Pipeline:
                 what = f"source {sources[node]!r}" if node in sources else f"state {node}"
                 raise StreamError(f"views {readers} would read rows of {what} that left the state at an earlier tick, "
                                   f"when every view read them through a temporal filter whose window they had left; "
-                                  f"deploy these views at a new state location, which reads the sources from their start")
+                                  f"deploy these views at a new state location, "
+                                  f"which reads the sources from their start")
 
     def _sees(self, plan: Plan | None, root: Operator, source: str, at: int, clock: datetime | None) -> bool:
         """Whether ``root`` reads rows of ``source`` other than through a temporal filter
@@ -751,7 +755,8 @@ class Pipeline:
         for name in self._schemas:
             before, delta = self.store.before(self._source_state(name).id), inputs.get(name)
             # consolidated with this tick's delta: a row deleted now is not there
-            history[name] = before if delta is None else zsets.consolidate(zsets.union([before, delta]))
+            history[name] = (before if delta is None
+                             else zsets.consolidate(cast(DataFrame, zsets.union([before, delta]))))
         replay = Tick(history, lambda _: None, lambda _: True, self._shared(),
                       empty=self._typed_empty())
         try:
@@ -793,7 +798,7 @@ class Pipeline:
             return set()
         same = self._same_state()
 
-        def states(roots: list[Operator]) -> set[str]:
+        def states(roots: Sequence[Operator]) -> set[str]:
             return {same.get(op.id, op.id) for op in walk(*roots) if isinstance(op, (Integral, Recompute))}
 
         keep = set(self._views) - names if keep is None else keep
@@ -836,7 +841,7 @@ class Pipeline:
     def _source_state(self, name: str) -> Integral:
         return Integral(self._catalog[name])
 
-    def _roots(self) -> list[Operator]:
+    def _roots(self) -> Sequence[Operator]:
         return [self._source_state(n) for n in self._schemas] + [v.state for v in self._views.values()]
 
     def _states(self) -> list[State]:

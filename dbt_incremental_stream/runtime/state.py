@@ -28,7 +28,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from functools import reduce
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -134,11 +134,12 @@ class FileSystem:
     more than the call)."""
 
     def __init__(self, spark: SparkSession, root: str):
-        jvm = spark._jvm  # type: ignore[attr-defined]
+        jvm = spark._jvm
+        assert jvm is not None  # a classic SparkSession always has one
         self._Path = jvm.org.apache.hadoop.fs.Path
         self._IOUtils = jvm.org.apache.commons.io.IOUtils
         root_path = self._Path(root)
-        self._fs = root_path.getFileSystem(spark._jsc.hadoopConfiguration())  # type: ignore[attr-defined]
+        self._fs = root_path.getFileSystem(spark._jsc.hadoopConfiguration())
         self.root = str(self._fs.makeQualified(root_path).toString()).rstrip("/")
         self._local = self.root.startswith("file:")
 
@@ -375,8 +376,9 @@ class StateStore:
                 runs[node] = start
         small = {node for node, start in runs.items() if merge_arrow is not None and self.runs is not None
                  and sum(b.bytes for b in spines[node].batches[start:]) <= ARROW_MERGE_BYTES}
-        merged = self.write(tick, {node: merge(node, Spine(spines[node].batches[start:]).frame(self.spark))
-                                   for node, start in runs.items() if node not in small})  # type: ignore[arg-type]
+        merged = self.write(tick, {  # a run is never empty: its frame is not None
+            node: merge(node, cast(DataFrame, Spine(spines[node].batches[start:]).frame(self.spark)))
+            for node, start in runs.items() if node not in small})
         if small:
             assert merge_arrow is not None
             merged |= self.write_arrow(

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import time
 from functools import reduce
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence, cast
 
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame
@@ -255,4 +255,4 @@ def diff(current: DataFrame, before: DataFrame | None) -> DataFrame:
     """The Z-set that turns ``before`` (a Z-set) into ``current`` (a bag of rows): how a
     table with no change feed is read as a source."""
     now = current.withColumn(WEIGHT, F.lit(1).cast(LONG))
-    return consolidate(now if before is None else union([now, scale(before, "-1")]))
+    return consolidate(now if before is None else cast(DataFrame, union([now, scale(before, "-1")])))

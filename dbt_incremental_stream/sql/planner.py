@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field, replace
-from typing import Callable, Mapping
+from typing import Callable, Mapping, cast
 
 import sqlglot
 from sqlglot import exp
@@ -39,14 +39,14 @@ from ..circuit.operators import (
     quote,
 )
 from ..errors import CompileError, UnsupportedSqlError
-from .validate import AGGREGATES, position, unsupported, validate
+from .relations import DIALECT
 from .temporal import CLOCK, CLOCK_COLUMN, temporal_filters
+from .validate import AGGREGATES, position, unsupported, validate
 
-DIALECT = "spark"
 #: the one-row relation holding the tick's time, which current_timestamp() and friends read
 
 Env = Mapping[str, Operator]
-Render = Callable[[exp.Expression], str]
+Render = Callable[[exp.Expr], str]
 #: an equality used to join: (SQL on the left side, SQL on the right side, NULL-safe)
 Pair = tuple[str, str, bool]
 
@@ -84,27 +84,38 @@ def plan(sql: str, catalog: Mapping[str, Operator], view: str | None = None) -> 
     for select in tree.find_all(exp.Select):
         if select.args.get("from_") is None:  # what is left after the clock took its place
             raise unsupported("SELECT without FROM (a constant relation); read a seed or table instead", select, view)
-    schema = {name: {c: "string" for c in op.columns} for name, op in catalog.items()}
+    schema: dict[str, object] = {name: {c: "string" for c in op.columns} for name, op in catalog.items()}
     try:
-        tree = qualify(tree, schema=schema, dialect=DIALECT, validate_qualify_columns=True,
-                       quote_identifiers=False)
-    except OptimizeError as e:
-        raise CompileError(str(e), view=view) from e
+        tree = qualify(tree.transform(_name_subqueries), schema=schema, dialect=DIALECT,
+                       validate_qualify_columns=True, quote_identifiers=False)
+    except (OptimizeError, AssertionError) as e:  # sqlglot asserts what it cannot qualify
+        raise CompileError(f"the query cannot be resolved: {e}", view=view) from e
     return temporal_filters(_Planner(catalog, view).query(tree.transform(_factor_or), {}))
 
 
-def _clock_calls(select: exp.Select) -> list[exp.Expression]:
+def _name_subqueries(node: exp.Expr) -> exp.Expr:
+    """A subquery in a select list without a name gets the one qualify would give it
+    (``_col_<position>``), as an alias: qualify resolves ``ORDER BY <position>`` only to
+    aliased expressions."""
+    if isinstance(node, exp.Select):
+        for i, projection in enumerate(node.expressions):
+            if isinstance(projection, exp.Subquery) and not projection.alias:
+                projection.replace(exp.Alias(this=projection.copy(), alias=exp.to_identifier(f"_col_{i}")))
+    return node
+
+
+def _clock_calls(select: exp.Select) -> list[exp.Expr]:
     calls = select.find_all(exp.CurrentTimestamp, exp.CurrentDate, exp.Anonymous)
     return [n for n in calls if n.parent_select is select
             and (not isinstance(n, exp.Anonymous) or str(n.name).lower() == "now")]
 
 
-def uses_clock(tree: exp.Expression) -> bool:
+def uses_clock(tree: exp.Expr) -> bool:
     """Whether the query reads the time (current_timestamp(), now(), current_date())."""
     return any(_clock_calls(s) for s in tree.find_all(exp.Select))
 
 
-def with_clock(tree: exp.Expression) -> exp.Expression:
+def with_clock(tree: exp.Expr) -> exp.Expr:
     """The time as an input: every SELECT that reads it cross-joins :data:`CLOCK` and reads
     its column :data:`CLOCK_COLUMN`, so a tick with a new time retracts and re-derives what depends on
     it (a filter ``ts > current_timestamp() - INTERVAL 1 HOUR`` drops rows as time passes)."""
@@ -124,11 +135,11 @@ def with_clock(tree: exp.Expression) -> exp.Expression:
     return tree
 
 
-def total_order(tree: exp.Expression) -> exp.Expression:
+def total_order(tree: exp.Expr) -> exp.Expr:
     """``tree`` with every ORDER BY that feeds a LIMIT extended by all output columns, which
     is how the planner breaks ties: a LIMIT then picks the same rows in every engine."""
 
-    def extend(node: exp.Expression) -> exp.Expression:
+    def extend(node: exp.Expr) -> exp.Expr:
         if isinstance(node, exp.Query) and node.args.get("limit") and node.args.get("order"):
             order = node.args["order"]
             width = len(node.selects)
@@ -182,12 +193,12 @@ class _Planner:
         """A column name unique within the view."""
         return f"_{prefix}{next(self._names)}"
 
-    def error(self, message: str, node: exp.Expression) -> CompileError:
-        return CompileError(message, view=self.view, **position(node))  # type: ignore[arg-type]
+    def error(self, message: str, node: exp.Expr) -> CompileError:
+        return CompileError(message, view=self.view, **position(node))
 
     # --- queries -----------------------------------------------------------------------
 
-    def query(self, q: exp.Expression, env: Env) -> Operator:
+    def query(self, q: exp.Expr, env: Env) -> Operator:
         with_ = q.args.get("with_")
         if with_:
             env = dict(env)
@@ -224,7 +235,7 @@ class _Planner:
                       else Scale(counts, f"GREATEST({na} - {nb}, 0)"))
         return Map(counts, same)
 
-    def relation(self, source: exp.Expression, env: Env) -> Operator:
+    def relation(self, source: exp.Expr, env: Env) -> Operator:
         if isinstance(source, exp.Subquery):
             return self.query(source, env)
         if isinstance(source, exp.Table):
@@ -285,7 +296,7 @@ class _Planner:
 
     # --- joins -------------------------------------------------------------------------
 
-    def joins(self, q: exp.Select, sources: dict[str, Operator], where: list[exp.Expression]) -> Operator:
+    def joins(self, q: exp.Select, sources: dict[str, Operator], where: list[exp.Expr]) -> Operator:
         """The FROM clause left to right: runs of inner joins are ordered freely, outer and
         semi/anti joins take what is joined so far as their left side."""
         joins = q.args.get("joins") or []
@@ -300,7 +311,7 @@ class _Planner:
             seen.add(alias)
         pending = list(where)
 
-        def block(units: list[_Unit], conjuncts: list[exp.Expression]) -> _Unit:
+        def block(units: list[_Unit], conjuncts: list[exp.Expr]) -> _Unit:
             bound = frozenset().union(*(u.aliases for u in units))
             movable = [c for c in pending if _aliases(c) <= bound and not _aliases(c) & nullable]
             for c in movable:
@@ -308,6 +319,7 @@ class _Planner:
             return self.block(units, conjuncts + movable)
 
         first = q.args["from_"].this.alias_or_name
+        conjuncts: list[exp.Expr]
         units, conjuncts = [_Unit(frozenset({first}), sources[first])], []
         for j in joins:
             alias = j.this.alias_or_name
@@ -328,11 +340,11 @@ class _Planner:
         units = [block(units, conjuncts)]
         return self.block(units, pending).op
 
-    def block(self, units: list[_Unit], conjuncts: list[exp.Expression]) -> _Unit:
+    def block(self, units: list[_Unit], conjuncts: list[exp.Expr]) -> _Unit:
         """Inner-join ``units``: push single-unit predicates down, join greedily along equalities."""
         units = list(units)
-        pending: list[exp.Expression] = []
-        constant: list[exp.Expression] = []
+        pending: list[exp.Expr] = []
+        constant: list[exp.Expr] = []
         for c in conjuncts:
             aliases = _aliases(c)
             home = next((i for i, u in enumerate(units) if aliases and aliases <= u.aliases), None)
@@ -358,7 +370,7 @@ class _Planner:
             node = Filter(node, _render(c))
         return _Unit(joined.aliases, node)
 
-    def split_on(self, left: _Unit, right: _Unit, on: list[exp.Expression], push: bool) -> tuple[list[Pair], list[str]]:
+    def split_on(self, left: _Unit, right: _Unit, on: list[exp.Expr], push: bool) -> tuple[list[Pair], list[str]]:
         """An ON condition as equalities between the sides plus the rest; with ``push``,
         conditions on ``right`` alone filter it first (it is the NULL-supplying side)."""
         pairs: list[Pair] = []
@@ -373,7 +385,7 @@ class _Planner:
                 residual.append(_render(c))
         return pairs, residual
 
-    def outer(self, left: _Unit, right: _Unit, on: list[exp.Expression], side: str) -> _Unit:
+    def outer(self, left: _Unit, right: _Unit, on: list[exp.Expr], side: str) -> _Unit:
         aliases = left.aliases | right.aliases
         if side == "RIGHT":
             left, right = right, left
@@ -405,7 +417,7 @@ class _Planner:
 
     # --- subqueries ----------------------------------------------------------------------
 
-    def filter(self, node: Operator, cond: exp.Expression, aliases: set[str], env: Env, render: Render) -> Operator:
+    def filter(self, node: Operator, cond: exp.Expr, aliases: set[str], env: Env, render: Render) -> Operator:
         """``node`` filtered by a condition with subqueries: EXISTS / IN as semi- or anti-joins
         when they are the whole condition, otherwise joined in as columns."""
         negated = isinstance(cond, exp.Not)
@@ -426,15 +438,15 @@ class _Planner:
         joined, cond = self.inline(node, cond, aliases, env, render)
         return Map(Filter(joined, render(cond)), passthrough(node.columns))
 
-    def inline(self, node: Operator, e: exp.Expression, aliases: set[str], env: Env,
-               render: Render) -> tuple[Operator, exp.Expression]:
+    def inline(self, node: Operator, e: exp.Expr, aliases: set[str], env: Env,
+               render: Render) -> tuple[Operator, exp.Expr]:
         """Join every subquery of ``e`` to ``node`` and replace it with the column(s) it became."""
         e = e.copy()
         for found in _subqueries(e):
             if isinstance(found, exp.Exists):
                 sub = self.decorrelate(found.this, node, aliases, env, render, None)
                 node = self.attach(node, sub)
-                result: exp.Expression = exp.column(sub.mark, quoted=True).is_(exp.null()).not_()
+                result: exp.Expr = exp.column(sub.mark, quoted=True).is_(exp.null()).not_()
             elif isinstance(found, exp.In):
                 value = render(found.this)
                 sub = self.decorrelate(found.args["query"], node, aliases, env, render, value)
@@ -468,7 +480,7 @@ class _Planner:
         joined = self.left_join(node, counts, pairs, []) if pairs else Join(node, counts, "TRUE")
         return joined, quote(n), quote(nn)
 
-    def decorrelate(self, sub: exp.Expression, node: Operator, aliases: set[str], env: Env, render: Render,
+    def decorrelate(self, sub: exp.Expr, node: Operator, aliases: set[str], env: Env, render: Render,
                     value: str | None, scalar: bool = False) -> _Sub:
         """A subquery as a relation with one row per distinct correlation key (and value).
 
@@ -485,7 +497,7 @@ class _Planner:
             if outer:
                 raise unsupported("correlated set operation in a subquery", sub, self.view)
             inner = exp.Subquery(this=sub.copy(), alias=exp.TableAlias(this=exp.to_identifier("_u")))
-            sub = exp.select(*(exp.column(n, table="_u") for n in sub.named_selects)).from_(inner)
+            sub = exp.select(*(exp.column(n, table="_u") for n in cast(exp.Query, sub).named_selects)).from_(inner)
         if sub.args.get("limit") or sub.args.get("offset"):
             raise unsupported("LIMIT in a subquery used as an expression", sub, self.view)
         where = _conjuncts(sub.args["where"].this) if sub.args.get("where") else []
@@ -493,7 +505,7 @@ class _Planner:
         equalities = [_split_eq(c, aliases) for c in correlated]
         inside = sum((len(_outer_columns(c, aliases)) for c in correlated), 0)
         env = dict(env)
-        keys: list[tuple[exp.Expression, str, bool]] = []  # (inner expression, outer SQL, NULL-safe)
+        keys: list[tuple[exp.Expr, str, bool]] = []  # (inner expression, outer SQL, NULL-safe)
         if all(equalities) and inside == len(outer):
             new = sub.copy()
             rest = [c for c in where if c not in correlated]
@@ -542,7 +554,8 @@ class _Planner:
             new.set("expressions", items)
             new.set("distinct", exp.Distinct())
             if grouped:
-                new.args["group"].set("expressions", list(new.args["group"].expressions) + [k.copy() for k, _, _ in keys])
+                new.args["group"].set("expressions",
+                                      list(new.args["group"].expressions) + [k.copy() for k, _, _ in keys])
         out.op = self.select(new, env)
         return out
 
@@ -577,8 +590,8 @@ class _Planner:
         pre = Map(node, tuple((k, e) for e, k in keys.items()) + tuple((c, e) for e, c in args.items()))
         agg = Aggregate(pre, tuple(keys.values()), tuple(calls.values()))
 
-        def render(e: exp.Expression) -> str:
-            def swap(n: exp.Expression) -> exp.Expression:
+        def render(e: exp.Expr) -> str:
+            def swap(n: exp.Expr) -> exp.Expr:
                 if type(n) in AGGREGATES and not _is_window_function(n):
                     return exp.column(calls[_render(n)].name, quoted=True)
                 if not isinstance(n, (exp.Literal, exp.Boolean, exp.Null)):
@@ -617,8 +630,8 @@ class _Planner:
         pre = Map(node, passthrough(node.columns) + tuple((c, e) for e, c in parts.items()))
         node = Window(pre, common, tuple(funcs.values()))
 
-        def render_windows(e: exp.Expression) -> str:
-            def swap(n: exp.Expression) -> exp.Expression:
+        def render_windows(e: exp.Expr) -> str:
+            def swap(n: exp.Expr) -> exp.Expr:
                 if isinstance(n, exp.Window):
                     return exp.column(funcs[n.sql(DIALECT)][0], quoted=True)
                 return n
@@ -653,7 +666,8 @@ class _Planner:
             return node
         order = q.args.get("order")
         if not order:
-            raise unsupported("LIMIT / OFFSET without ORDER BY (not deterministic)", limit or offset, self.view)
+            raise unsupported("LIMIT / OFFSET without ORDER BY (not deterministic)", cast(exp.Expr, limit or offset),
+                              self.view)
         outputs = list(node.columns) if outputs is None else outputs
         if terms is None:
             terms = {}
@@ -678,10 +692,10 @@ def mangle(alias: str, column: str) -> str:
     return f"{alias}__{column}"
 
 
-def _render(e: exp.Expression) -> str:
+def _render(e: exp.Expr) -> str:
     """Spark SQL for ``e`` with every qualified column replaced by its mangled name."""
 
-    def swap(n: exp.Expression) -> exp.Expression:
+    def swap(n: exp.Expr) -> exp.Expr:
         if isinstance(n, exp.Column) and n.table:
             return exp.column(mangle(n.table, n.name), quoted=True)
         return n
@@ -717,6 +731,7 @@ def _filter(node: Operator, predicate: str) -> Operator:
     (name,) = names if len(names) == 1 else ("",)
     if not funcs.get(name, "").upper().startswith(RANKINGS):
         return Filter(node, predicate)
+    assert isinstance(op, Window)  # only a Window has a ranking function in funcs
     for c in cond.find_all(exp.Column):
         c.replace(exp.column(name, quoted=True))
     keep = cond.sql(DIALECT) if op.keep is None else f"({op.keep}) AND ({cond.sql(DIALECT)})"
@@ -735,25 +750,25 @@ def _on(pairs: list[Pair], residual: list[str]) -> str:
     return " AND ".join(terms) or "TRUE"
 
 
-def _int(e: exp.Expression, clause: str, planner: _Planner) -> int:
+def _int(e: exp.Expr, clause: str, planner: _Planner) -> int:
     if isinstance(e, exp.Literal) and not e.is_string and e.this.isdigit():
         return int(e.this)
     raise planner.error(f"{clause} must be a whole number", e)
 
 
-def _conjuncts(e: exp.Expression) -> list[exp.Expression]:
+def _conjuncts(e: exp.Expr) -> list[exp.Expr]:
     e = e.unnest()
     if isinstance(e, exp.And):
         return _conjuncts(e.left) + _conjuncts(e.right)
     return [e]
 
 
-def _aliases(e: exp.Expression) -> set[str]:
+def _aliases(e: exp.Expr) -> set[str]:
     return {c.table for c in e.find_all(exp.Column)}
 
 
-def _equi(c: exp.Expression, joined: set[str] | frozenset[str],
-          new: set[str] | frozenset[str]) -> tuple[exp.Expression, exp.Expression] | None:
+def _equi(c: exp.Expr, joined: set[str] | frozenset[str],
+          new: set[str] | frozenset[str]) -> tuple[exp.Expr, exp.Expr] | None:
     """(joined side, new side) when ``c`` is an equality between the two."""
     if not isinstance(c, exp.EQ):
         return None
@@ -765,18 +780,18 @@ def _equi(c: exp.Expression, joined: set[str] | frozenset[str],
     return None
 
 
-def _is_window_function(n: exp.Expression) -> bool:
+def _is_window_function(n: exp.Expr) -> bool:
     return isinstance(n.parent, exp.Window) and n.arg_key == "this"
 
 
-def _aggregates(e: exp.Expression) -> list[exp.Expression]:
+def _aggregates(e: exp.Expr) -> list[exp.Expr]:
     """Aggregate calls of this scope: not window functions, not inside subqueries."""
     return [n for n in e.find_all(*AGGREGATES) if not _is_window_function(n)
             and not any(isinstance(p, (exp.Subquery, exp.Exists)) or (isinstance(p, exp.Select) and p is not e)
                         for p in _ancestors(n, e))]
 
 
-def _ancestors(n: exp.Expression, stop: exp.Expression) -> list[exp.Expression]:
+def _ancestors(n: exp.Expr, stop: exp.Expr) -> list[exp.Expr]:
     out = []
     p = n.parent
     while p is not None and p is not stop:
@@ -785,11 +800,11 @@ def _ancestors(n: exp.Expression, stop: exp.Expression) -> list[exp.Expression]:
     return out
 
 
-def _subqueries(e: exp.Expression) -> list[exp.Expression]:
+def _subqueries(e: exp.Expr) -> list[exp.Expr]:
     """The outermost subqueries in expression ``e``: EXISTS, IN (query) or scalar ones."""
-    found: list[exp.Expression] = []
+    found: list[exp.Expr] = []
 
-    def visit(n: exp.Expression) -> None:
+    def visit(n: exp.Expr) -> None:
         if isinstance(n, exp.Exists) or (isinstance(n, exp.In) and n.args.get("query")):
             found.append(n)
             return
@@ -803,14 +818,14 @@ def _subqueries(e: exp.Expression) -> list[exp.Expression]:
     return found
 
 
-def _outer_columns(e: exp.Expression, aliases: set[str]) -> list[exp.Column]:
+def _outer_columns(e: exp.Expr, aliases: set[str]) -> list[exp.Column]:
     """Columns in ``e`` bound by the enclosing scope (``aliases``) rather than by a FROM
     item inside ``e``."""
     local = {t.alias_or_name for t in e.find_all(exp.Table)} | {c.alias_or_name for c in e.find_all(exp.CTE)}
     return [c for c in e.find_all(exp.Column) if c.table in aliases and c.table not in local]
 
 
-def _split_eq(c: exp.Expression, aliases: set[str]) -> tuple[exp.Expression, exp.Expression] | None:
+def _split_eq(c: exp.Expr, aliases: set[str]) -> tuple[exp.Expr, exp.Expr] | None:
     """(inner side, outer side) of a correlated equality ``outer = inner``."""
     if not isinstance(c, exp.EQ):
         return None
@@ -822,10 +837,10 @@ def _split_eq(c: exp.Expression, aliases: set[str]) -> tuple[exp.Expression, exp
     return None
 
 
-def _empty_aggregate(e: exp.Expression) -> str:
+def _empty_aggregate(e: exp.Expr) -> str:
     """An aggregate expression's value over no rows: COUNT is 0, the others NULL."""
 
-    def swap(n: exp.Expression) -> exp.Expression:
+    def swap(n: exp.Expr) -> exp.Expr:
         if type(n) in AGGREGATES:
             return exp.Literal.number(0) if isinstance(n, exp.Count) else exp.null()
         return n
@@ -833,7 +848,7 @@ def _empty_aggregate(e: exp.Expression) -> str:
     return e.copy().transform(swap, copy=False).sql(DIALECT)
 
 
-def _filter_clause(node: exp.Expression) -> exp.Expression:
+def _filter_clause(node: exp.Expr) -> exp.Expr:
     """``agg(x) FILTER (WHERE p)`` as ``agg(CASE WHEN p THEN x END)``."""
     if not isinstance(node, exp.Filter) or not isinstance(node.this, exp.AggFunc):
         return node
@@ -849,7 +864,7 @@ def _filter_clause(node: exp.Expression) -> exp.Expression:
     return call
 
 
-def _factor_or(node: exp.Expression) -> exp.Expression:
+def _factor_or(node: exp.Expr) -> exp.Expr:
     """``(a AND b) OR (a AND c)`` as ``a AND (b OR c)``, so a join key repeated in every
     branch of an OR is seen as a join key."""
     if not isinstance(node, exp.Or):

@@ -18,7 +18,7 @@ from ..errors import CompileError
 DIALECT = "spark"
 
 
-def _tables(tree: exp.Expression) -> list[exp.Table]:
+def _tables(tree: exp.Expr) -> list[exp.Table]:
     """Base-table references: not CTE names, not table functions."""
     ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
     return [t for t in tree.find_all(exp.Table)
@@ -30,7 +30,7 @@ def qualified(table: exp.Table) -> str:
     return ".".join(p.lower() for p in (table.db, table.name) if p)
 
 
-def _parse(sql: str, view: str | None) -> exp.Expression:
+def _parse(sql: str, view: str | None) -> exp.Expr:
     try:
         return sqlglot.parse_one(sql, read=DIALECT)
     except ParseError as e:

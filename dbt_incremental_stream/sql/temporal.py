@@ -35,7 +35,8 @@ def _temporal(join: Join, used: set[str]) -> Operator:
     ``used`` (the SQL its consumer computes) reads none of the clock's columns."""
     for rows, clock in ((join.left, join.right), (join.right, join.left)):
         if _is_clock(clock) and not any(c in e for c in clock.columns for e in used):
-            return Temporal(rows, clock, join.on, tuple((b, a) for a, b in join.keys) if rows is join.right else join.keys)
+            return Temporal(rows, clock, join.on,
+                            tuple((b, a) for a, b in join.keys) if rows is join.right else join.keys)
     return join
 
 

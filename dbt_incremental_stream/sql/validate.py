@@ -9,7 +9,7 @@ from sqlglot import exp
 from ..errors import UnsupportedSqlError
 
 #: aggregate functions the planner maintains (sqlglot class → SQL name)
-AGGREGATES: dict[type[exp.Expression], str] = {
+AGGREGATES: dict[type[exp.Expr], str] = {
     exp.Count: "count",
     exp.Sum: "sum",
     exp.Avg: "avg",
@@ -18,7 +18,7 @@ AGGREGATES: dict[type[exp.Expression], str] = {
 }
 
 #: functions whose value is not a function of the input rows
-NONDETERMINISTIC: dict[type[exp.Expression], str] = {
+NONDETERMINISTIC: dict[type[exp.Expr], str] = {
     exp.Rand: "rand()",
     exp.Randn: "randn()",
     exp.Uuid: "uuid()",
@@ -29,7 +29,7 @@ NONDETERMINISTIC_NAMES = {
     "random", "localtimestamp", "unix_timestamp", "current_timezone",
 }
 
-STRUCTURES: dict[type[exp.Expression], str] = {
+STRUCTURES: dict[type[exp.Expr], str] = {
     exp.Lateral: "LATERAL VIEW / LATERAL subquery",
     exp.Pivot: "PIVOT / UNPIVOT",
     exp.TableSample: "TABLESAMPLE",
@@ -49,7 +49,7 @@ SELECT_CLAUSES = {
 }
 
 
-def position(node: exp.Expression) -> dict[str, int]:
+def position(node: exp.Expr) -> dict[str, int]:
     """Line and column of the first token under ``node`` (the parser records them on leaves)."""
     for sub in node.walk():
         if "line" in sub.meta:
@@ -57,11 +57,11 @@ def position(node: exp.Expression) -> dict[str, int]:
     return {}
 
 
-def unsupported(construct: str, node: exp.Expression, view: str | None) -> UnsupportedSqlError:
-    return UnsupportedSqlError(construct, view=view, **position(node))  # type: ignore[arg-type]
+def unsupported(construct: str, node: exp.Expr, view: str | None) -> UnsupportedSqlError:
+    return UnsupportedSqlError(construct, view=view, **position(node))
 
 
-def validate(tree: exp.Expression, view: str | None = None) -> None:
+def validate(tree: exp.Expr, view: str | None = None) -> None:
     """Raise :class:`UnsupportedSqlError` for the first construct outside the supported set."""
     for node in tree.walk():
         kind = type(node)
@@ -105,7 +105,7 @@ def _check_select(select: exp.Select, view: str | None) -> None:
             raise unsupported(f"{clause.upper()} clause", select, view)
 
 
-def _misplaced(query: exp.Expression) -> bool:
+def _misplaced(query: exp.Expr) -> bool:
     """A query nested in an expression other than a WHERE / HAVING condition or a SELECT
     item (where the planner decorrelates it into joins)."""
     parent = query.parent
@@ -120,5 +120,5 @@ def _misplaced(query: exp.Expression) -> bool:
     return parent is None
 
 
-def _subquery_in(e: exp.Expression | None) -> bool:
+def _subquery_in(e: exp.Expr | None) -> bool:
     return e is not None and any(True for _ in e.find_all(exp.Select))

@@ -6,7 +6,8 @@ from datetime import datetime
 from decimal import Decimal
 
 import pytest
-from pyspark.sql.types import ByteType, DecimalType, FloatType, IntegerType, LongType, ShortType, StructField, TimestampType
+from pyspark.sql.types import (ByteType, DecimalType, FloatType, IntegerType, LongType, ShortType, StructField,
+                               TimestampType)
 
 from dbt_incremental_stream.connectors.formats import Bad, value
 

@@ -36,7 +36,8 @@ class TestDebugKafkaUnreachable:
 
     def test_debug_names_the_setting(self, project):
         _, log = run_dbt_and_capture(["debug"], expect_pass=False)
-        assert "Kafka at 127.0.0.1:9 is not reachable" in log and "`bootstrap_servers`" in log and "`kafka:` block" in log
+        assert "Kafka at 127.0.0.1:9 is not reachable" in log and "`bootstrap_servers`" in log \
+            and "`kafka:` block" in log
 
 
 def test_profile_errors_say_what_to_fix():

@@ -66,10 +66,12 @@ sources:
           - {{name: category, data_type: string}}
           - {{name: amount, data_type: "decimal(10,2)"}}
 """
-TOTALS = """{{{{ config(materialized='streaming_view', sink={{'topic': '{out}_totals', 'envelope': 'insert_delete'}}) }}}}
+TOTALS = """{{{{ config(materialized='streaming_view', \
+sink={{'topic': '{out}_totals', 'envelope': 'insert_delete'}}) }}}}
 select category, count(*) as n, sum(amount) as total from {{{{ source('raw', 'orders') }}}} group by category
 """
-BIG = """{{{{ config(materialized='changelog_table', sink={{'topic': '{out}_big', 'envelope': 'append', 'key': ['id']}}) }}}}
+BIG = """{{{{ config(materialized='changelog_table', \
+sink={{'topic': '{out}_big', 'envelope': 'append', 'key': ['id']}}) }}}}
 select id, category, amount from {{{{ source('raw', 'orders') }}}} where amount > 50
 """
 
@@ -446,7 +448,8 @@ def test_dbt_and_a_bi_client_work_while_serve_runs(tmp_path, kafka):
     # a model whose SQL fails on a row: serve keeps ticking the others and says which and why
     checked = root / "models" / "checked.sql"
     checked.write_text("{{ config(materialized='streaming_view') }}\nselect id, case when id = 1000 then "
-                       "raise_error('order 1000 is void') else amount end as amount from {{ source('raw', 'orders') }}\n")
+                       "raise_error('order 1000 is void') else amount end as amount "
+                       "from {{ source('raw', 'orders') }}\n")
     dbt(root, env, "run", "-s", "checked")
     produce(kafka, topic, [(None, {"id": 1000, "category": "toys", "amount": "1.00"})])
     failed = serve.wait_for(lambda e: e.get("event") == "tick" and e.get("failed"))["failed"]

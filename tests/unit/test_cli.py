@@ -7,7 +7,8 @@ def test_explain_and_check(tmp_path, capsys):
     sql = tmp_path / "revenue.sql"
     sql.write_text("SELECT c.region, SUM(o.amount) AS s FROM orders o JOIN customers c ON o.cust = c.id "
                    "GROUP BY c.region")
-    sources = ["--source", "orders=id INT, cust INT, amount DECIMAL(10, 2)", "--source", "customers=id INT, region STRING"]
+    sources = ["--source", "orders=id INT, cust INT, amount DECIMAL(10, 2)",
+               "--source", "customers=id INT, region STRING"]
     assert main(["explain", str(sql), *sources]) == 0
     out = capsys.readouterr().out
     assert "GroupDiff" in out and "Input orders(id, cust, amount)" in out
@@ -21,7 +22,7 @@ def test_compiled_sql_comes_from_target_compiled_when_the_manifest_lacks_it(tmp_
     """`dbt run` and `dbt show` write manifest.json before compiling: the compiled file counts."""
     import json
 
-    from dbt_incremental_stream.manifest import DbtProject
+    from dbt_incremental_stream.dbt_manifest import DbtProject
 
     node = {"resource_type": "model", "name": "v", "schema": "s", "alias": "v", "columns": {}, "package_name": "p",
             "original_file_path": "models/v.sql", "config": {"materialized": "streaming_view"}}
@@ -30,5 +31,6 @@ def test_compiled_sql_comes_from_target_compiled_when_the_manifest_lacks_it(tmp_
         "nodes": {"model.p.v": node},
         "sources": {"source.p.raw.t": {"schema": "raw", "name": "t", "columns": {"a": {}, "b": {}}}}}))
     assert not DbtProject(tmp_path).verdict("v").ok
-    (tmp_path / "target" / "compiled" / "p" / "models" / "v.sql").write_text("select a, sum(b) as b from raw.t group by a")
+    (tmp_path / "target" / "compiled" / "p" / "models" / "v.sql").write_text("select a, sum(b) as b from raw.t "
+                                                                             "group by a")
     assert DbtProject(tmp_path).verdict("v").ok

@@ -85,13 +85,15 @@ GROUPS: dict[str, dict[str, str]] = {
     "subqueries": {
         "exists": "SELECT o.id, o.amount FROM orders o WHERE EXISTS "
                   "(SELECT 1 FROM items i WHERE i.order_id = o.id AND i.price > 10)",
-        "not_exists": "SELECT c.id, c.name FROM customers c WHERE NOT EXISTS (SELECT * FROM orders o WHERE o.cust = c.id)",
+        "not_exists": "SELECT c.id, c.name FROM customers c WHERE NOT EXISTS "
+                      "(SELECT * FROM orders o WHERE o.cust = c.id)",
         "in": "SELECT id, status FROM orders WHERE cust IN (SELECT id FROM customers WHERE region = 'eu')",
         "not_in_nulls": "SELECT c.id FROM customers c WHERE c.id NOT IN (SELECT qty FROM orders WHERE status = 'open')",
         "not_in_correlated": "SELECT o.id FROM orders o WHERE o.qty NOT IN "
                              "(SELECT o2.qty FROM orders o2 WHERE o2.cust = o.cust AND o2.id <> o.id)",
         "scalar": "SELECT id, amount FROM orders WHERE amount > (SELECT AVG(amount) FROM orders)",
-        "scalar_count": "SELECT o.id FROM orders o WHERE o.qty > (SELECT COUNT(*) FROM items i WHERE i.order_id = o.id)",
+        "scalar_count": "SELECT o.id FROM orders o WHERE o.qty > "
+                        "(SELECT COUNT(*) FROM items i WHERE i.order_id = o.id)",
         "exists_non_equi": "SELECT o.id, o.cust FROM orders o WHERE EXISTS "
                            "(SELECT * FROM orders o2 WHERE o2.cust = o.cust AND o2.id <> o.id)",
         "in_select_list": "SELECT c.id, c.id IN (SELECT cust FROM orders) AS has_orders, "

@@ -53,10 +53,12 @@ VALUES = [
     "REPLACE(`s`, 'BRASS', 'x')", "LOWER(SUBSTRING(`s`, 2, 3))", "UPPER(SUBSTRING(`s`, 2, 3))", "LOWER(`s`)",
     "UNIX_SECONDS(`ts`)", "TIMESTAMP_SECONDS(FLOOR(UNIX_SECONDS(`ts`) / 10) * 10)", "DATE_FORMAT(`ts`, 'yyyy-MM-dd')",
     "DATE_FORMAT(`ts`, 'HH:mm')", "DATE_FORMAT(`ts`, 'yyyy-MM-dd HH:mm:ss')",
-    "REGEXP_EXTRACT(`s`, '(B|s)([A-Z]*)', 2)", "REGEXP_EXTRACT(`s`, '^(a)', 1)", "REGEXP_EXTRACT(`s`, '([^_]*)_(t)?', 2)",
+    "REGEXP_EXTRACT(`s`, '(B|s)([A-Z]*)', 2)", "REGEXP_EXTRACT(`s`, '^(a)', 1)",
+    "REGEXP_EXTRACT(`s`, '([^_]*)_(t)?', 2)",
     "TRY_ELEMENT_AT(SPLIT(`s`, '_'), 2)", "TRY_ELEMENT_AT(SPLIT(`s`, 'B'), 1)", "TRY_ELEMENT_AT(SPLIT(`s`, '%'), 3)",
     "`ts` - INTERVAL '1' HOUR", "`ts` + INTERVAL 2 DAYS", "`ts` - INTERVAL '-90' MINUTE", "`ts` + INTERVAL 59 SECOND",
-    "REGEXP_EXTRACT(`s`, '(x)|(s)', 1)", "REGEXP_EXTRACT(`s`, '(&|^)small_([^&]*)', 2)", "REGEXP_EXTRACT(`s`, '([a-z]+)')",
+    "REGEXP_EXTRACT(`s`, '(x)|(s)', 1)", "REGEXP_EXTRACT(`s`, '(&|^)small_([^&]*)', 2)",
+    "REGEXP_EXTRACT(`s`, '([a-z]+)')",
 ]
 #: values Spark rounds, truncates or overflows: Arrow declines these at run time
 DECLINED_AT_RUN_TIME = {"CAST(`b` AS INT)", "CAST(`d` AS INT)", "CAST(`i` AS DECIMAL(2,0))", "`i` / 0", "`b` % 0",
@@ -64,9 +66,11 @@ DECLINED_AT_RUN_TIME = {"CAST(`b` AS INT)", "CAST(`d` AS INT)", "CAST(`i` AS DEC
 SPARK_ONLY = ["TRY_ELEMENT_AT(SPLIT(`s`, '.'), 1) = 'a'", "ELEMENT_AT(SPLIT(`s`, '_'), 1) = 'a'",
               "REGEXP_EXTRACT(`s`, 'a.c', 0) = 'abc'", "REGEXP_EXTRACT(`s`, '(?i)(a)', 1) = 'a'",
               "REGEXP_EXTRACT(`s`, '(a)$', 1) = 'a'", "REGEXP_EXTRACT(`s`, '(\\\\d)', 1) = '1'",
-              "REGEXP_EXTRACT(`s`, '(a)', 2) = 'a'", "`d` / 2 > 0", "`x` / 2 > 0", "DATE_FORMAT(`ts`, 'EEE') = 'Mon'", "REPLACE(`s`, '', 'x') = 'x'",
+              "REGEXP_EXTRACT(`s`, '(a)', 2) = 'a'", "`d` / 2 > 0", "`x` / 2 > 0", "DATE_FORMAT(`ts`, 'EEE') = 'Mon'",
+              "REPLACE(`s`, '', 'x') = 'x'",
               "CAST(`i` AS STRING) = '1'", "CAST(`x` AS INT) = 1", "DATE_TRUNC('DAY', `day`) IS NULL",
-              "COALESCE(`x`, 0) > 1", "SUBSTRING(`s`, 0, 2) = 'ab'", "SUBSTRING(`s`, `i`, 2) = 'ab'", "`b` > 1e3", "`i` > 1.5 + `x`", "`d` / 7.0",
+              "COALESCE(`x`, 0) > 1", "SUBSTRING(`s`, 0, 2) = 'ab'", "SUBSTRING(`s`, `i`, 2) = 'ab'", "`b` > 1e3",
+              "`i` > 1.5 + `x`", "`d` / 7.0",
               "`ts` - INTERVAL '1' MONTH > `ts`", "`ts` + INTERVAL '1.5' SECOND > `ts`"]
 
 

@@ -123,7 +123,8 @@ def test_avro_from_a_schema_file_and_csv(spark, kafka, tmp_path):
     project.deploy(Model("ext.products", "SELECT * FROM ext_raw.products"), streams=[KafkaSource(
         "ext_raw.products", "avro_file", product, "avro", "debezium", avro_schema=json.dumps(AVRO_DEBEZIUM))])
     project.deploy(Model("ext.lines", "SELECT * FROM ext_raw.lines"), streams=[KafkaSource(
-        "ext_raw.lines", "csv_up", StructType.fromDDL("id int, label string, weight double"), "csv", "upsert", ("id",))])
+        "ext_raw.lines", "csv_up", StructType.fromDDL("id int, label string, weight double"),
+        "csv", "upsert", ("id",))])
     project.advance()
     assert rows(spark, "ext.products") == Counter({(1, "z", Decimal("1.50"), datetime(2026, 3, 1, 12)): 1,
                                                    (2, None, Decimal("2.00"), datetime(2026, 3, 2, 12)): 1})
@@ -178,8 +179,10 @@ def test_bad_records_of_every_format_go_to_dead_letters(spark, kafka, registry, 
     project = Project(spark, str(tmp_path / "state"), kafka=settings)
     project.deploy(Model("bad.j", "SELECT * FROM bad_raw.j"), streams=[
         KafkaSource("bad_raw.j", "bad_json", schema, envelope="upsert", key=("id",), dead_letter_topic="bad_dlq")])
-    project.deploy(Model("bad.c", "SELECT * FROM bad_raw.c"), streams=[KafkaSource("bad_raw.c", "bad_csv", schema, "csv")])
-    project.deploy(Model("bad.a", "SELECT * FROM bad_raw.a"), streams=[KafkaSource("bad_raw.a", "bad_avro", schema, "avro")])
+    project.deploy(Model("bad.c", "SELECT * FROM bad_raw.c"), streams=[
+        KafkaSource("bad_raw.c", "bad_csv", schema, "csv")])
+    project.deploy(Model("bad.a", "SELECT * FROM bad_raw.a"), streams=[
+        KafkaSource("bad_raw.a", "bad_avro", schema, "avro")])
     project.advance()
     assert rows(spark, "bad.j") == Counter({(1, "a"): 1, (3, "e"): 1})
     assert rows(spark, "bad.c") == Counter({(1, "a"): 1, (4, "d"): 1})

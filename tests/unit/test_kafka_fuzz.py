@@ -32,7 +32,8 @@ def schema() -> StructType:
 
 
 def good_rows(rng: random.Random) -> list[tuple[int, str, Decimal]]:
-    return [(i, rng.choice(["ann", "bo", "cy", "dé"]), Decimal(rng.randrange(-10**6, 10**6)) / 100) for i in range(GOOD)]
+    return [(i, rng.choice(["ann", "bo", "cy", "dé"]), Decimal(rng.randrange(-10**6, 10**6)) / 100)
+            for i in range(GOOD)]
 
 
 def encode(fmt: str, row: tuple, schema_id: int | None = None) -> bytes:

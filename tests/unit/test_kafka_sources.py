@@ -17,7 +17,8 @@ from dbt_incremental_stream.project import Model, Project
 from dbt_incremental_stream.connectors.kafka import KafkaSettings
 from dbt_incremental_stream.connectors.broker import create_topics, produce
 
-SCHEMA = StructType([StructField("id", LongType()), StructField("name", StringType()), StructField("amount", DoubleType())])
+SCHEMA = StructType([StructField("id", LongType()), StructField("name", StringType()),
+                     StructField("amount", DoubleType())])
 VIEW = "SELECT name, COUNT(*) AS n, SUM(amount) AS total FROM {src} GROUP BY name"
 
 
@@ -247,7 +248,8 @@ def test_a_sink_written_by_tasks_then_the_driver_writes_each_tick_once(spark, ka
     paths = []
     for tick, path in enumerate(["dataframe", "arranged", "dataframe", "arranged"]):
         monkeypatch.setattr(pipeline, "ARRANGED_ROWS", -1 if path == "dataframe" else 100_000)
-        produce(kafka, source_topic, [(None, {"id": i, "name": "n", "amount": 1.0}) for i in range(tick * 9, tick * 9 + 9)])
+        produce(kafka, source_topic, [(None, {"id": i, "name": "n", "amount": 1.0})
+                                      for i in range(tick * 9, tick * 9 + 9)])
         project.new_frontier()
         assert project.advance()
         paths.append(project.pipe.last_tick.path)
@@ -356,7 +358,8 @@ def test_an_expiring_source_keeps_only_rows_a_window_can_see(spark, kafka, tmp_p
     source = KafkaSource(src, "t_exp", schema, envelope="upsert", key=("id",), expire=True)
     spark.sql("CREATE SCHEMA IF NOT EXISTS k_exp")
     project = Project(spark, str(tmp_path / "state"), kafka=KafkaSettings({"bootstrap.servers": kafka}))
-    project.deploy(Model("k_exp.last_hour", f"SELECT id, v FROM {src} WHERE ts > current_timestamp() - INTERVAL 1 HOUR"),
+    project.deploy(Model("k_exp.last_hour", f"SELECT id, v FROM {src} "
+                                            f"WHERE ts > current_timestamp() - INTERVAL 1 HOUR"),
                    streams=[source])
     project.deploy(Model("k_exp.recent", f"SELECT COUNT(*) AS n, SUM(v) AS s FROM {src} "
                                          f"WHERE ts >= now() - INTERVAL 30 MINUTES"), streams=[source])
@@ -537,4 +540,32 @@ def test_max_records_counts_records_not_offsets(spark, kafka, tmp_path, monkeypa
     assert not project.advance()  # caught up
     assert rows(spark, "k_txn.totals") == Counter({("a", 50, 50.0): 1})
     assert not any(check_project(project).values())
+    project.close()
+
+
+def test_a_failed_redeploy_leaves_the_project_as_it_was(spark, kafka, tmp_path):
+    """A --full-refresh redeploy with new Kafka columns and a model that does not compile
+    fails, and the project keeps its offsets: nothing is read twice."""
+    from dbt_incremental_stream.errors import CompileError
+
+    src, topic = "raw_redeploy.orders", "t_redeploy"
+    create_topics(kafka, topic, partitions=1)
+    spark.sql("CREATE SCHEMA IF NOT EXISTS k_redeploy")
+    project = Project(spark, str(tmp_path / "state"), kafka=KafkaSettings({"bootstrap.servers": kafka}))
+    stream = KafkaSource(src, topic, SCHEMA)
+    model = Model("k_redeploy.totals", VIEW.format(src=src))
+    project.deploy(model, streams=[stream])
+    produce(kafka, topic, [(None, {"id": 1, "name": "a", "amount": 1.0}),
+                           (None, {"id": 2, "name": "a", "amount": 2.0})])
+    assert project.advance()
+    offsets = {rel: dict(parts) for rel, parts in project._offsets.items()}
+    wider = KafkaSource(src, topic, StructType([*SCHEMA.fields, StructField("note", StringType())]))
+    with pytest.raises(CompileError):
+        project.deploy(Model("k_redeploy.totals", f"SELECT nope FROM {src}"), streams=[wider], full_refresh=True)
+    assert project._offsets == offsets and project.streams[src] == stream and not project.behind
+    assert project.models["k_redeploy.totals"] == model
+    produce(kafka, topic, [(None, {"id": 3, "name": "b", "amount": 4.0})])
+    project.new_frontier()
+    assert project.advance()
+    assert rows(spark, "k_redeploy.totals") == Counter({("a", 2, 3.0): 1, ("b", 1, 4.0): 1})
     project.close()

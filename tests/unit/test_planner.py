@@ -128,3 +128,12 @@ def test_per_group_top_k_keeps_only_the_kept_rows():
         windows = [op for op in walk(p) if isinstance(op, Window)]
         assert len(windows) == 1 and windows[0].keep, sql
         assert not any(isinstance(op, Filter) for op in walk(p)), sql
+
+
+def test_a_select_list_subquery_ordered_by_position_compiles():
+    """sqlglot's qualify asserted on ``ORDER BY 2`` naming an unaliased subquery; the view
+    compiles as it does without the ORDER BY, the column named as qualify names it."""
+    catalog = {"t1": Input("t1", ("a", "c"))}
+    ordered = plan("SELECT a, (SELECT max(c) FROM t1) FROM t1 ORDER BY 2", catalog)
+    assert explain(ordered) == explain(plan("SELECT a, (SELECT max(c) FROM t1) FROM t1", catalog))
+    assert ordered.columns == ("a", "_col_1")

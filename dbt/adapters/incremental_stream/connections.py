@@ -61,7 +61,8 @@ class IncrementalStreamCredentials(SparkCredentials):
         except StreamError as e:
             raise DbtRuntimeError(f"profile `kafka:` block: {e}") from e
         # YAML's true is Python's True; Spark writes it true
-        self.spark_conf = {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in self.spark_conf.items()}
+        self.spark_conf = {str(k): str(v).lower() if isinstance(v, bool) else str(v)
+                           for k, v in self.spark_conf.items()}
         # dbt-spark sets these on the session at every statement (ANSI mode off among them):
         # a setting the profile gives wins
         self.server_side_parameters = {**self.server_side_parameters, **self.spark_conf}

@@ -24,7 +24,7 @@ from dbt_incremental_stream.connectors.kafka import KafkaSource
 from dbt_incremental_stream.connectors.sinks import KafkaSink
 from dbt_incremental_stream.errors import StreamError
 from dbt_incremental_stream.project import KINDS, Model, Project
-from dbt_incremental_stream.serve import ServeClient
+from dbt_incremental_stream.server import ServeClient
 
 
 def relation_name(relation: BaseRelation) -> str:

@@ -90,6 +90,7 @@ class Server:
                  info: dict[str, Any] | None = None):
         """``info``: more to say in ``/status`` (the Spark Connect endpoint clients use)."""
         self.open_project, self.interval, self.max_ticks, self.retry = open_project, interval, max_ticks, retry
+        self.delay = retry  # before the next reopen: doubles while reopening fails, back to ``retry`` at a commit
         self.info = info or {}
         self.metrics = Metrics()
         self.project: Project | None = None
@@ -215,7 +216,7 @@ class Server:
 
     def _committed(self, report: TickReport) -> None:
         """A tick's log line and metrics, as soon as its manifest commits."""
-        self._last, self._reading, self._error = report, None, None
+        self._last, self._reading, self._error, self.delay = report, None, None, self.retry
         self.metrics.record(report)
         log.info(_progress(report), extra={"event": "tick", **asdict(report)})
 
@@ -232,14 +233,14 @@ class Server:
             except Exception:  # closing clients of a broken connection may fail too
                 pass
             self.project = None
-        while not self._stop.wait(self.retry):
+        while not self._stop.wait(self.delay):
             try:
                 self.project = self._open()
                 return
             except Exception as e:
                 self._error = f"{type(e).__name__}: {e}"
                 log.error("reopen failed", extra={"event": "error", "error": self._error})
-                self.retry = min(self.retry * 2, 30.0)
+                self.delay = min(self.delay * 2, 30.0)
 
 
 def _progress(r: TickReport) -> str:
