@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import threading
 import time
@@ -39,7 +38,7 @@ from .connectors.sinks import KafkaSink, TopicWriter
 from .errors import CompileError, ConnectorError, ModelFailed, StateError, StreamError
 from .runtime import kernels, zsets
 from .runtime.pipeline import Changes, Pipeline
-from .runtime.state import MANIFEST_DIR
+from .runtime.state import local_directory
 from .sql.relations import engine_name, referenced, rename
 
 STREAMING_VIEW = "streaming_view"
@@ -296,7 +295,7 @@ class Project:
                 if idle and self.pipe.tick > 0:
                     self._caught_up.update(set(self.stream_sources) - behind)
                     if replaying:  # the crashed tick had read nothing new
-                        self.pipe.store.fs.delete(self._intent_path(tick))
+                        self.pipe.store.drop_intent(tick)
                     if self._published != self.tick:
                         self._publish()
                     return False
@@ -328,7 +327,7 @@ class Project:
                 for frame in frames:
                     frame.unpersist()
             self._read, self._offsets = dict(self.pipe.notes["tables"]), offsets
-            self.pipe.store.fs.delete(self._intent_path(tick))
+            self.pipe.store.drop_intent(tick)
             self._caught_up.update(set(self.stream_sources) - behind)
             self._new_logs.clear()
             publishing = time.monotonic()
@@ -430,30 +429,18 @@ class Project:
         new = latest.filter(pc.greater(latest.column(WEIGHT), 0)).select(columns)
         return kernels.consolidate(kernels.concat([new.cast(replaced.schema), kernels.negate(replaced)]))
 
-    def _intent_path(self, tick: int) -> str:
-        return self.pipe.store.fs.path(MANIFEST_DIR, f"intent-{tick:012d}.json")
-
     def _intend(self, tick: int, ranges: dict[str, Ranges]) -> None:
         """Record the Kafka offset ranges a tick reads before any of its output is written: a
         tick redone after a crash reads exactly the same records, so outputs it had already
         written (a sink's transaction) are the same tick."""
-        path = self._intent_path(tick)
-        self.pipe.store.fs.delete(path)  # one left by a tick that failed in this process, not replayed
-        doc = {rel: {str(p): list(r) for p, r in parts.items()} for rel, parts in ranges.items()}
-        self.pipe.store.fs.write_atomic(path, json.dumps({"tick": tick, "ranges": doc}))
+        self.pipe.store.intend(tick, {"ranges": {rel: {str(p): list(r) for p, r in parts.items()}
+                                                 for rel, parts in ranges.items()}})
 
     def _intent(self) -> dict[str, Ranges] | None:
-        """The ranges of the tick after the committed one, if a crash cut it short. Intents
-        of committed ticks (a crash between the commit and the intent's removal) go."""
-        fs = self.pipe.store.fs
-        for name in fs.list(fs.path(MANIFEST_DIR)):
-            done = re.fullmatch(r"intent-(\d+)\.json", name)
-            if done and int(done.group(1)) <= self.pipe.tick:
-                fs.delete(fs.path(MANIFEST_DIR, name))
-        path = self._intent_path(self.pipe.tick + 1)
-        if not self.pipe.store.fs.exists(path):
+        """The ranges of the tick after the committed one, if a crash cut it short."""
+        doc = self.pipe.store.intent()
+        if doc is None:
             return None
-        doc = json.loads(self.pipe.store.fs.read_text(path))
         return {rel: {int(p): (s, e) for p, (s, e) in parts.items()} for rel, parts in doc["ranges"].items()}
 
     def new_frontier(self) -> None:
@@ -477,9 +464,7 @@ class Project:
         """The transactional producers of a model's sink or a source's dead-letter topic (their
         transactional ids name the state location too: projects do not fence each other)."""
         if name not in self._writers:
-            local = "://" not in self.location
-            where = hashlib.sha256((os.path.realpath(self.location) if local
-                                    else self.location).encode()).hexdigest()[:12]
+            where = hashlib.sha256((local_directory(self.location) or self.location).encode()).hexdigest()[:12]
             self._writers[name] = TopicWriter(self._settings(), f"{where}.{name}")
         return self._writers[name]
 

@@ -35,6 +35,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from .connectors.kafka import KafkaSource
 from .errors import StreamError
 from .project import Model, Project, TickReport
+from .runtime.state import serve_file
 
 log = logging.getLogger("dbt_stream.serve")
 #: tick latencies the histogram tells apart (seconds)
@@ -171,15 +172,16 @@ class Server:
 
     def _announce(self, gone: bool = False) -> None:
         """Write (or remove) ``_serve.json`` in a local state location, for ``dbt run`` to find."""
-        if self.project is None or self.address is None or "://" in self.project.location:
+        address = self.address
+        path = None if self.project is None or address is None else serve_file(self.project.location)
+        if path is None or address is None:
             return
-        path = os.path.join(self.project.location, SERVE_FILE)
         if gone:
             if os.path.exists(path):
                 os.remove(path)
             return
         with open(path + ".tmp", "w") as f:
-            json.dump({"url": "http://%s:%d/" % self.address, "pid": os.getpid()}, f)
+            json.dump({"url": "http://%s:%d/" % address, "pid": os.getpid()}, f)
         os.replace(path + ".tmp", path)
 
     def deploy(self, doc: dict[str, Any]) -> dict[str, Any]:
@@ -331,10 +333,6 @@ def configure_logging(fmt: str = "text") -> None:
     log.propagate = False
 
 
-#: the file a running server leaves in a local state location
-SERVE_FILE = "_serve.json"
-
-
 @dataclass(frozen=True)
 class ServeClient:
     """A running ``dbt-stream serve``, seen from ``dbt run``."""
@@ -347,8 +345,8 @@ class ServeClient:
         """The server at ``url``, or the one ``_serve.json`` in a local state location names,
         if it answers and runs; else None (a file left by a crash is ignored)."""
         if url is None:
-            path = os.path.join(state_location, SERVE_FILE)
-            if "://" in state_location or not os.path.exists(path):
+            path = serve_file(state_location)
+            if path is None or not os.path.exists(path):
                 return None
             try:
                 with open(path) as f:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any, Callable, Mapping, Sequence
 
@@ -47,7 +47,9 @@ class Record:
         if kind == "offset":
             return self.offset
         if kind == "timestamp":
-            return None if self.timestamp is None else datetime.utcfromtimestamp(self.timestamp / 1000)
+            if self.timestamp is None:
+                return None
+            return datetime.fromtimestamp(self.timestamp / 1000, timezone.utc).replace(tzinfo=None)
         if kind == "key":
             return None if self.key is None else self.key.decode("utf-8", errors="replace")
         return json.dumps({k: None if v is None else v.decode("utf-8", errors="replace") for k, v in self.headers})

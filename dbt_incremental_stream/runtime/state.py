@@ -7,8 +7,14 @@ Layout under ``state_location`` (any Hadoop file system URI: file:, hdfs:, s3a:,
                                             the runs of its arrangements, and the pipeline's
                                             meta (sources' schemas, views, the node schemas
                                             and expression types its plan compiled against)
+    _manifest/intent-000000000043.json      what the tick after it reads (Kafka offset
+                                            ranges), written before it writes any output, so
+                                            that a tick redone after a crash reads the same
+                                            records (the project's; :meth:`Store.intend`)
     state/<tick>-<uuid>/_node=<node id>/    one Parquet batch (a delta, or a compacted run)
     arrangements/...                        indexed copies of probed integrals (.arrangement)
+    _serve.json                             where a running ``dbt-stream serve`` answers, in
+                                            a local location only (:func:`serve_file`)
 
 A large tick writes all its batches by one Spark job (one struct column per node,
 partitioned by node), because per-job overhead, not data, dominates; a small tick on
@@ -40,6 +46,7 @@ from .arrangement import Arrangement, Run, RunStore
 from .zsets import arrow_schema, pack
 
 MANIFEST_DIR = "_manifest"
+SERVE_FILE = "_serve.json"
 STATE_DIR = "state"
 #: nodes written per Spark job: analysing the packed plan grows faster than linearly with
 #: the number of frames (each union pads the others' columns), so beyond a few dozen
@@ -51,6 +58,21 @@ KEEP_MANIFESTS = 3
 CACHE_BYTES = 4 << 20
 #: a compaction this small is merged in the driver (pyarrow) rather than by a Spark job
 ARROW_MERGE_BYTES = 32 << 20
+
+
+def local_directory(location: str) -> str | None:
+    """The directory of a state location on this machine (a path or a file: URI), or None
+    for any other file system."""
+    if location.startswith("file:"):
+        return "/" + location[len("file:"):].lstrip("/")
+    return None if "://" in location else os.path.realpath(location)
+
+
+def serve_file(location: str) -> str | None:
+    """Where a running server says where it answers, in a local state location (None: not
+    local, and ``dbt run`` needs the server's URL)."""
+    directory = local_directory(location)
+    return None if directory is None else os.path.join(directory, SERVE_FILE)
 
 
 @dataclass
@@ -266,6 +288,30 @@ class StateStore:
 
     def has(self, node: str) -> bool:
         return node in self.spines
+
+    # --- intents: what an uncommitted tick reads --------------------------------------
+
+    def _intent_path(self, tick: int) -> str:
+        return self.fs.path(MANIFEST_DIR, f"intent-{tick:012d}.json")
+
+    def intend(self, tick: int, doc: dict[str, Any]) -> None:
+        """Record what ``tick`` reads before it writes any output (replacing one a failed
+        attempt in this process left)."""
+        path = self._intent_path(tick)
+        self.fs.delete(path)
+        self.fs.write_atomic(path, json.dumps({"tick": tick, **doc}))
+
+    def intent(self) -> dict[str, Any] | None:
+        """The intent of the tick after the committed one, if a crash cut it short. Intents
+        of committed ticks (a crash between the commit and the intent's removal) go."""
+        for name in self.fs.list(self.fs.path(MANIFEST_DIR)):
+            if name.startswith("intent-") and name.endswith(".json") and int(name[7:-5]) <= self.tick:
+                self.fs.delete(self.fs.path(MANIFEST_DIR, name))
+        path = self._intent_path(self.tick + 1)
+        return json.loads(self.fs.read_text(path)) if self.fs.exists(path) else None
+
+    def drop_intent(self, tick: int) -> None:
+        self.fs.delete(self._intent_path(tick))
 
     def before(self, node: str) -> DataFrame | None:
         spine = self.spines.get(node)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import io
 import json
 from collections import Counter
-from datetime import date, datetime
+from datetime import date, datetime, timezone
 from decimal import Decimal
 
 import fastavro
@@ -145,7 +145,7 @@ def test_metadata_columns_and_where_a_source_starts(spark, kafka, tmp_path):
     project.deploy(Model("meta.late", "SELECT * FROM meta_raw.late"),
                    streams=[KafkaSource("meta_raw.late", "meta_t", schema, start="latest")])
     project.advance()  # the latest source starts after record 0
-    cut = datetime.utcnow()
+    cut = datetime.now(timezone.utc).replace(tzinfo=None)
     project.deploy(Model("meta.since", "SELECT * FROM meta_raw.since"),
                    streams=[KafkaSource("meta_raw.since", "meta_t", schema, start=cut.isoformat())])
     from confluent_kafka import Producer
