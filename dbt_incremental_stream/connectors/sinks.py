@@ -100,15 +100,12 @@ class KafkaSink:
         """The partition each row's messages go to, as :meth:`payloads` of the whole change
         would split them: its key's, or (no key) its own message's."""
         with _no_collection():
-            return self._partitions(model, change, registry, count)
-
-    def _partitions(self, model: str, change: pa.Table, registry: Registry | None, count: int) -> pa.Array:
-        docs, encode, refuse = self._encoding(model, change, registry)
-        if self.key:
-            return pa.array([partition_of(encode({k: d[k] for k in self.key}, None), count) for d, _ in docs],
-                            pa.int32())
-        return pa.array([partition_of(encode(*sink_messages(self.envelope, (), [(d, 1 if w > 0 else -1)], refuse)[0]),
-                                      count) for d, w in docs], pa.int32())
+            docs, encode, refuse = self._encoding(model, change, registry)
+            if self.key:
+                return pa.array([partition_of(encode({k: d[k] for k in self.key}, None), count) for d, _ in docs],
+                                pa.int32())
+            return pa.array([partition_of(encode(*sink_messages(self.envelope, (), [(d, 1 if w > 0 else -1)],
+                                                                refuse)[0]), count) for d, w in docs], pa.int32())
 
     def _encoding(self, model: str, change: pa.Table, registry: Registry | None
                   ) -> tuple[list[tuple[dict[str, Any], int]], Callable[[Any, Any], Message],
@@ -326,27 +323,21 @@ class TopicWriter:
             split.setdefault(partition_of(message, count), []).append(message)
         after_commit = os.environ.get(AFTER_COMMIT)
         writers = {p: self._partition(topic, p) for p in sorted(split)}
-        begun: list[int] = []
+        open_: list[int] = []  # begun, not yet committed
+        written = 0
         try:  # every partition's messages produced first, so that they are sent while the others are produced
             for p, writer in writers.items():
                 if writer.begin(tick, split[p]):
-                    begun.append(p)
-        except Exception as e:
-            for p in begun:
+                    open_.append(p)
+            while open_:
+                written += writers[open_.pop(0)].commit(tick, after_commit)
+        except Exception as e:  # the writer that failed started again; the others' transactions go
+            for p in open_:
                 writers[p].abort()
             if not _fenced(e):
                 raise
-            return sum(writer.write(tick, split[p], after_commit) for p, writer in writers.items())
-        written = 0
-        for i, p in enumerate(begun):
-            try:
-                written += writers[p].commit(tick, after_commit)
-            except Exception as e:
-                for later in begun[i + 1:]:
-                    writers[later].abort()
-                if not _fenced(e):
-                    raise
-                return written + sum(writers[q].write(tick, split[q], after_commit) for q in begun[i:])
+            # one of them was fenced: each partition on its own (one committed already has the tick)
+            return written + sum(writer.write(tick, split[p], after_commit) for p, writer in writers.items())
         return written
 
     def _partition(self, topic: str, partition: int) -> PartitionWriter:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import time
 import uuid
@@ -305,7 +306,8 @@ class StateStore:
         """The intent of the tick after the committed one, if a crash cut it short. Intents
         of committed ticks (a crash between the commit and the intent's removal) go."""
         for name in self.fs.list(self.fs.path(MANIFEST_DIR)):
-            if name.startswith("intent-") and name.endswith(".json") and int(name[7:-5]) <= self.tick:
+            done = re.fullmatch(r"intent-(\d+)\.json", name)
+            if done and int(done.group(1)) <= self.tick:
                 self.fs.delete(self.fs.path(MANIFEST_DIR, name))
         path = self._intent_path(self.tick + 1)
         return json.loads(self.fs.read_text(path)) if self.fs.exists(path) else None
