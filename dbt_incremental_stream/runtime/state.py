@@ -22,7 +22,8 @@ arrangements writes each batch as one Parquet file from the driver (pyarrow), in
 layout, because a Spark job costs more than the writing. A node whose delta is empty gets
 no batch. A tick writes its batches and runs first and its manifest last (written aside,
 then renamed), so a crash leaves the previous manifest in force; files no manifest names
-are removed on open. Spark reads every batch through the same file system, so executors
+are removed on open. Files a compaction replaced stay for :data:`RETIRED_GRACE_SECONDS`
+(and at least a tick), since a catalog query planned before the commit may still read them. Spark reads every batch through the same file system, so executors
 on a cluster and any client of the catalog see the same state as the driver.
 """
 from __future__ import annotations
@@ -59,6 +60,9 @@ KEEP_MANIFESTS = 3
 CACHE_BYTES = 4 << 20
 #: a compaction this small is merged in the driver (pyarrow) rather than by a Spark job
 ARROW_MERGE_BYTES = 32 << 20
+#: files a compaction replaced stay this long (and at least one tick) for queries that
+#: planned against the catalog before the commit and still read them
+RETIRED_GRACE_SECONDS = 60.0
 
 
 def local_directory(location: str) -> str | None:
@@ -241,7 +245,8 @@ class StateStore:
         #: arrangement runs, where pyarrow reaches the location (None: it does not, e.g. hdfs:)
         self.runs: RunStore | None = RunStore.open(self.fs.root)
         self.meta: dict[str, Any] = {}
-        self._retired: set[str] = set()  # compacted away last commit; kept one tick for readers
+        #: compacted-away files, with the tick and time they were retired, kept for readers
+        self._retired: dict[str, tuple[int, float]] = {}
         self._load()
 
     def _manifests(self) -> list[str]:
@@ -267,7 +272,7 @@ class StateStore:
 
     def _collect_garbage(self) -> None:
         """Remove batches of crashed ticks, compacted-away runs and dropped nodes."""
-        live = {b.path for s in self.spines.values() for b in s.batches} | self._retired
+        live = {b.path for s in self.spines.values() for b in s.batches} | self._retired.keys()
         for tick in self.fs.list(self.fs.path(STATE_DIR)):
             base = self.fs.path(STATE_DIR, tick)
             parts = [n for n in self.fs.list(base) if n.startswith("_node=")]
@@ -279,7 +284,7 @@ class StateStore:
                     self.fs.delete(self.fs.path(STATE_DIR, tick, name))
         if self.runs is not None:
             self.runs.collect_garbage({p for arrs in self.arrangements.values() for a in arrs.values()
-                                       for p in a.paths()} | self._retired)
+                                       for p in a.paths()} | self._retired.keys())
         manifests = self._manifests()
         for name in manifests[:-KEEP_MANIFESTS]:
             self.fs.delete(self.fs.path(MANIFEST_DIR, name))
@@ -454,10 +459,15 @@ class StateStore:
                 b.frame.unpersist()
         for s in dropped:
             s.release()
-        stale, self._retired = self._retired, {b.path for b in retired} | {r.path for r in retired_runs}
+        now = time.monotonic()
+        self._retired |= {path: (tick, now) for path in [b.path for b in retired] + [r.path for r in retired_runs]}
+        stale = [path for path, (at, since) in self._retired.items()
+                 if at < tick and now - since >= RETIRED_GRACE_SECONDS]
+        for path in stale:
+            del self._retired[path]
         if dropped:
             self._collect_garbage()
-        else:  # what the last commit retired is no longer read by anyone: remove just that
+        else:  # only what was retired long enough ago that no query still reads it
             for path in stale:
                 if path.startswith(self.fs.root):
                     self.fs.delete(path)
