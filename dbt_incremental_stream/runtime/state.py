@@ -23,8 +23,9 @@ layout, because a Spark job costs more than the writing. A node whose delta is e
 no batch. A tick writes its batches and runs first and its manifest last (written aside,
 then renamed), so a crash leaves the previous manifest in force; files no manifest names
 are removed on open. Files a compaction replaced stay for :data:`RETIRED_GRACE_SECONDS`
-(and at least a tick), since a catalog query planned before the commit may still read them. Spark reads every batch through the same file system, so executors
-on a cluster and any client of the catalog see the same state as the driver.
+(and at least a tick), since a catalog query planned before the commit may still read them.
+Spark reads every batch through the same file system, so executors on a cluster and any
+client of the catalog see the same state as the driver.
 """
 from __future__ import annotations
 
