@@ -53,6 +53,14 @@ class KafkaSettings:
             raise StreamError("`bootstrap_servers` is required (host:port[,host:port...])")
         return KafkaSettings(config, registry)
 
+    @staticmethod
+    def required(settings: KafkaSettings | None) -> KafkaSettings:
+        """The settings of a project that reads or writes a topic, which a profile may lack."""
+        if settings is None:
+            raise ConnectorError("models read or write Kafka topics, but the profile has no `kafka:` block with "
+                                 "bootstrap_servers")
+        return settings
+
     @property
     def bootstrap_servers(self) -> str:
         return self.config["bootstrap.servers"]

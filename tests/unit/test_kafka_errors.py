@@ -38,7 +38,7 @@ def test_broker_errors_name_the_setting_and_keep_the_state(spark, kafka, tmp_pat
 
     produce(kafka, topic, [(None, {"id": 2, "name": "b"})])
     broken = Project(spark, str(tmp_path / "state"), kafka=KafkaSettings({**good.config, **bad}))
-    broken._kafka().timeout = 3
+    broken.inputs.topics().timeout = 3
     with pytest.raises(ConnectorError, match=r"Kafka source 'err_raw.t': Kafka at .*" + says) as e:
         broken.advance()
     assert SECRET not in str(e.value)

@@ -114,7 +114,7 @@ def test_fuzzed_records_are_dead_letters_and_good_ones_go_through(spark, kafka, 
         letters = spark.table(f"fuzz_raw.{fmt}__dead_letters").collect()
         assert {r.offset for r in letters} == bad and all(r.reason for r in letters), fmt
         frame = kafka_frame(spark, settings, source, {p: (0, e) for p, (_, e) in
-                                                      project._kafka().ranges(source, {})[0].items()})
+                                                      project.inputs.topics().ranges(source, {})[0].items()})
         split = {bool(r[0]): r[1] for r in frame.groupBy(F.col("_reason").isNull()).count().collect()}
         assert split == {True: GOOD, False: FUZZED}, (fmt, split)
     project.close()

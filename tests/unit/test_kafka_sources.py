@@ -168,7 +168,7 @@ def test_sinks_mirror_changes_once(spark, kafka, tmp_path):
     assert upserts["b"] is None
 
     # a tick redone after a crash between the sink's commit and the state's finds it written
-    writer = project._writer("k_sink.log")
+    writer = project.outputs.writer("k_sink.log")
     assert writer.write("s_log", project.tick, [(None, b'{"insert": {"name": "dup"}}')]) == 0
     project.close()
 
@@ -437,7 +437,7 @@ def test_a_redone_tick_reports_the_true_lag(spark, kafka, tmp_path, monkeypatch)
     assert project.advance() and project.last.lag == {src: 20}
     assert told == [(1, 1, False)]
     with monkeypatch.context() as m:
-        m.setattr(project, "_outputs", lambda *a: (_ for _ in ()).throw(RuntimeError("the process died here")))
+        m.setattr(project.outputs, "write", lambda *a: (_ for _ in ()).throw(RuntimeError("the process died here")))
         with pytest.raises(RuntimeError):
             project.advance()  # reads offsets 10-19, then fails before committing
     project.close()
@@ -512,7 +512,7 @@ def test_max_records_counts_records_not_offsets(spark, kafka, tmp_path, monkeypa
 
     from confluent_kafka import Producer
 
-    from dbt_incremental_stream import project as project_module
+    from dbt_incremental_stream.project import inputs
 
     create_topics(kafka, "t_txn", partitions=2)
     producer = Producer({"bootstrap.servers": kafka, "transactional.id": "t_txn-test"})
@@ -528,7 +528,7 @@ def test_max_records_counts_records_not_offsets(spark, kafka, tmp_path, monkeypa
     project.deploy(Model("k_txn.totals", VIEW.format(src=src)), streams=[KafkaSource(src, "t_txn", SCHEMA)])
     read = []
     for executors in (False, False, True, True, False):
-        monkeypatch.setattr(project_module, "DRIVER_READ", 0 if executors else 100_000)
+        monkeypatch.setattr(inputs, "DRIVER_READ", 0 if executors else 100_000)
         project.new_frontier()
         assert project.advance()
         read.append((project.last.rows_in[src], project.last.offsets[src], project.last.lag[src]))
@@ -558,11 +558,11 @@ def test_a_failed_redeploy_leaves_the_project_as_it_was(spark, kafka, tmp_path):
     produce(kafka, topic, [(None, {"id": 1, "name": "a", "amount": 1.0}),
                            (None, {"id": 2, "name": "a", "amount": 2.0})])
     assert project.advance()
-    offsets = {rel: dict(parts) for rel, parts in project._offsets.items()}
+    offsets = {rel: dict(parts) for rel, parts in project.inputs.offsets.items()}
     wider = KafkaSource(src, topic, StructType([*SCHEMA.fields, StructField("note", StringType())]))
     with pytest.raises(CompileError):
         project.deploy(Model("k_redeploy.totals", f"SELECT nope FROM {src}"), streams=[wider], full_refresh=True)
-    assert project._offsets == offsets and project.streams[src] == stream and not project.behind
+    assert project.inputs.offsets == offsets and project.streams[src] == stream and not project.behind
     assert project.models["k_redeploy.totals"] == model
     produce(kafka, topic, [(None, {"id": 3, "name": "b", "amount": 4.0})])
     project.new_frontier()

@@ -1,0 +1,260 @@
+"""How far a project has read its sources, and one tick's read of them.
+
+Two kinds of source feed the models:
+
+- a *table source* — any relation Spark reads that is neither a model nor a Kafka source (a
+  dbt seed, a batch model, an external table). Its change is its contents minus what the
+  pipeline holds of it, computed when its fingerprint (files, schema, plan) moved;
+- a *Kafka source*, read from where the last committed tick ended, to the end of the topic
+  (once per :class:`Inputs`: one ``dbt run`` sees one frontier), at most ``max_records``
+  records a tick. A small read is decoded in the driver into Arrow, a large one by Spark.
+
+The positions are committed with each tick, in the pipeline's notes: ``tables`` (table
+source → fingerprint) and ``offsets`` (Kafka source → partition → next offset). Before a
+tick writes any output, its offset ranges are recorded as an intent (``Store.intend``); a
+tick redone after a crash reads exactly those records again, so outputs it had already
+written are the same tick.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import AbstractSet, Any, Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.errors import AnalysisException
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+
+from ..catalog import quote_relation
+from ..circuit.operators import WEIGHT
+from ..connectors.datasource import driver_table, kafka_frame, stops
+from ..connectors.kafka import KafkaSettings, KafkaSource, KafkaTopics, Ranges, shares
+from ..errors import ConnectorError
+from ..runtime import kernels, zsets
+from ..runtime.pipeline import Pipeline
+from ..sql.relations import engine_name
+from .report import TickReport
+
+#: a source's read of at most this many offsets is decoded in the driver, not by a Spark job
+DRIVER_READ = 100_000
+
+
+@dataclass
+class Read:
+    """One tick's read of every source: the changes, and where each source stands after."""
+
+    tables: list[str]  # the table sources
+    streams: list[str]  # the Kafka sources
+    redone: bool  # the ranges of a tick a crash cut short, read again
+    deltas: dict[str, DataFrame | pa.Table] = field(default_factory=dict)  # by the pipeline's source name
+    fingerprints: dict[str, str | None] = field(default_factory=dict)  # table sources read
+    ranges: dict[str, Ranges] = field(default_factory=dict)  # Kafka offsets read
+    behind: set[str] = field(default_factory=set)  # Kafka sources with more to read
+    dead: dict[str, DataFrame] = field(default_factory=dict)  # each Kafka source's dead letters
+    frames: list[DataFrame] = field(default_factory=list)  # Spark reads cached for the tick
+
+    def release(self) -> None:
+        for frame in self.frames:
+            frame.unpersist()
+
+
+class Inputs:
+    """Where every source was read up to at the committed tick, and the reads of the next."""
+
+    def __init__(self, spark: SparkSession, pipe: Pipeline, kafka: KafkaSettings | None, max_records: int | None):
+        self.spark, self.kafka, self.max_records = spark, kafka, max_records
+        self.fingerprints: dict[str, str | None] = dict(pipe.notes.get("tables", {}))
+        self.offsets: dict[str, dict[int, int]] = {rel: {int(p): o for p, o in parts.items()}
+                                                   for rel, parts in pipe.notes.get("offsets", {}).items()}
+        self.caught_up: set[str] = set()  # Kafka sources read to their end by this instance
+        doc = pipe.store.intent()  # offset ranges a crashed tick had read: read them again
+        self.replay: dict[str, Ranges] | None = None if doc is None else {
+            rel: {int(p): (s, e) for p, (s, e) in parts.items()} for rel, parts in doc["ranges"].items()}
+        self._topics: KafkaTopics | None = None
+
+    def table(self, relation: str, reader: str | None = None) -> DataFrame:
+        """A table source as Spark reads it now."""
+        try:
+            return self.spark.table(quote_relation(relation))
+        except AnalysisException as e:
+            raise ConnectorError(f"model {reader!r} reads {relation!r}, which is neither a streaming model of "
+                                 f"this project nor a table or view Spark can read: {e.getMessage()}") from e
+
+    def topics(self) -> KafkaTopics:
+        if self._topics is None:
+            self._topics = KafkaTopics(KafkaSettings.required(self.kafka))
+        return self._topics
+
+    def forget(self, streams: AbstractSet[str] = frozenset(), tables: AbstractSet[str] = frozenset()) -> None:
+        """Read these sources again from their start (their columns or topic changed)."""
+        for rel in streams:
+            self.offsets.pop(rel, None)
+            self.caught_up.discard(rel)
+        for rel in tables:
+            self.fingerprints.pop(rel, None)
+
+    def behind(self, streams: Sequence[str]) -> bool:
+        return any(rel not in self.caught_up for rel in streams)
+
+    # --- a tick ------------------------------------------------------------------------
+
+    def read(self, pipe: Pipeline, tables: list[str], streams: list[KafkaSource], report: TickReport) -> Read:
+        """The changes of every source since the committed tick (those of a crashed tick
+        again, if one is to be redone). The caller releases the read after the tick."""
+        read = Read(tables, [s.relation for s in streams], redone=self.replay is not None)
+        self._read_tables(pipe, read)
+        try:
+            for source in streams:
+                if source.relation not in self.caught_up:
+                    self._read_stream(pipe, source, read, report)
+        except BaseException:
+            read.release()
+            raise
+        self.replay = None
+        return read
+
+    def positions(self, read: Read) -> dict[str, Any]:
+        """Where the sources stand after ``read``: the pipeline's notes commit it with the tick."""
+        offsets = self._after(read)
+        return {"offsets": {rel: {str(p): o for p, o in offsets[rel].items()} for rel in read.streams
+                            if rel in offsets},
+                "tables": {**{r: f for r, f in self.fingerprints.items() if r in read.tables}, **read.fingerprints}}
+
+    def intend(self, pipe: Pipeline, tick: int, read: Read) -> None:
+        """Record the offset ranges ``tick`` reads before any of its output is written (a
+        redone tick keeps the intent it redoes)."""
+        if read.ranges and not read.redone:
+            pipe.store.intend(tick, {"ranges": {rel: {str(p): list(r) for p, r in parts.items()}
+                                                for rel, parts in read.ranges.items()}})
+
+    def committed(self, pipe: Pipeline, tick: int, read: Read) -> None:
+        """``tick`` committed ``read``: later ticks read on from there."""
+        self.fingerprints, self.offsets = dict(pipe.notes["tables"]), self._after(read)
+        pipe.store.drop_intent(tick)
+        self.caught_up.update(set(read.streams) - read.behind)
+
+    def idle(self, pipe: Pipeline, tick: int, read: Read) -> None:
+        """``read`` found nothing: no tick is committed."""
+        self.caught_up.update(set(read.streams) - read.behind)
+        if read.redone:  # the crashed tick had read nothing new
+            pipe.store.drop_intent(tick)
+
+    def close(self) -> None:
+        if self._topics is not None:
+            self._topics.close()
+            self._topics = None
+
+    def _after(self, read: Read) -> dict[str, dict[int, int]]:
+        return {**self.offsets, **{rel: {**self.offsets.get(rel, {}), **{p: e for p, (_, e) in r.items()}}
+                                   for rel, r in read.ranges.items()}}
+
+    def _read_tables(self, pipe: Pipeline, read: Read) -> None:
+        """Changes of table sources whose files changed, and their new fingerprints."""
+        for rel in read.tables:
+            table = self.table(rel)
+            fingerprint = _fingerprint(table)
+            if fingerprint is None or fingerprint != self.fingerprints.get(rel):
+                name = engine_name(rel)
+                current = table.toDF(*pipe.schema(name).fieldNames())
+                read.deltas[name] = zsets.diff(current, pipe.snapshot(name, weights=True))
+                read.fingerprints[rel] = fingerprint
+
+    def _read_stream(self, pipe: Pipeline, source: KafkaSource, read: Read, report: TickReport) -> None:
+        """A Kafka source's offset ranges this tick, its changes and dead letters, and whether
+        it has more to read."""
+        rel = source.relation
+        most: dict[int, int] | None = None  # records to read per partition
+        if self.replay is not None:  # the lag is what is left after the redone ranges
+            ranges = read.ranges[rel] = self.replay.get(rel, {})
+            after = {**self.offsets.get(rel, {}), **{p: e for p, (_, e) in ranges.items()}}
+            report.lag[rel] = sum(e - s for s, e in self.topics().ranges(source, after)[0].values())
+        else:  # to the end, at most max_records records (not offsets: transaction markers take some)
+            ranges = read.ranges[rel] = self.topics().ranges(source, self.offsets.get(rel, {}))[0]
+            total = sum(e - s for s, e in ranges.values())
+            most = shares(ranges, self.max_records) if self.max_records and total > self.max_records else None
+        ends = {p: e for p, (_, e) in ranges.items()}
+        if not any(e > s for s, e in ranges.values()):
+            report.offsets[rel] = 0
+            if report.lag.setdefault(rel, 0):
+                read.behind.add(rel)
+            return
+        reading = sum(most.values()) if most else sum(e - s for s, e in ranges.values())
+        if reading > DRIVER_READ or not self._read_in_driver(pipe, source, most, read, report):
+            frame = kafka_frame(self.spark, KafkaSettings.required(self.kafka), source, ranges, most).persist()
+            read.frames.append(frame)
+            report.rows_in[rel], report.dead[rel] = _counts(frame)
+            if most is not None:
+                read.ranges[rel] = stops(frame, ranges, most)
+            if report.rows_in[rel]:
+                read.deltas[engine_name(rel)] = _changes(pipe, source, frame.where(F.col("_reason").isNull()))
+            if report.dead[rel]:
+                read.dead[rel] = frame.where(F.col("_reason").isNotNull())
+        report.offsets[rel] = sum(e - s for s, e in read.ranges[rel].values())
+        if self.replay is None:
+            report.lag[rel] = sum(ends[p] - e for p, (_, e) in read.ranges[rel].items())
+        if report.lag[rel]:
+            read.behind.add(rel)  # the next tick reads on
+
+    def _read_in_driver(self, pipe: Pipeline, source: KafkaSource, most: dict[int, int] | None, read: Read,
+                        report: TickReport) -> bool:
+        """A small read: decoded in the driver into Arrow, which a small tick runs on as it
+        is (no Spark job); the source's ranges become those read. False when a column type
+        only Spark converts."""
+        rel = source.relation
+        got = driver_table(KafkaSettings.required(self.kafka), source, read.ranges[rel], most)
+        if got is None:
+            return False
+        table, read.ranges[rel] = got
+        good = pc.is_null(table.column("_reason"))
+        rows, letters = table.filter(good), table.filter(pc.invert(good))
+        report.rows_in[rel], report.dead[rel] = rows.num_rows, letters.num_rows
+        if rows.num_rows:
+            read.deltas[engine_name(rel)] = _changes(pipe, source, rows)
+        if letters.num_rows:
+            read.dead[rel] = self.spark.createDataFrame(letters)
+        return True
+
+
+def _changes(pipe: Pipeline, source: KafkaSource, rows: DataFrame | pa.Table) -> DataFrame | pa.Table:
+    """A tick's decoded records as a delta of the source. An upsert source keeps the last
+    record per key (by partition, then offset): it inserts that record's row unless it is a
+    tombstone, and retracts the row the source holds for the key. On Arrow the replaced rows
+    come from the source's arrangement, on Spark (also until the arrangement is built) from
+    its snapshot."""
+    columns = [f.name for f in source.columns.fields] + [WEIGHT]
+    if source.envelope != "upsert":
+        return rows.select(columns) if isinstance(rows, pa.Table) else rows.select(*map(zsets.col, columns))
+    key, name = list(source.key), engine_name(source.relation)
+    if isinstance(rows, pa.Table):
+        ranked = kernels.row_number(rows, key, [("_partition", True, False), ("_offset", True, False)], "_n")
+        latest = ranked.filter(pc.equal(ranked.column("_n"), 1))
+        replaced = pipe.current_rows(name, key, latest.select(key))
+        if replaced is not None:
+            new = latest.filter(pc.greater(latest.column(WEIGHT), 0)).select(columns)
+            return kernels.consolidate(kernels.concat([new.cast(replaced.schema), kernels.negate(replaced)]))
+        rows = pipe.spark.createDataFrame(rows)
+    keys = [zsets.col(k) for k in key]
+    order = Window.partitionBy(*keys).orderBy(F.col("_partition").desc(), F.col("_offset").desc())
+    latest = rows.withColumn("_n", F.row_number().over(order)).where(F.col("_n") == 1)
+    new = latest.where(zsets.col(WEIGHT) > 0).select(*map(zsets.col, columns))
+    replaced_rows = zsets.restrict(pipe.snapshot(name, weights=True), latest.select(*keys), key)
+    return zsets.consolidate(zsets.union([new, zsets.scale(replaced_rows, "-1")]))  # type: ignore[arg-type]
+
+
+def _counts(frame: DataFrame) -> tuple[int, int]:
+    """Good and dead records of a read, in one job (which also fills its cache)."""
+    got = {bool(r[0]): int(r[1]) for r in frame.groupBy(F.col("_reason").isNull()).count().collect()}
+    return got.get(True, 0), got.get(False, 0)
+
+
+def _fingerprint(table: DataFrame) -> str | None:
+    """What changes when a table's contents may have: its files and its plan. None for a
+    relation read from no files (it is compared in full every tick)."""
+    files = sorted(table.inputFiles())
+    if not files:
+        return None
+    doc = json.dumps([files, table.schema.json(), table.semanticHash()])
+    return hashlib.sha256(doc.encode()).hexdigest()
