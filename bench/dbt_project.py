@@ -39,8 +39,8 @@ from sqlglot import exp  # noqa: E402
 
 from dbt_incremental_stream.connectors.broker import LocalBroker  # noqa: E402
 from dbt_incremental_stream.differential import compare  # noqa: E402
-from dbt_incremental_stream.connectors.broker import create_topics, produce  # noqa: E402
-from examples.shop.events import TOPICS, ShopEvents  # noqa: E402
+from devkit.kafka import create_topics, produce  # noqa: E402
+from devkit.shop import TOPICS, ShopEvents  # noqa: E402
 
 
 def marts(project: Path) -> list[str]:

@@ -52,7 +52,8 @@ from pyspark.sql.types import StructType  # noqa: E402
 from sqlglot import exp  # noqa: E402
 
 from bench.join_aggregate import SparkWork  # noqa: E402
-from dbt_incremental_stream.connectors.broker import LocalBroker, create_topics, produce  # noqa: E402
+from dbt_incremental_stream.connectors.broker import LocalBroker  # noqa: E402
+from devkit.kafka import create_topics, produce  # noqa: E402
 from dbt_incremental_stream.connectors.datasource import KafkaRangeSource  # noqa: E402
 from dbt_incremental_stream.connectors.kafka import KafkaSettings, KafkaSource, KafkaTopics  # noqa: E402
 from dbt_incremental_stream.connectors.sinks import KafkaSink  # noqa: E402

@@ -29,9 +29,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.join_aggregate import SparkWork  # noqa: E402
-from dbt_incremental_stream.connectors.broker import LocalBroker, create_topics  # noqa: E402
+from dbt_incremental_stream.connectors.broker import LocalBroker  # noqa: E402
+from devkit.kafka import create_topics  # noqa: E402
 from examples.demo import SINK, Feed  # noqa: E402
-from examples.shop.events import TOPICS  # noqa: E402
+from devkit.shop import TOPICS  # noqa: E402
 
 BIN = Path(sys.executable).parent
 PARTS = ("read", "spark", "driver", "write", "outputs", "commit", "publish")

@@ -26,7 +26,7 @@ import sqlglot  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
 from bench.join_aggregate import BATCH_CONF, SparkWork, configure  # noqa: E402
-from bench.tpch_workload import TABLES, Refresh, connect, queries, schemas  # noqa: E402
+from devkit.tpch import TABLES, Refresh, connect, queries, schemas  # noqa: E402
 from dbt_incremental_stream import Pipeline  # noqa: E402
 from dbt_incremental_stream.differential import compare  # noqa: E402
 from dbt_incremental_stream.runtime.session import TICK_CONF, session  # noqa: E402

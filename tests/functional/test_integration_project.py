@@ -15,8 +15,8 @@ from dbt.cli.main import dbtRunner
 
 from dbt_incremental_stream.differential import check_project
 from dbt_incremental_stream.project import Project
-from dbt_incremental_stream.connectors.broker import create_topics, produce
-from examples.shop.events import TOPICS, ShopEvents
+from devkit.kafka import create_topics, produce
+from devkit.shop import TOPICS, ShopEvents
 
 SOURCE = Path(__file__).resolve().parents[2] / "integration_tests"
 STREAMING = {"order_lines", "revenue_by_category", "customer_ltv", "region_revenue", "top_products",

@@ -28,7 +28,8 @@ import duckdb
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-from dbt_incremental_stream.connectors.broker import create_topics, free_port, produce
+from dbt_incremental_stream.connectors.broker import free_port
+from devkit.kafka import create_topics, produce
 from dbt_incremental_stream.connectors.sinks import AFTER_COMMIT
 
 BIN = Path(sys.executable).parent

@@ -13,7 +13,7 @@ from dbt_incremental_stream.connectors.datasource import kafka_frame
 from dbt_incremental_stream.connectors.kafka import KafkaSettings, KafkaSource, KafkaTopics
 from dbt_incremental_stream.errors import ConnectorError
 from dbt_incremental_stream.project import Model, Project
-from dbt_incremental_stream.connectors.broker import create_topics, produce
+from devkit.kafka import create_topics, produce
 
 SCHEMA = StructType([StructField("id", LongType()), StructField("name", StringType())])
 SECRET = "hunter2-not-for-logs"

@@ -24,7 +24,7 @@ from dbt_incremental_stream.connectors.sinks import KafkaSink
 from dbt_incremental_stream.errors import StreamError
 from dbt_incremental_stream.project import Model, Project
 from tests import registry as test_registry
-from dbt_incremental_stream.connectors.broker import create_topics, produce
+from devkit.kafka import create_topics, produce
 
 SCHEMA = StructType([StructField("id", LongType()), StructField("name", StringType()),
                      StructField("amount", DecimalType(10, 2)), StructField("score", DoubleType()),

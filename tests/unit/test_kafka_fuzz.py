@@ -16,7 +16,7 @@ import pytest
 from pyspark.sql import functions as F
 from pyspark.sql.types import DecimalType, LongType, StringType, StructField, StructType
 
-from dbt_incremental_stream.connectors.broker import create_topics, produce
+from devkit.kafka import create_topics, produce
 from dbt_incremental_stream.connectors.datasource import kafka_frame
 from dbt_incremental_stream.connectors.formats import Registry, avro_record
 from dbt_incremental_stream.connectors.kafka import KafkaSettings, KafkaSource

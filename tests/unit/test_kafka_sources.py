@@ -15,7 +15,7 @@ from dbt_incremental_stream.differential import check_project
 from dbt_incremental_stream.errors import ConnectorError, ModelFailed
 from dbt_incremental_stream.project import Model, Project
 from dbt_incremental_stream.connectors.kafka import KafkaSettings
-from dbt_incremental_stream.connectors.broker import create_topics, produce
+from devkit.kafka import create_topics, produce
 
 SCHEMA = StructType([StructField("id", LongType()), StructField("name", StringType()),
                      StructField("amount", DoubleType())])

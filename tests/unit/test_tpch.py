@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dbt_incremental_stream.differential import Differential
-from bench.tpch_workload import TABLES, Refresh, connect, queries, schemas
+from devkit.tpch import TABLES, Refresh, connect, queries, schemas
 
 SCALE = 0.002  # 3,000 orders, 12,000 lineitems
 
