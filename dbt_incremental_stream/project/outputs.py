@@ -26,7 +26,7 @@ from ..connectors.kafka import KafkaSettings, KafkaSource
 from ..connectors.sinks import TopicWriter
 from ..runtime import zsets
 from ..runtime.pipeline import Changes
-from ..runtime.state import local_directory
+from ..runtime.location import local_directory
 from .models import CHANGELOG_TABLE, Model
 from .report import TickReport
 

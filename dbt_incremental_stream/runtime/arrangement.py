@@ -23,7 +23,6 @@ any bucket's runs there, and caches what it reads.
 from __future__ import annotations
 
 import hashlib
-import os
 import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterator, Sequence
@@ -32,6 +31,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from . import kernels
+from .location import filesystem
 
 ARRANGEMENT_DIR = "arrangements"
 #: rows per bucket a new arrangement is sized for, and its most buckets: a probe reads
@@ -48,17 +48,6 @@ def buckets_for(rows: int) -> int:
     return max(1, min(MAX_BUCKETS, -(-rows // BUCKET_ROWS)))
 #: rows a bulk build sorts at once (bounds a builder task's memory)
 BUILD_ROWS = 2_000_000
-
-
-def filesystem(root: str) -> tuple[pafs.FileSystem, str]:
-    """The pyarrow file system and base path of a state location URI."""
-    if root.startswith("file:"):
-        return pafs.LocalFileSystem(), "/" + root[len("file:"):].lstrip("/")
-    if "://" not in root:
-        return pafs.LocalFileSystem(), os.path.abspath(root)
-    if root.startswith("s3a://"):
-        root = "s3://" + root[len("s3a://"):]
-    return pafs.FileSystem.from_uri(root)
 
 
 def key_name(key: Sequence[str]) -> str:

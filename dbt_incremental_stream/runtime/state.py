@@ -46,6 +46,7 @@ from pyspark.sql.types import StructField, StructType
 
 from ..errors import StateError
 from .arrangement import Arrangement, Run, RunStore
+from .location import local_directory
 from .zsets import arrow_schema, pack
 
 MANIFEST_DIR = "_manifest"
@@ -64,14 +65,6 @@ ARROW_MERGE_BYTES = 32 << 20
 #: files a compaction replaced stay this long (and at least one tick) for queries that
 #: planned against the catalog before the commit and still read them
 RETIRED_GRACE_SECONDS = 60.0
-
-
-def local_directory(location: str) -> str | None:
-    """The directory of a state location on this machine (a path or a file: URI), or None
-    for any other file system."""
-    if location.startswith("file:"):
-        return "/" + location[len("file:"):].lstrip("/")
-    return None if "://" in location else os.path.realpath(location)
 
 
 def serve_file(location: str) -> str | None:
@@ -176,7 +169,7 @@ class FileSystem:
 
     @staticmethod
     def _os(path: str) -> str:
-        return "/" + path[len("file:"):].lstrip("/")
+        return cast(str, local_directory(path))
 
     def list(self, path: str) -> list[str]:
         if self._local:
