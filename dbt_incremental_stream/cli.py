@@ -31,7 +31,7 @@ from sqlglot.errors import ParseError
 from .circuit.incremental import Incrementalizer
 from .circuit.operators import Input, Integral, Operator, explain
 from .errors import StreamError
-from .sql.planner import plan
+from .sql.compile import compile
 
 if TYPE_CHECKING:
     from .dbt_manifest import Verdict
@@ -66,7 +66,7 @@ def _is_file(target: str) -> bool:
 def _file(args: argparse.Namespace) -> int:
     path = Path(args.target)
     try:
-        logical = plan(path.read_text(), _sources(args.source), view=path.stem)
+        logical = compile(path.read_text(), _sources(args.source), view=path.stem)
     except StreamError as e:
         print(f"{path}: {e}", file=sys.stderr)
         return 1
@@ -111,16 +111,16 @@ def _equivalence(args: argparse.Namespace) -> int:
     from .differential import Mismatch, replay
     from .catalog import quote_relation
     from .runtime.session import session
-    from .sql.relations import engine_name, referenced, rename
+    from .sql.relations import engine_name, parse_one, referenced, rename
 
     v = _streamable(args)
     spark = session(args.master, dict(c.split("=", 1) for c in args.conf), hive=True)
-    sql = v.model.sql or ""
-    reads = referenced(sql)
+    tree = parse_one(v.model.sql or "")
+    reads = referenced(tree)
     inputs = {engine_name(r): spark.table(quote_relation(r)) for r in reads}
     with tempfile.TemporaryDirectory() as state:
         try:
-            ticks = replay(spark, state, inputs, args.target, rename(sql, {r: engine_name(r) for r in reads}),
+            ticks = replay(spark, state, inputs, args.target, rename(tree, {r: engine_name(r) for r in reads}),
                            ticks=args.ticks, seed=args.seed)
         except Mismatch as e:
             print(f"{args.target}: incremental and batch results differ: {e}", file=sys.stderr)

@@ -12,8 +12,8 @@ from typing import Any
 from .circuit.operators import Input, Operator
 from .errors import StreamError
 from .project import KINDS
-from .sql.planner import plan
-from .sql.relations import engine_name, referenced, rename
+from .sql.compile import compile
+from .sql.relations import engine_name, parse_one, referenced, rename
 
 
 @dataclass(frozen=True)
@@ -96,10 +96,12 @@ class DbtProject:
         if model.sql is None:
             return Verdict(model, None, "not compiled: run `dbt compile`")
         try:
-            reads = referenced(model.sql, view=model.name)
+            tree = parse_one(model.sql, view=model.name)
+            reads = referenced(tree)
             catalog = {engine_name(r): self._relation(r, model) for r in reads}
-            return Verdict(model, plan(rename(model.sql, {r: engine_name(r) for r in reads}, view=model.name),
-                                       catalog, view=model.name), None)
+            # planned from the renamed text, as the pipeline plans it: the same plan, positions in that text
+            renamed = rename(tree, {r: engine_name(r) for r in reads})
+            return Verdict(model, compile(renamed, catalog, view=model.name), None)
         except StreamError as e:
             return Verdict(model, None, str(e))
 

@@ -27,8 +27,10 @@ from .catalog import quote_relation
 from .project import CHANGELOG_COLUMNS, CHANGELOG_TABLE, Project
 from .runtime.pipeline import Pipeline, coerce_row
 from .runtime.zsets import arrow_schema, expand, pack
-from .sql.relations import engine_name, rename
-from .sql.planner import CLOCK, total_order, with_clock
+from .sql.relations import DIALECT, engine_name, rename
+from .sql.rewrites.clock import with_clock
+from .sql.rewrites.total_order import total_order
+from .sql.temporal import CLOCK
 
 Row = tuple[Any, ...]
 Change = tuple[Sequence[Any], int]
@@ -55,7 +57,7 @@ class Oracle:
         self._load()
 
     def add_view(self, name: str, sql: str) -> None:
-        duck_sql = total_order(with_clock(sqlglot.parse_one(sql, read="spark"))).transform(_spark_only).sql("duckdb")
+        duck_sql = total_order(with_clock(sqlglot.parse_one(sql, read=DIALECT))).transform(_spark_only).sql("duckdb")
         self.con.execute(f'CREATE VIEW "{name}" AS {duck_sql}')
 
     def apply(self, source: str, changes: Iterable[Change]) -> None:

@@ -53,7 +53,8 @@ from ..circuit.operators import (
     quote,
     walk,
 )
-from ..sql.planner import DIALECT, _conjuncts
+from ..sql.predicates import conjuncts
+from ..sql.relations import DIALECT
 from ..sql.temporal import CLOCK, CLOCK_COLUMN
 from . import expressions, kernels, zsets
 from .arrangement import Arrangement, RunStore
@@ -369,7 +370,7 @@ class Plan:
         column: str | None = None
         bounds: list[str] = []
         lower: list[str] = []  # bounds the column must reach (or pass)
-        for t in _conjuncts(sqlglot.parse_one(op.on, read=DIALECT)):
+        for t in conjuncts(sqlglot.parse_one(op.on, read=DIALECT)):
             if not {c.name for c in t.find_all(exp.Column)} & clock:
                 continue  # the same at every time
             if isinstance(t, exp.Between):
@@ -472,7 +473,7 @@ class Plan:
 def _limit(keep: str, name: str) -> int | None:
     """The largest row number ``keep`` lets through (``name <= k``, ``< k``, ``= k``)."""
     found = []
-    for t in _conjuncts(sqlglot.parse_one(keep, read=DIALECT)):
+    for t in conjuncts(sqlglot.parse_one(keep, read=DIALECT)):
         if isinstance(t, (exp.LTE, exp.LT, exp.EQ)) and isinstance(t.left, exp.Column) and t.left.name == name \
                 and isinstance(t.right, exp.Literal) and t.right.this.isdigit():
             found.append(int(t.right.this) - (1 if isinstance(t, exp.LT) else 0))
@@ -497,7 +498,7 @@ def _on(op: Join) -> tuple[tuple[bool, ...], bool]:
     pairs = [(norm(a), norm(b)) for a, b in op.keys]
     found: dict[tuple[str, str], bool] = {}
     residual = False
-    for t in _conjuncts(sqlglot.parse_one(op.on, read=DIALECT)):
+    for t in conjuncts(sqlglot.parse_one(op.on, read=DIALECT)):
         if isinstance(t, (exp.EQ, exp.NullSafeEQ)):
             p = (norm(t.left), norm(t.right))
             hit = p if p in pairs else (p[1], p[0]) if (p[1], p[0]) in pairs else None

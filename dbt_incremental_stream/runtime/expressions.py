@@ -38,7 +38,7 @@ import pyarrow.compute as pc
 import sqlglot
 from sqlglot import exp
 
-from ..sql.planner import DIALECT
+from ..sql.relations import DIALECT
 
 Compiled = Callable[[pa.Table], pa.ChunkedArray | pa.Array | pa.Scalar]
 Types = Callable[[list[str]], list[pa.DataType]]  # Spark's types (in Arrow) of expressions over the input

@@ -42,7 +42,9 @@ from ..circuit.incremental import Incrementalizer
 from ..circuit.operators import (WEIGHT, Delay, Input, Integral, Map, Operator, Partials, Recompute, explain, quote,
                                  walk)
 from ..errors import CompileError, StateError, StreamError
-from ..sql.planner import CLOCK, CLOCK_COLUMN, parse, plan, uses_clock
+from ..sql.compile import compile, parse
+from ..sql.rewrites.clock import uses_clock
+from ..sql.temporal import CLOCK, CLOCK_COLUMN
 from . import kernels, zsets
 from .arranged import ArrangedTick, Expiry, NotArranged, Plan, Spec
 from .arrangement import BUILT_DDL, Arrangement, Run, buckets_for
@@ -273,7 +275,8 @@ class Pipeline:
         """Declare a view over sources and earlier views, maintained incrementally."""
         name = name.lower()
         self._check_new(name)
-        if CLOCK not in self._schemas and uses_clock(parse(sql, name)):
+        tree = parse(sql, name)
+        if CLOCK not in self._schemas and uses_clock(tree):
             self.add_source(CLOCK, f"{CLOCK_COLUMN} TIMESTAMP")  # the time, fed by step()
         try:
             schema = self._analysis.sql(sql).schema  # Spark's own verdict and output types
@@ -282,7 +285,7 @@ class Pipeline:
         dupes = [c for c, n in Counter(f.name.lower() for f in schema).items() if n > 1]
         if dupes:
             raise CompileError(f"duplicate output column names {dupes}; alias them", view=name)
-        logical = plan(sql, self._catalog, view=name)
+        logical = compile(tree, self._catalog, view=name)
         if len(logical.columns) != len(schema):
             raise CompileError(f"planned {len(logical.columns)} columns, Spark sees {len(schema)}", view=name)
         out = Map(logical, tuple((f.name, f"CAST({quote(c)} AS {f.dataType.simpleString()})")

@@ -1,13 +1,13 @@
-"""SQL text → logical plan: a circuit of Z-set operators over whole relations.
+"""A rewritten query tree → logical plan: a circuit of Z-set operators over whole relations.
 
-parse (spark dialect) → validate → rewrite aggregate FILTER clauses → qualify (sqlglot:
-expand stars, qualify columns, resolve USING / aliases / ordinals) → factor common terms
-out of ORs → plan each query scope. Inside a scope every column of a FROM item is renamed
-``alias__column`` so joined relations never clash, single-relation predicates are pushed
-below the joins, and joins are ordered so that each new relation connects by an
-equality to those already joined. Outer joins become an inner join plus the unmatched
-rows padded with NULLs; subqueries are decorrelated into joins (see :meth:`_Planner.decorrelate`);
-window functions and ORDER BY … LIMIT become ``Window`` nodes.
+The tree comes from :func:`~.compile.compile`, after the passes of :data:`~.rewrites.RULES`
+(columns qualified by their FROM item's alias). Each query scope is planned on its own:
+inside a scope every column of a FROM item is renamed ``alias__column`` so joined relations
+never clash, single-relation predicates are pushed below the joins, and joins are ordered
+so that each new relation connects by an equality to those already joined. Outer joins
+become an inner join plus the unmatched rows padded with NULLs; subqueries are decorrelated
+into joins (see :meth:`_Planner.decorrelate`); window functions and ORDER BY … LIMIT become
+``Window`` nodes.
 """
 from __future__ import annotations
 
@@ -17,9 +17,6 @@ from typing import Callable, Mapping, cast
 
 import sqlglot
 from sqlglot import exp
-from sqlglot.errors import OptimizeError, ParseError
-from sqlglot.optimizer.qualify import qualify
-from sqlglot.tokens import TokenType
 
 from ..circuit.operators import (
     AggCall,
@@ -38,12 +35,11 @@ from ..circuit.operators import (
     passthrough,
     quote,
 )
-from ..errors import CompileError, UnsupportedSqlError
+from ..errors import CompileError
+from .predicates import conjuncts
 from .relations import DIALECT
-from .temporal import CLOCK, CLOCK_COLUMN, temporal_filters
-from .validate import AGGREGATES, position, unsupported, validate
-
-#: the one-row relation holding the tick's time, which current_timestamp() and friends read
+from .temporal import temporal_filters
+from .validate import AGGREGATES, position, unsupported
 
 Env = Mapping[str, Operator]
 Render = Callable[[exp.Expr], str]
@@ -51,103 +47,10 @@ Render = Callable[[exp.Expr], str]
 Pair = tuple[str, str, bool]
 
 
-def parse(sql: str, view: str | None = None) -> exp.Query:
-    """One query statement, validated against the supported set."""
-    _check_tokens(sql, view)
-    try:
-        statements = [s for s in sqlglot.parse(sql, read=DIALECT) if s is not None]
-    except ParseError as e:
-        first = e.errors[0] if e.errors else {}
-        raise CompileError(f"cannot parse SQL: {first.get('description', e)}", view=view,
-                           line=first.get("line"), col=first.get("col")) from e
-    if len(statements) != 1 or not isinstance(statements[0], exp.Query):
-        raise CompileError("a view is exactly one SELECT query", view=view)
-    validate(statements[0], view)
-    return statements[0]
-
-
-def _check_tokens(sql: str, view: str | None) -> None:
-    """Constructs the parser does not know, named before it fails on them."""
-    try:
-        tokens = sqlglot.tokenize(sql, read=DIALECT)
-    except sqlglot.errors.TokenError:
-        return  # the parser reports it
-    for token, after in zip(tokens, tokens[1:]):
-        if token.token_type == TokenType.WINDOW and after.token_type == TokenType.L_PAREN:
-            raise UnsupportedSqlError("time-window function window(); group by date_trunc(...) for tumbling windows",
-                                      view=view, line=token.line, col=token.col)
-
-
-def plan(sql: str, catalog: Mapping[str, Operator], view: str | None = None) -> Operator:
-    """The logical plan of ``sql``; ``catalog`` maps relation names to their operators."""
-    tree = with_clock(parse(sql, view).transform(_filter_clause))
-    for select in tree.find_all(exp.Select):
-        if select.args.get("from_") is None:  # what is left after the clock took its place
-            raise unsupported("SELECT without FROM (a constant relation); read a seed or table instead", select, view)
-    schema: dict[str, object] = {name: {c: "string" for c in op.columns} for name, op in catalog.items()}
-    try:
-        tree = qualify(tree.transform(_name_subqueries), schema=schema, dialect=DIALECT,
-                       validate_qualify_columns=True, quote_identifiers=False)
-    except (OptimizeError, AssertionError) as e:  # sqlglot asserts what it cannot qualify
-        raise CompileError(f"the query cannot be resolved: {e}", view=view) from e
-    return temporal_filters(_Planner(catalog, view).query(tree.transform(_factor_or), {}))
-
-
-def _name_subqueries(node: exp.Expr) -> exp.Expr:
-    """A subquery in a select list without a name gets the one qualify would give it
-    (``_col_<position>``), as an alias: qualify resolves ``ORDER BY <position>`` only to
-    aliased expressions."""
-    if isinstance(node, exp.Select):
-        for i, projection in enumerate(node.expressions):
-            if isinstance(projection, exp.Subquery) and not projection.alias:
-                projection.replace(exp.Alias(this=projection.copy(), alias=exp.to_identifier(f"_col_{i}")))
-    return node
-
-
-def _clock_calls(select: exp.Select) -> list[exp.Expr]:
-    calls = select.find_all(exp.CurrentTimestamp, exp.CurrentDate, exp.Anonymous)
-    return [n for n in calls if n.parent_select is select
-            and (not isinstance(n, exp.Anonymous) or str(n.name).lower() == "now")]
-
-
-def uses_clock(tree: exp.Expr) -> bool:
-    """Whether the query reads the time (current_timestamp(), now(), current_date())."""
-    return any(_clock_calls(s) for s in tree.find_all(exp.Select))
-
-
-def with_clock(tree: exp.Expr) -> exp.Expr:
-    """The time as an input: every SELECT that reads it cross-joins :data:`CLOCK` and reads
-    its column :data:`CLOCK_COLUMN`, so a tick with a new time retracts and re-derives what depends on
-    it (a filter ``ts > current_timestamp() - INTERVAL 1 HOUR`` drops rows as time passes)."""
-    tree = tree.copy()
-    for select in list(tree.find_all(exp.Select)):
-        calls = _clock_calls(select)
-        if not calls:
-            continue
-        for n in calls:
-            ts = exp.column(CLOCK_COLUMN, table=CLOCK)
-            n.replace(exp.cast(ts, "date") if isinstance(n, exp.CurrentDate) else ts)
-        clock = exp.Table(this=exp.to_identifier(CLOCK))
-        if select.args.get("from_") is None:
-            select.set("from_", exp.From(this=clock))
-        else:
-            select.append("joins", exp.Join(this=clock, kind="CROSS"))
-    return tree
-
-
-def total_order(tree: exp.Expr) -> exp.Expr:
-    """``tree`` with every ORDER BY that feeds a LIMIT extended by all output columns, which
-    is how the planner breaks ties: a LIMIT then picks the same rows in every engine."""
-
-    def extend(node: exp.Expr) -> exp.Expr:
-        if isinstance(node, exp.Query) and node.args.get("limit") and node.args.get("order"):
-            order = node.args["order"]
-            width = len(node.selects)
-            order.set("expressions", list(order.expressions) + [
-                exp.Ordered(this=exp.Literal.number(i + 1), nulls_first=True) for i in range(width)])
-        return node
-
-    return tree.copy().transform(extend)
+def plan(tree: exp.Expr, catalog: Mapping[str, Operator], view: str | None = None) -> Operator:
+    """The logical plan of ``tree``, a query after :data:`~.rewrites.RULES` (qualified);
+    ``catalog`` maps relation names to their operators."""
+    return temporal_filters(_Planner(catalog, view).query(tree, {}))
 
 
 @dataclass
@@ -266,7 +169,7 @@ class _Planner:
             sources[alias] = Map(op, tuple((mangle(alias, c), quote(c)) for c in keep))
         aliases = set(sources)
 
-        where = _conjuncts(q.args["where"].this) if q.args.get("where") else []
+        where = conjuncts(q.args["where"].this) if q.args.get("where") else []
         node = self.joins(q, sources, [c for c in where if not _subqueries(c)])
         for c in where:
             if _subqueries(c):
@@ -276,10 +179,10 @@ class _Planner:
         if q.args.get("group") or any(_aggregates(e) for e in q.expressions) or q.args.get("having"):
             node, render = self.aggregate(q, node)
             having = q.args.get("having")
-            for c in _conjuncts(having.this) if having is not None else []:
+            for c in conjuncts(having.this) if having is not None else []:
                 node = self.filter(node, c, aliases, env, render)
         node, render = self.windows(q, node, render)
-        for c in _conjuncts(q.args["qualify"].this) if q.args.get("qualify") else []:
+        for c in conjuncts(q.args["qualify"].this) if q.args.get("qualify") else []:
             node = _filter(node, render(c))
 
         outputs: list[tuple[str, str]] = []
@@ -311,41 +214,41 @@ class _Planner:
             seen.add(alias)
         pending = list(where)
 
-        def block(units: list[_Unit], conjuncts: list[exp.Expr]) -> _Unit:
+        def block(units: list[_Unit], terms: list[exp.Expr]) -> _Unit:
             bound = frozenset().union(*(u.aliases for u in units))
             movable = [c for c in pending if _aliases(c) <= bound and not _aliases(c) & nullable]
             for c in movable:
                 pending.remove(c)
-            return self.block(units, conjuncts + movable)
+            return self.block(units, terms + movable)
 
         first = q.args["from_"].this.alias_or_name
-        conjuncts: list[exp.Expr]
-        units, conjuncts = [_Unit(frozenset({first}), sources[first])], []
+        terms: list[exp.Expr]
+        units, terms = [_Unit(frozenset({first}), sources[first])], []
         for j in joins:
             alias = j.this.alias_or_name
             right = _Unit(frozenset({alias}), sources[alias])
-            on = _conjuncts(j.args["on"]) if j.args.get("on") else []
+            on = conjuncts(j.args["on"]) if j.args.get("on") else []
             side, kind = (j.side or "").upper(), (j.kind or "").upper()
             if kind in ("SEMI", "ANTI"):
-                left = block(units, conjuncts)
+                left = block(units, terms)
                 pairs, residual = self.split_on(left, right, on, push=True)
                 matched = self.semi(left.op, right.op, pairs, residual)
-                units, conjuncts = [_Unit(left.aliases, matched if kind == "SEMI" else minus(left.op, matched))], []
+                units, terms = [_Unit(left.aliases, matched if kind == "SEMI" else minus(left.op, matched))], []
             elif side:
-                left = block(units, conjuncts)
-                units, conjuncts = [self.outer(left, right, on, side)], []
+                left = block(units, terms)
+                units, terms = [self.outer(left, right, on, side)], []
             else:
                 units.append(right)
-                conjuncts += on
-        units = [block(units, conjuncts)]
+                terms += on
+        units = [block(units, terms)]
         return self.block(units, pending).op
 
-    def block(self, units: list[_Unit], conjuncts: list[exp.Expr]) -> _Unit:
+    def block(self, units: list[_Unit], terms: list[exp.Expr]) -> _Unit:
         """Inner-join ``units``: push single-unit predicates down, join greedily along equalities."""
         units = list(units)
         pending: list[exp.Expr] = []
         constant: list[exp.Expr] = []
-        for c in conjuncts:
+        for c in terms:
             aliases = _aliases(c)
             home = next((i for i, u in enumerate(units) if aliases and aliases <= u.aliases), None)
             if home is not None:
@@ -500,7 +403,7 @@ class _Planner:
             sub = exp.select(*(exp.column(n, table="_u") for n in cast(exp.Query, sub).named_selects)).from_(inner)
         if sub.args.get("limit") or sub.args.get("offset"):
             raise unsupported("LIMIT in a subquery used as an expression", sub, self.view)
-        where = _conjuncts(sub.args["where"].this) if sub.args.get("where") else []
+        where = conjuncts(sub.args["where"].this) if sub.args.get("where") else []
         correlated = [c for c in where if _outer_columns(c, aliases)]
         equalities = [_split_eq(c, aliases) for c in correlated]
         inside = sum((len(_outer_columns(c, aliases)) for c in correlated), 0)
@@ -521,7 +424,7 @@ class _Planner:
             for c in _outer_columns(new, aliases):
                 c.replace(exp.column(names[(c.table, c.name)], table=magic, quoted=False))
             new = new.join(exp.Table(this=exp.to_identifier(magic)), copy=False)
-            rest = _conjuncts(new.args["where"].this) if new.args.get("where") else []
+            rest = conjuncts(new.args["where"].this) if new.args.get("where") else []
             for r in refs:
                 keys.append((exp.column(names[r], table=magic), outer_sql[r], True))
         new.set("where", exp.Where(this=exp.and_(*rest)) if rest else None)
@@ -756,13 +659,6 @@ def _int(e: exp.Expr, clause: str, planner: _Planner) -> int:
     raise planner.error(f"{clause} must be a whole number", e)
 
 
-def _conjuncts(e: exp.Expr) -> list[exp.Expr]:
-    e = e.unnest()
-    if isinstance(e, exp.And):
-        return _conjuncts(e.left) + _conjuncts(e.right)
-    return [e]
-
-
 def _aliases(e: exp.Expr) -> set[str]:
     return {c.table for c in e.find_all(exp.Column)}
 
@@ -846,34 +742,3 @@ def _empty_aggregate(e: exp.Expr) -> str:
         return n
 
     return e.copy().transform(swap, copy=False).sql(DIALECT)
-
-
-def _filter_clause(node: exp.Expr) -> exp.Expr:
-    """``agg(x) FILTER (WHERE p)`` as ``agg(CASE WHEN p THEN x END)``."""
-    if not isinstance(node, exp.Filter) or not isinstance(node.this, exp.AggFunc):
-        return node
-    call, cond = node.this.copy(), node.expression.this
-    arg = call.this
-    target = arg.expressions[0] if isinstance(arg, exp.Distinct) else arg
-    value = exp.Literal.number(1) if isinstance(target, exp.Star) else target
-    case = exp.Case(ifs=[exp.If(this=cond.copy(), true=value.copy())])
-    if isinstance(arg, exp.Distinct):
-        arg.set("expressions", [case])
-    else:
-        call.set("this", case)
-    return call
-
-
-def _factor_or(node: exp.Expr) -> exp.Expr:
-    """``(a AND b) OR (a AND c)`` as ``a AND (b OR c)``, so a join key repeated in every
-    branch of an OR is seen as a join key."""
-    if not isinstance(node, exp.Or):
-        return node
-    branches = [_conjuncts(b) for b in node.flatten()]
-    common = [c for c in branches[0] if all(c in b for b in branches[1:])]
-    if not common:
-        return node
-    rests = [[c for c in b if c not in common] for b in branches]
-    if any(not r for r in rests):
-        return exp.and_(*common)
-    return exp.and_(*common, exp.or_(*(exp.and_(*r) for r in rests)))

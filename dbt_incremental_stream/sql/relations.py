@@ -3,7 +3,8 @@ them under other names.
 
 A dbt model reads ``schema.table`` relations; the engine names its sources and views with
 one plain identifier each (:func:`engine_name`), so compiled dbt SQL is renamed before
-planning and every name in a plan or an error is one identifier.
+planning and every name in a plan or an error is one identifier. The SQL the engine reads
+and writes is in one dialect, :data:`DIALECT`.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from sqlglot.errors import ParseError
 
 from ..errors import CompileError
 
+#: the dialect of every query the engine reads and every expression it writes
 DIALECT = "spark"
 
 
@@ -30,18 +32,26 @@ def qualified(table: exp.Table) -> str:
     return ".".join(p.lower() for p in (table.db, table.name) if p)
 
 
-def _parse(sql: str, view: str | None) -> exp.Expr:
+def syntax_error(e: ParseError, view: str | None) -> CompileError:
+    """sqlglot's parse error as the project's, at the position of its first error."""
+    first = e.errors[0] if e.errors else {}
+    return CompileError(f"cannot parse SQL: {first.get('description', e)}", view=view,
+                        line=first.get("line"), col=first.get("col"))
+
+
+def parse_one(sql: str, view: str | None = None) -> exp.Expr:
+    """The first statement of ``sql``, not validated: any model's relations can be read,
+    whether or not it can run incrementally."""
     try:
         return sqlglot.parse_one(sql, read=DIALECT)
     except ParseError as e:
-        first = e.errors[0] if e.errors else {}
-        raise CompileError(f"cannot parse SQL: {first.get('description', e)}", view=view,
-                           line=first.get("line"), col=first.get("col")) from e
+        raise syntax_error(e, view) from e
 
 
-def referenced(sql: str, view: str | None = None) -> list[str]:
-    """The relations ``sql`` reads, qualified, in order of first appearance."""
-    return list(dict.fromkeys(qualified(t) for t in _tables(_parse(sql, view))))
+def referenced(sql: str | exp.Expr, view: str | None = None) -> list[str]:
+    """The relations ``sql`` (text, or a tree from :func:`parse_one`) reads, qualified, in
+    order of first appearance."""
+    return list(dict.fromkeys(qualified(t) for t in _tables(parse_one(sql, view) if isinstance(sql, str) else sql)))
 
 
 def engine_name(relation: str) -> str:
@@ -49,10 +59,11 @@ def engine_name(relation: str) -> str:
     return relation.lower().replace(".", "__")
 
 
-def rename(sql: str, names: Mapping[str, str], view: str | None = None) -> str:
-    """``sql`` reading ``names[relation]`` wherever it read ``relation``; the old name stays
-    usable as a qualifier (``schema.table.col`` and ``table.col``) through an alias."""
-    tree = _parse(sql, view)
+def rename(sql: str | exp.Expr, names: Mapping[str, str], view: str | None = None) -> str:
+    """``sql`` (text, or a tree from :func:`parse_one`, left unchanged) reading
+    ``names[relation]`` wherever it read ``relation``, as text; the old name stays usable as
+    a qualifier (``schema.table.col`` and ``table.col``) through an alias."""
+    tree = parse_one(sql, view) if isinstance(sql, str) else sql.copy()
     for table in _tables(tree):
         new = names.get(qualified(table))
         if new is None:

@@ -1,6 +1,6 @@
 """Temporal filters: a join with the clock whose consumer drops the clock's columns.
 
-:func:`~dbt_incremental_stream.sql.planner.with_clock` makes the time an input joined to
+:func:`~dbt_incremental_stream.sql.rewrites.clock.with_clock` makes the time an input joined to
 every SELECT that reads it, so ``WHERE ts > current_timestamp() - INTERVAL 1 HOUR`` is a
 join of the rows with the clock on that condition. When what follows keeps none of the
 clock's columns, the join is a :class:`~dbt_incremental_stream.circuit.operators.Temporal`

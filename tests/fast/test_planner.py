@@ -8,7 +8,7 @@ from dbt_incremental_stream.circuit.operators import (
     Filter, GroupDiff, Input, Integral, Join, Pad, Partials, Window, explain, walk,
 )
 from dbt_incremental_stream.errors import CompileError, UnsupportedSqlError
-from dbt_incremental_stream.sql.planner import plan
+from dbt_incremental_stream.sql.compile import compile
 
 CATALOG = {
     "orders": Input("orders", ("id", "cust", "amount", "status")),
@@ -38,7 +38,7 @@ CATALOG = {
 ])
 def test_unsupported_constructs_are_named_with_position(sql, construct):
     with pytest.raises(UnsupportedSqlError) as err:
-        plan(sql, CATALOG, view="my_model")
+        compile(sql, CATALOG, view="my_model")
     assert construct in str(err.value)
     assert "my_model" in str(err.value)
     assert err.value.line is not None and err.value.col is not None
@@ -47,21 +47,21 @@ def test_unsupported_constructs_are_named_with_position(sql, construct):
 def test_position_points_at_the_construct():
     sql = "SELECT id,\n       cust\nFROM orders\nNATURAL JOIN customers c"
     with pytest.raises(UnsupportedSqlError) as err:
-        plan(sql, CATALOG, view="v")
+        compile(sql, CATALOG, view="v")
     assert err.value.line == 4
 
 
 def test_unknown_relation_and_bad_sql():
     with pytest.raises(CompileError, match="nope"):
-        plan("SELECT * FROM nope", CATALOG, view="v")
+        compile("SELECT * FROM nope", CATALOG, view="v")
     with pytest.raises(CompileError, match="parse"):
-        plan("SELECT FROM WHERE", CATALOG, view="v")
+        compile("SELECT FROM WHERE", CATALOG, view="v")
     with pytest.raises(CompileError, match="one SELECT"):
-        plan("SELECT 1 FROM orders; SELECT 2 FROM orders", CATALOG, view="v")
+        compile("SELECT 1 FROM orders; SELECT 2 FROM orders", CATALOG, view="v")
 
 
 def test_single_relation_predicates_go_below_the_join_and_joins_follow_equalities():
-    p = plan("SELECT c.name FROM orders o, items i, customers c "
+    p = compile("SELECT c.name FROM orders o, items i, customers c "
              "WHERE o.id = i.order_id AND c.id = o.cust AND i.price < 5 AND c.region = 'eu'", CATALOG)
     joins = [op for op in walk(p) if isinstance(op, Join)]
     assert len(joins) == 2 and all(j.keys for j in joins), "no cross product"
@@ -71,16 +71,16 @@ def test_single_relation_predicates_go_below_the_join_and_joins_follow_equalitie
 
 
 def test_join_state_shares_the_source_integral():
-    p = plan("SELECT o.id, c.name FROM orders o JOIN customers c ON o.cust = c.id", CATALOG)
+    p = compile("SELECT o.id, c.name FROM orders o JOIN customers c ON o.cust = c.id", CATALOG)
     circuit = Integral(Incrementalizer()(p))
     integrals = {op.input for op in walk(circuit) if isinstance(op, Integral)}
     assert CATALOG["orders"] in integrals and CATALOG["customers"] in integrals
 
 
 def test_linear_aggregates_keep_partial_sums_and_others_keep_rows():
-    linear = Incrementalizer()(plan("SELECT cust, SUM(amount), COUNT(*) FROM orders GROUP BY cust", CATALOG))
+    linear = Incrementalizer()(compile("SELECT cust, SUM(amount), COUNT(*) FROM orders GROUP BY cust", CATALOG))
     assert any(isinstance(op, Partials) for op in walk(linear))
-    general = Incrementalizer()(plan("SELECT cust, MAX(amount) FROM orders GROUP BY cust", CATALOG))
+    general = Incrementalizer()(compile("SELECT cust, MAX(amount) FROM orders GROUP BY cust", CATALOG))
     diff = next(op for op in walk(general) if isinstance(op, GroupDiff))
     assert not diff.linear
     text = explain(general)
@@ -89,25 +89,25 @@ def test_linear_aggregates_keep_partial_sums_and_others_keep_rows():
 
 def test_ungrouped_column_is_an_error():
     with pytest.raises(CompileError, match="neither grouped nor aggregated"):
-        plan("SELECT cust, id, COUNT(*) FROM orders GROUP BY cust", CATALOG, view="v")
+        compile("SELECT cust, id, COUNT(*) FROM orders GROUP BY cust", CATALOG, view="v")
 
 
 def test_node_ids_are_stable_and_structural():
-    a = plan("SELECT cust, COUNT(*) AS n FROM orders GROUP BY cust", CATALOG)
-    b = plan("select CUST, count(*) as n from ORDERS group by cust", CATALOG)
-    c = plan("SELECT cust, COUNT(*) AS n FROM orders WHERE id > 0 GROUP BY cust", CATALOG)
+    a = compile("SELECT cust, COUNT(*) AS n FROM orders GROUP BY cust", CATALOG)
+    b = compile("select CUST, count(*) as n from ORDERS group by cust", CATALOG)
+    c = compile("SELECT cust, COUNT(*) AS n FROM orders WHERE id > 0 GROUP BY cust", CATALOG)
     assert a.id == b.id and a.id != c.id
 
 
 def test_a_join_key_repeated_in_every_or_branch_is_a_join_key():
-    p = plan("SELECT o.id FROM orders o, customers c WHERE (o.cust = c.id AND c.region = 'eu') "
+    p = compile("SELECT o.id FROM orders o, customers c WHERE (o.cust = c.id AND c.region = 'eu') "
              "OR (o.cust = c.id AND o.amount > 5)", CATALOG)
     joins = [op for op in walk(p) if isinstance(op, Join)]
     assert len(joins) == 1 and joins[0].keys
 
 
 def test_correlated_subqueries_become_keyed_joins_not_cross_products():
-    p = plan("SELECT id FROM orders o WHERE EXISTS (SELECT 1 FROM items i WHERE i.order_id = o.id) "
+    p = compile("SELECT id FROM orders o WHERE EXISTS (SELECT 1 FROM items i WHERE i.order_id = o.id) "
              "AND o.amount > (SELECT AVG(price) FROM items i WHERE i.order_id = o.id) "
              "AND o.cust NOT IN (SELECT c.id FROM customers c WHERE c.name = o.status)", CATALOG)
     joins = [op for op in walk(p) if isinstance(op, Join)]
@@ -115,7 +115,7 @@ def test_correlated_subqueries_become_keyed_joins_not_cross_products():
 
 
 def test_outer_join_pads_the_unmatched_rows():
-    p = plan("SELECT o.id, c.name FROM orders o LEFT JOIN customers c ON o.cust = c.id", CATALOG)
+    p = compile("SELECT o.id, c.name FROM orders o LEFT JOIN customers c ON o.cust = c.id", CATALOG)
     pads = [op for op in walk(p) if isinstance(op, Pad)]
     assert len(pads) == 1 and pads[0].like.columns == ("c__id", "c__name")
 
@@ -124,7 +124,7 @@ def test_per_group_top_k_keeps_only_the_kept_rows():
     for sql in ["SELECT * FROM (SELECT cust, id, ROW_NUMBER() OVER (PARTITION BY cust ORDER BY id) AS rn "
                 "FROM orders) t WHERE rn <= 2",
                 "SELECT cust, id FROM orders QUALIFY RANK() OVER (PARTITION BY cust ORDER BY id DESC) = 1"]:
-        p = plan(sql, CATALOG)
+        p = compile(sql, CATALOG)
         windows = [op for op in walk(p) if isinstance(op, Window)]
         assert len(windows) == 1 and windows[0].keep, sql
         assert not any(isinstance(op, Filter) for op in walk(p)), sql
@@ -134,6 +134,6 @@ def test_a_select_list_subquery_ordered_by_position_compiles():
     """sqlglot's qualify asserted on ``ORDER BY 2`` naming an unaliased subquery; the view
     compiles as it does without the ORDER BY, the column named as qualify names it."""
     catalog = {"t1": Input("t1", ("a", "c"))}
-    ordered = plan("SELECT a, (SELECT max(c) FROM t1) FROM t1 ORDER BY 2", catalog)
-    assert explain(ordered) == explain(plan("SELECT a, (SELECT max(c) FROM t1) FROM t1", catalog))
+    ordered = compile("SELECT a, (SELECT max(c) FROM t1) FROM t1 ORDER BY 2", catalog)
+    assert explain(ordered) == explain(compile("SELECT a, (SELECT max(c) FROM t1) FROM t1", catalog))
     assert ordered.columns == ("a", "_col_1")

@@ -1,0 +1,52 @@
+"""SQL text → logical plan, the front end's one entry: :func:`parse` (the text parsed once,
+checked against the supported set), :func:`~.rewrites.rewrite` (the passes of
+:data:`~.rewrites.RULES`), then :func:`~.planner.plan`."""
+from __future__ import annotations
+
+from typing import Mapping
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ParseError, TokenError
+from sqlglot.tokens import TokenType
+
+from ..circuit.operators import Operator
+from ..errors import CompileError, UnsupportedSqlError
+from .planner import plan
+from .relations import DIALECT, syntax_error
+from .rewrites import rewrite
+from .validate import validate
+
+
+def parse(sql: str, view: str | None = None) -> exp.Query:
+    """One query statement, validated against the supported set."""
+    _check_tokens(sql, view)
+    try:
+        statements = [s for s in sqlglot.parse(sql, read=DIALECT) if s is not None]
+    except ParseError as e:
+        raise syntax_error(e, view) from e
+    if len(statements) != 1 or not isinstance(statements[0], exp.Query):
+        raise CompileError("a view is exactly one SELECT query", view=view)
+    validate(statements[0], view)
+    return statements[0]
+
+
+def _check_tokens(sql: str, view: str | None) -> None:
+    """Constructs the parser does not know, named before it fails on them."""
+    try:
+        tokens = sqlglot.tokenize(sql, read=DIALECT)
+    except TokenError:
+        return  # the parser reports it
+    for token, after in zip(tokens, tokens[1:]):
+        if token.token_type == TokenType.WINDOW and after.token_type == TokenType.L_PAREN:
+            raise UnsupportedSqlError("time-window function window(); group by date_trunc(...) for tumbling windows",
+                                      view=view, line=token.line, col=token.col)
+
+
+def compile(sql: str | exp.Query, catalog: Mapping[str, Operator], view: str | None = None) -> Operator:
+    """The logical plan of ``sql``; ``catalog`` maps relation names to their operators. A
+    tree is taken as :func:`parse` returned it (a caller that parsed the SQL already does not
+    parse it again) and is left unchanged."""
+    tree = parse(sql, view) if isinstance(sql, str) else sql
+    columns = {name: op.columns for name, op in catalog.items()}
+    return plan(rewrite(tree, columns=columns, view=view), catalog, view)
