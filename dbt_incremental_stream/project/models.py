@@ -11,12 +11,13 @@ from dataclasses import dataclass, field
 from typing import AbstractSet, Any, Callable, Mapping
 
 from pyspark.sql import DataFrame, SparkSession
+from sqlglot import exp
 
 from ..connectors.kafka import KafkaSource
 from ..connectors.sinks import KafkaSink
 from ..errors import CompileError, ConnectorError, StateError, StreamError
 from ..runtime.pipeline import Pipeline
-from ..sql.relations import engine_name, referenced, rename
+from ..sql.relations import engine_name, parse_one, referenced, rename
 
 STREAMING_VIEW = "streaming_view"
 CHANGELOG_TABLE = "changelog_table"
@@ -30,12 +31,14 @@ class Model:
     kind: str = STREAMING_VIEW
     sink: KafkaSink | None = None  # its changes mirrored to a Kafka topic
     reads: tuple[str, ...] = field(default=(), compare=False)
+    tree: exp.Expr = field(init=False, repr=False, compare=False)  # ``sql`` parsed once
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise StreamError(f"model {self.relation!r}: kind {self.kind!r} is not one of {KINDS}")
         object.__setattr__(self, "relation", self.relation.lower())
-        object.__setattr__(self, "reads", tuple(referenced(self.sql, view=self.relation)))
+        object.__setattr__(self, "tree", parse_one(self.sql, view=self.relation))
+        object.__setattr__(self, "reads", tuple(referenced(self.tree)))
 
     @property
     def name(self) -> str:
@@ -103,7 +106,7 @@ def define(spark: SparkSession, location: str, notes: dict[str, Any], models: di
                 for r in m.reads:
                     if r in missing:
                         raise missing[r]
-                pipe.add_view(m.name, rename(m.sql, {r: engine_name(r) for r in m.reads}, view=m.relation))
+                pipe.add_view(m.name, rename(m.tree, {r: engine_name(r) for r in m.reads}))
             except StreamError as e:
                 if m.relation == deploying:
                     raise
