@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import signal
 import threading
 import time
@@ -35,7 +34,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from .connectors.kafka import KafkaSource
 from .errors import StreamError
 from .project import Model, Project, TickReport
-from .runtime.state import serve_file
+from .runtime.state import announce, announced
 
 log = logging.getLogger("dbt_stream.serve")
 #: tick latencies the histogram tells apart (seconds)
@@ -173,16 +172,8 @@ class Server:
     def _announce(self, gone: bool = False) -> None:
         """Write (or remove) ``_serve.json`` in a local state location, for ``dbt run`` to find."""
         address = self.address
-        path = None if self.project is None or address is None else serve_file(self.project.location)
-        if path is None or address is None:
-            return
-        if gone:
-            if os.path.exists(path):
-                os.remove(path)
-            return
-        with open(path + ".tmp", "w") as f:
-            json.dump({"url": "http://%s:%d/" % address, "pid": os.getpid()}, f)
-        os.replace(path + ".tmp", path)
+        if self.project is not None and address is not None:
+            announce(self.project.location, None if gone else "http://%s:%d/" % address)
 
     def deploy(self, doc: dict[str, Any]) -> dict[str, Any]:
         """A ``dbt run``'s model, run here (``POST /deploy``)."""
@@ -344,15 +335,9 @@ class ServeClient:
     def find(state_location: str, url: str | None = None, timeout: float = 3.0) -> ServeClient | None:
         """The server at ``url``, or the one ``_serve.json`` in a local state location names,
         if it answers and runs; else None (a file left by a crash is ignored)."""
+        url = url or announced(state_location)
         if url is None:
-            path = serve_file(state_location)
-            if path is None or not os.path.exists(path):
-                return None
-            try:
-                with open(path) as f:
-                    url = json.load(f)["url"]
-            except (OSError, ValueError, KeyError):
-                return None
+            return None
         url = url if url.endswith("/") else url + "/"
         try:
             with urllib.request.urlopen(url + "status", timeout=timeout) as r:

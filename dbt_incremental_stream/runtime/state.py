@@ -14,7 +14,7 @@ Layout under ``state_location`` (any Hadoop file system URI: file:, hdfs:, s3a:,
     state/<tick>-<uuid>/_node=<node id>/    one Parquet batch (a delta, or a compacted run)
     arrangements/...                        indexed copies of probed integrals (.arrangement)
     _serve.json                             where a running ``dbt-stream serve`` answers, in
-                                            a local location only (:func:`serve_file`)
+                                            a local location only (:func:`announce`)
 
 A large tick writes all its batches by one Spark job (one struct column per node,
 partitioned by node), because per-job overhead, not data, dominates; a small tick on
@@ -67,11 +67,32 @@ ARROW_MERGE_BYTES = 32 << 20
 RETIRED_GRACE_SECONDS = 60.0
 
 
-def serve_file(location: str) -> str | None:
-    """Where a running server says where it answers, in a local state location (None: not
-    local, and ``dbt run`` needs the server's URL)."""
+def announce(location: str, url: str | None) -> None:
+    """Say where a running ``dbt-stream serve`` answers (None: that it stopped), in a local
+    state location: ``dbt run`` finds it there (elsewhere it needs the server's URL)."""
     directory = local_directory(location)
-    return None if directory is None else os.path.join(directory, SERVE_FILE)
+    if directory is None:
+        return
+    path = os.path.join(directory, SERVE_FILE)
+    if url is None:
+        if os.path.exists(path):
+            os.remove(path)
+        return
+    with open(path + ".tmp", "w") as f:
+        json.dump({"url": url, "pid": os.getpid()}, f)
+    os.replace(path + ".tmp", path)
+
+
+def announced(location: str) -> str | None:
+    """The URL a server announced at ``location`` (it may have crashed since), if any."""
+    directory = local_directory(location)
+    if directory is None:
+        return None
+    try:
+        with open(os.path.join(directory, SERVE_FILE)) as f:
+            return str(json.load(f)["url"])
+    except (OSError, ValueError, KeyError):
+        return None
 
 
 @dataclass
