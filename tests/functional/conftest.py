@@ -21,3 +21,15 @@ def _ansi_as_it_was(spark):
     it off, a profile's `spark_conf` may turn it on); tests after it see Spark's default."""
     yield
     spark.conf.unset("spark.sql.ansi.enabled")
+
+
+@pytest.fixture(autouse=True)
+def _no_serve_left():
+    """A failing test leaves no `dbt-stream serve` behind (it would hold ports and the catalog)."""
+    from tests.functional.serving import STARTED
+
+    yield
+    while STARTED:
+        serve = STARTED.pop()
+        if serve.proc.poll() is None:
+            serve.kill()

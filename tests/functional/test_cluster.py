@@ -1,7 +1,10 @@
-"""The integration project on a real Spark standalone cluster: a master and two workers
-started from the pyspark package on this machine, `dbt build` with `master: spark://...`
-(Kafka read by the executors, state written by them), and the result the same as in local
-mode (the local run's correctness against DuckDB is test_integration_project's)."""
+"""The integration project built by the real `dbt` command, each run in its own process,
+twice (a second build catches up): in local mode, with a Hive catalog (Derby) in the
+project directory as dbt-spark's session method has it, and on a real Spark standalone
+cluster — a master and two workers started from the pyspark package on this machine,
+`master: spark://...`, Kafka read by the executors and state written by them. Both give
+the same result (the local run's correctness against DuckDB is test_integration_project's,
+in process)."""
 from __future__ import annotations
 
 import json
@@ -18,7 +21,6 @@ from dbt_incremental_stream.connectors.broker import free_port
 from devkit.kafka import create_topics, produce
 from devkit.shop import TOPICS, ShopEvents
 from tests.functional.test_integration_project import copy_project
-
 
 
 @pytest.fixture(scope="module")
@@ -83,13 +85,14 @@ def test_integration_project_on_a_standalone_cluster(cluster, tmp_path, kafka):
     envs = {mode: {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka, "SPARK_LOCAL_IP": "127.0.0.1",
                    "SPARK_MASTER": cluster if mode == "cluster" else "local[2]"} for mode in roots}
     events = ShopEvents(seed=11)
-    for _ in range(2):
+    for round_ in range(2):
         for topic, records in events.round(orders=30).items():
             produce(kafka, f"cluster.{topic}", records)
         for mode, root in roots.items():
             run = subprocess.run([str(Path(sys.executable).with_name("dbt")), "build"], cwd=root, env=envs[mode],
                                  capture_output=True, text=True, timeout=900)
             assert run.returncode == 0, f"{mode}: " + run.stdout[-3000:] + run.stderr[-3000:]
+            assert round_ == 0 or "UNCHANGED at tick" in run.stdout, run.stdout[-3000:]
     local, on_cluster = fingerprints(roots["local"], envs["local"]), fingerprints(roots["cluster"], envs["cluster"])
     assert local == on_cluster and all(n for n, _ in local.values()), (local, on_cluster)
 

@@ -1,13 +1,11 @@
 """The integration project (integration_tests/) end to end: Kafka sources with append,
 upsert and debezium envelopes plus a seed, a chain of streaming models, a changelog, a
 batch model over a streaming one, generic and singular tests. Several rounds of new events,
-each followed by `dbt build`; after each, every model equals DuckDB over all input so far."""
+each followed by `dbt build`; after each, every model equals DuckDB over all input so far.
+(The same project built by the `dbt` command in its own process: test_cluster.)"""
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -69,25 +67,3 @@ def test_rounds_of_events_through_dbt_build(shop, kafka, spark):
         assert not problems, f"round {round_}: {problems}"
         report = sorted(tuple(r)[:3] for r in spark.table("shop.region_report").collect())
         assert report == sorted(tuple(r) for r in spark.table("shop.region_revenue").collect())
-
-
-@pytest.mark.slow
-def test_dbt_build_from_the_command_line(tmp_path, kafka):
-    """The real CLI in its own process: Spark with a Hive catalog (Derby) in the project
-    directory, as dbt-spark's session method has it; a second build catches up."""
-    root = copy_project(tmp_path / "integration_tests")
-    create_topics(kafka, *(f"cli.{t}" for t in TOPICS))
-    sources = root / "models" / "sources.yml"
-    sources.write_text(sources.read_text().replace("topic: shop.", "topic: cli.shop."))
-    events = ShopEvents(seed=9)
-    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka}
-    dbt_cli = [str(Path(sys.executable).with_name("dbt"))]
-    for _ in range(2):
-        for topic, records in events.round(orders=20).items():
-            produce(kafka, f"cli.{topic}", records)
-        run = subprocess.run([*dbt_cli, "build"], cwd=root, env=env, capture_output=True, text=True, timeout=600)
-        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    assert "UNCHANGED at tick" in run.stdout
-    show = subprocess.run([*dbt_cli, "show", "--inline", "select count(*) as n from shop.customer_ltv"], cwd=root,
-                          env=env, capture_output=True, text=True, timeout=600)
-    assert show.returncode == 0, show.stdout[-3000:]
