@@ -90,6 +90,11 @@ class IncrementalStreamAdapter(SparkAdapter):
                                         max_records=creds.max_records_per_tick)
             return self._project
 
+    def environment(self) -> ServeClient | Project:
+        """Where streaming models run, chosen once per invocation (when the adapter starts): a
+        ``dbt-stream serve`` running on the project's state, else this process."""
+        return self._serve if self._serve is not None else self.project()
+
     def state_location(self) -> str:
         return self._credentials.state_path(self.config.project_root)
 
@@ -108,10 +113,7 @@ class IncrementalStreamAdapter(SparkAdapter):
             model = Model(name, sql, kind, KafkaSink.from_config(sink))
             sources = [KafkaSource.from_config(s["relation"], self._with_schema_file(s["kafka"]), s["columns"])
                        for s in streams if s["relation"] in model.reads]
-            if self._serve is not None:
-                result = self._serve.run_model(model, sources, full_refresh=full_refresh, keep=keep)
-            else:
-                result = self.project().run_model(model, sources, full_refresh=full_refresh, keep=keep)
+            result = self.environment().run_model(model, sources, full_refresh=full_refresh, keep=keep)
         except StreamError as e:
             raise DbtRuntimeError(f"streaming model {name}: {e}") from e
         self._pruned = True
