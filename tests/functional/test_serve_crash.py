@@ -49,22 +49,25 @@ def test_serve_survives_random_kills_with_exactly_once_outputs(tmp_path, kafka):
               for i in range(ORDERS)]
     produce(kafka, topic, [(None, o) for o in orders])
 
-    # the uninterrupted run, which also shows the HTTP endpoints and the graceful stop
-    serve = Serve(ref, env, "--port", "0", "--connect-port", "-1")
-    url = serve.wait_for(lambda e: e.get("event") == "http")["url"]
-    last = serve.wait_for(caught_up)
-    status = json.loads(urllib.request.urlopen(url + "status", timeout=10).read())
-    assert status["state"] == "running" and status["tick"] >= last["tick"]
-    assert status["models"] == ["serve.big_orders", "serve.totals"] and status["sources"] == ["serve_raw.orders"]
-    metrics = urllib.request.urlopen(url + "metrics", timeout=10).read().decode()
-    assert f'dbt_stream_source_offsets_total{{source="serve_raw.orders"}} {float(ORDERS)}' in metrics
-    assert "dbt_stream_tick_seconds_bucket" in metrics and 'dbt_stream_source_lag{source="serve_raw.orders"} 0.0' \
-        in metrics
-    os.kill(serve.proc.pid, signal.SIGTERM)  # finishes the tick it is in, commits, stops
-    serve.wait_for(lambda e: e.get("event") == "stop")
-    assert serve.proc.wait(60) == 0
-    ticks = last["tick"]
-    assert ticks >= ORDERS // PER_TICK + 1
+    def uninterrupted() -> None:
+        """The same input, never stopped: also shows the HTTP endpoints and the graceful stop."""
+        serve = Serve(ref, env, "--port", "0", "--connect-port", "-1")
+        url = serve.wait_for(lambda e: e.get("event") == "http")["url"]
+        last = serve.wait_for(caught_up)
+        status = json.loads(urllib.request.urlopen(url + "status", timeout=10).read())
+        assert status["state"] == "running" and status["tick"] >= last["tick"]
+        assert status["models"] == ["serve.big_orders", "serve.totals"] and status["sources"] == ["serve_raw.orders"]
+        metrics = urllib.request.urlopen(url + "metrics", timeout=10).read().decode()
+        assert f'dbt_stream_source_offsets_total{{source="serve_raw.orders"}} {float(ORDERS)}' in metrics
+        assert "dbt_stream_tick_seconds_bucket" in metrics and 'dbt_stream_source_lag{source="serve_raw.orders"} 0.0' \
+            in metrics
+        os.kill(serve.proc.pid, signal.SIGTERM)  # finishes the tick it is in, commits, stops
+        serve.wait_for(lambda e: e.get("event") == "stop")
+        assert serve.proc.wait(60) == 0
+        assert last["tick"] >= ORDERS // PER_TICK + 1
+
+    pool = ThreadPoolExecutor(1)
+    reference = pool.submit(uninterrupted)  # beside the killed run: another project, other topics
 
     # the same, killed at random points: during start-up, inside a tick, between ticks, and
     # between two partitions' commits of a tick's sinks
@@ -91,6 +94,8 @@ def test_serve_survives_random_kills_with_exactly_once_outputs(tmp_path, kafka):
     serve.wait_for(caught_up)
     os.kill(serve.proc.pid, signal.SIGTERM)
     assert serve.proc.wait(60) == 0
+    reference.result()
+    pool.shutdown()
 
     for sink in ("totals", "big"):
         want, got = read_topic(kafka, f"ref_{sink}"), read_topic(kafka, f"crash_{sink}")
