@@ -40,7 +40,6 @@ class Project:
                  max_records: int | None = None):
         self.spark = spark
         self.location = state_location
-        self.kafka = kafka
         self._lock = threading.RLock()
         self.pipe = Pipeline(spark, state_location)
         notes = self.pipe.notes
