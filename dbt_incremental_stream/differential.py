@@ -8,25 +8,30 @@ from __future__ import annotations
 
 import math
 import random
+import struct
+import traceback
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import date, datetime
+from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Any, Collection, Iterable, Mapping, Sequence
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 import sqlglot
 from sqlglot import exp
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
+from pyspark.sql.types import StructType, TimestampType
 
 from .circuit.operators import WEIGHT, quote
 from .catalog import quote_relation
 from .project import CHANGELOG_COLUMNS, CHANGELOG_TABLE, Project
-from .runtime.pipeline import Pipeline, coerce_row
-from .runtime.zsets import arrow_schema, expand, pack
+from .errors import StreamError
+from .runtime import zsets
+from .runtime.pipeline import Pipeline, coerce_row, data_error
+from .runtime.zsets import arrow_rows, arrow_schema, expand, pack
 from .sql.relations import DIALECT, engine_name, rename
 from .sql.rewrites.clock import with_clock
 from .sql.rewrites.total_order import total_order
@@ -310,3 +315,542 @@ def compare(got: Sequence[Row], want: Sequence[Row]) -> str | None:
     return (f"{len(g)} rows vs {len(w)} in batch; only incremental: {sorted(extra.elements(), key=_sort_key)[:10]}; "
             f"only batch: {sorted(missing.elements(), key=_sort_key)[:10]}")
 
+
+
+# --- the twin harness: both placements against Spark itself, exactly -------------------
+
+#: the settings of the engine's session that decide a query's answer, copied to the oracle's
+ORACLE_CONF = ("spark.sql.ansi.enabled", "spark.sql.session.timeZone")
+#: the placements a :class:`Twin` runs side by side
+TWIN_PLACEMENTS = ("auto", "dataframe")
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_MICRO = timedelta(microseconds=1)
+
+
+class _Micros(int):
+    """A timestamp as Spark stores it (microseconds since the epoch, UTC): compared as the
+    integer, shown as the instant."""
+
+    def __repr__(self) -> str:
+        try:
+            return (_EPOCH + int(self) * _MICRO).isoformat().replace("+00:00", "Z")
+        except OverflowError:
+            return f"{int(self)}us"
+
+
+class _Days(int):
+    """A date as Spark stores it (days since 1970-01-01): compared as the integer, shown as the date."""
+
+    def __repr__(self) -> str:
+        try:
+            return (date(1970, 1, 1) + timedelta(days=int(self))).isoformat()
+        except OverflowError:
+            return f"{int(self)}d"
+
+
+def float_equal(a: float, b: float) -> bool:
+    """The one rule for floating point (see :func:`compare_exact`)."""
+    if math.isnan(a) or math.isnan(b):
+        return math.isnan(a) and math.isnan(b)
+    if math.isinf(a) or math.isinf(b):
+        return a == b
+    if a == 0 and b == 0:
+        return math.copysign(1, a) == math.copysign(1, b)
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+
+
+def _value_equal(a: Any, b: Any) -> bool:
+    if isinstance(a, float) and isinstance(b, float):
+        return float_equal(a, b)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(map(_value_equal, a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_value_equal(a[k], b[k]) for k in a)
+    return _exact_key(a) == _exact_key(b)
+
+
+def _exact_key(v: Any) -> Any:
+    """A hashable key equal for values that are the same exactly: floats by their bits
+    (every NaN one value, -0.0 apart from 0.0), decimals by value, the rest as they are."""
+    if v is None:
+        return (0,)
+    if isinstance(v, float):
+        return (1, "nan") if math.isnan(v) else (1, struct.pack("<d", v))
+    if isinstance(v, bool):
+        return (2, v)
+    if isinstance(v, (_Micros, _Days)):
+        return (3, type(v).__name__, int(v))
+    if isinstance(v, datetime):  # inside a nested value
+        return (3, "_Micros", _micros(v))
+    if isinstance(v, (int, Decimal)):
+        return (4, v)
+    if isinstance(v, (list, tuple)):
+        return (5, tuple(map(_exact_key, v)))
+    if isinstance(v, dict):
+        return (6, tuple(sorted((repr(k), _exact_key(x)) for k, x in v.items())))
+    return (7, type(v).__name__, v)
+
+
+def _micros(v: datetime) -> int:
+    if v.tzinfo is None:  # Arrow gives naive datetimes for timestamps without a zone: UTC
+        v = v.replace(tzinfo=timezone.utc)
+    return (v - _EPOCH) // _MICRO
+
+
+def _table_rows(table: pa.Table) -> list[Row]:
+    """Rows of Python values, timestamps as int64 microseconds and dates as int32 days
+    (exact, and defined beyond Python's datetime range)."""
+    columns = []
+    for column in table.columns:
+        t = column.type
+        if pa.types.is_timestamp(t):
+            columns.append([None if v is None else _Micros(v) for v in column.cast(pa.int64()).to_pylist()])
+        elif pa.types.is_date32(t):
+            columns.append([None if v is None else _Days(v) for v in column.cast(pa.int32()).to_pylist()])
+        else:
+            columns.append(column.to_pylist())
+    return list(zip(*columns)) if columns else [() for _ in range(table.num_rows)]
+
+
+def _type_name(t: pa.DataType) -> str:
+    return str(t)
+
+
+def compare_exact(got: pa.Table, want: pa.Table) -> str | None:
+    """None when ``got`` equals ``want`` as a bag of rows (multiplicities count), else what differs.
+
+    Column names and Arrow types must be equal (a DECIMAL(38,18) where Spark says
+    DECIMAL(38,6) is a difference, whatever the values). Values compare exactly — decimals
+    by value, timestamps as their int64 microseconds, dates as their days, strings by
+    their code points — except floating point, by one rule: two floats are equal when
+    both are NaN, or both are the same infinity, or both are zeros of the same sign
+    (-0.0 vs 0.0 is a difference), or both are finite, not both zero, and
+    ``math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)``. The tolerance is there because
+    Spark itself sums floats in partition order, so SUM or AVG of doubles may differ from
+    another evaluation in the last bits; it hides nothing larger.
+
+    The description names up to 10 rows found only on each side.
+    """
+    problems = []
+    g_names, w_names = got.schema.names, want.schema.names
+    if g_names != w_names:
+        problems.append(f"columns {g_names} vs {w_names} in batch")
+    g_types = [_type_name(t) for t in got.schema.types]
+    w_types = [_type_name(t) for t in want.schema.types]
+    if g_types != w_types:
+        differ = [f"{w_names[i] if i < len(w_names) else i}: {g} vs {w}"
+                  for i, (g, w) in enumerate(zip(g_types, w_types)) if g != w]
+        problems.append(f"types differ ({'; '.join(differ) or f'{g_types} vs {w_types}'})")
+    g_rows, w_rows = _table_rows(got), _table_rows(want)
+    only_got, only_want = _bag_difference(g_rows, w_rows)
+    if only_got or only_want:
+        problems.append(f"{len(g_rows)} rows vs {len(w_rows)} in batch; "
+                        f"only engine ({len(only_got)}): {_show(only_got)}; "
+                        f"only batch ({len(only_want)}): {_show(only_want)}")
+    return "; ".join(problems) or None
+
+
+def _show(rows: list[Row], limit: int = 10) -> str:
+    return "[" + ", ".join(map(repr, rows[:limit])) + (", ..." if len(rows) > limit else "") + "]"
+
+
+def _bag_difference(got: list[Row], want: list[Row]) -> tuple[list[Row], list[Row]]:
+    """Rows of each side without a partner on the other: exact matches first, then the
+    rest paired by :func:`float_equal` (a maximum matching, so the pairing found does not
+    depend on the order rows came in)."""
+    pending: dict[Any, list[Row]] = {}
+    for row in want:
+        pending.setdefault(_exact_key(row), []).append(row)
+    rest_got = []
+    for row in got:
+        same = pending.get(_exact_key(row))
+        if same:
+            same.pop()
+        else:
+            rest_got.append(row)
+    rest_want = [r for rows in pending.values() for r in rows]
+    if not rest_got or not rest_want:
+        return rest_got, rest_want
+    if len(rest_got) * len(rest_want) > 4_000_000:  # too many to pair: report them as they are
+        return rest_got, rest_want
+    edges = [[j for j, w in enumerate(rest_want) if len(g) == len(w) and all(map(_value_equal, g, w))]
+             for g in rest_got]
+    partner: dict[int, int] = {}  # want index → got index
+
+    def augment(i: int, seen: set[int]) -> bool:
+        for j in edges[i]:
+            if j not in seen:
+                seen.add(j)
+                if j not in partner or augment(partner[j], seen):
+                    partner[j] = i
+                    return True
+        return False
+
+    for i in range(len(rest_got)):
+        augment(i, set())
+    paired = set(partner.values())
+    return ([r for i, r in enumerate(rest_got) if i not in paired],
+            [r for j, r in enumerate(rest_want) if j not in partner])
+
+
+def _batch_sql(sql: str) -> str:
+    """A view's SQL as the oracle runs it: an ORDER BY feeding a LIMIT extended by every
+    output column, NULLs first (:func:`total_order`, as the engine breaks ties), so a
+    LIMIT picks the same rows; any other SQL verbatim."""
+    tree = sqlglot.parse_one(sql, read=DIALECT)
+    ordered = total_order(tree)
+    return sql if ordered == tree else ordered.sql(dialect=DIALECT)
+
+
+def _packed_arrow(frames: Mapping[str, DataFrame]) -> dict[str, pa.Table]:
+    """Several DataFrames collected as Arrow in one Spark job (:func:`pack`)."""
+    if not frames:
+        return {}
+    columns = {n: f"__s{i}" for i, n in enumerate(frames)}
+    # as the JVM sends them: toArrow's cast to the declared schema refuses a struct whose
+    # non-nullable field is NULL where the struct is (the other frames' rows)
+    batches = pack(dict(frames), columns, "__v")._collect_as_arrow(empty_list_if_zero_records=False)
+    packed = pa.Table.from_batches(batches)
+    tags = packed.column("__v")
+    out = {}
+    for name, column in columns.items():
+        part = packed.filter(pc.equal(tags, name)).column(column)
+        array = part.combine_chunks() if part.num_chunks else pa.array([], part.type)
+        table = pa.Table.from_struct_array(array)
+        declared = arrow_schema(frames[name].schema)  # toArrow's types: timestamps in UTC
+        out[name] = table.cast(pa.schema([f.with_nullable(True) for f in declared]))
+    return out
+
+
+class SparkOracle:
+    """Integrated inputs, queried in batch by Spark itself.
+
+    Each source's input is kept integrated (weights summed per distinct row, rows told
+    apart exactly: -0.0 is not 0.0, 'é' is not 'e\\u0301'). A query runs in a session of
+    its own (``spark.newSession()``: its own temp views, the same SparkContext) with the
+    answer-deciding settings of ``spark`` (:data:`ORACLE_CONF`) copied just before. The
+    sources' temp views are made from Arrow tables, so no value passes through the
+    process's local time; each view's SQL is a temp view too, in the order added, so
+    views read earlier views as in the engine.
+    """
+
+    def __init__(self, spark: SparkSession) -> None:
+        self.spark = spark
+        self.session = spark.newSession()
+        self.schemas: dict[str, StructType] = {}
+        self.views: dict[str, str] = {}  # view → the SQL run in batch
+        self._inputs: dict[str, dict[Any, list[Any]]] = {}  # source → exact key → [row, weight]
+        self._dirty: set[str] = set()
+        self._registered: tuple[tuple[str, str], ...] | None = None  # the settings views were analysed with
+
+    def add_source(self, name: str, schema: StructType) -> None:
+        self.schemas[name] = schema
+        self._inputs[name] = {}
+        self._dirty.add(name)
+
+    def add_view(self, name: str, sql: str) -> None:
+        self.views[name] = _batch_sql(sql)
+        self._registered = None
+
+    def integrate(self, source: str, delta: pa.Table) -> None:
+        """Add a delta (the source's columns, then ``_w``) to the source's input."""
+        weights = delta.column(WEIGHT).to_pylist()
+        data = delta.select([c for c in delta.column_names if c != WEIGHT])
+        self.apply(source, zip(_python_rows(data), weights))
+
+    def apply(self, source: str, changes: Iterable[Change]) -> None:
+        rows = self._inputs[source]
+        for row, weight in changes:
+            row = tuple(row)
+            entry = rows.setdefault(_exact_key(row), [row, 0])
+            entry[1] += int(weight)
+            if entry[1] == 0:
+                del rows[_exact_key(row)]
+        self._dirty.add(source)
+
+    def rows(self, source: str) -> list[Row]:
+        """The source's current contents as a list (with repeats)."""
+        return [row for row, w in self._inputs[source].values() for _ in range(max(w, 0))]
+
+    def table(self, source: str) -> pa.Table:
+        """The source's current contents as Arrow (a row per unit of weight)."""
+        negative = [r for r, w in self._inputs[source].values() if w < 0]
+        if negative:
+            raise ValueError(f"source {source} has rows with negative multiplicity: {negative[:3]}")
+        table = arrow_rows(self.schemas[source], self.rows(source))
+        if table is None:
+            raise ValueError(f"source {source}: nested column types are not supported by the oracle")
+        return table
+
+    def _prepare(self) -> None:
+        settings = tuple((k, self.spark.conf.get(k)) for k in ORACLE_CONF)
+        for key, value in settings:
+            self.session.conf.set(key, value)
+        for name in sorted(self._dirty):
+            self.session.createDataFrame(self.table(name), schema=self.schemas[name]).createOrReplaceTempView(name)
+        if self._dirty or self._registered != settings:  # analysed again: types follow the settings
+            for name, sql in self.views.items():
+                self.session.sql(sql).createOrReplaceTempView(name)
+        self._dirty.clear()
+        self._registered = settings
+
+    def query(self, sql: str) -> pa.Table:
+        """Any SQL over the sources and views, as Arrow."""
+        self._prepare()
+        return self.session.sql(sql).toArrow()
+
+    def schema(self, name: str) -> StructType:
+        self._prepare()
+        return self.session.table(name).schema
+
+    def results(self, names: Iterable[str] | None = None) -> dict[str, pa.Table | str]:
+        """Every view's batch result, or the data error it raises ("CONDITION: message",
+        :func:`data_error`); all in one Spark job unless one of them fails. Any other
+        error is raised."""
+        names = list(self.views if names is None else names)
+        self._prepare()
+        try:
+            return dict(_packed_arrow({n: self.session.table(n) for n in names}))
+        except Exception as e:
+            if data_error(e) is None:
+                raise
+        out: dict[str, pa.Table | str] = {}
+        for name in names:
+            try:
+                out[name] = self.session.table(name).toArrow()
+            except Exception as e:
+                why = data_error(e)
+                if why is None:
+                    raise
+                out[name] = why
+        return out
+
+
+def _python_rows(table: pa.Table) -> list[Row]:
+    """Arrow rows as the Python values :func:`coerce_row` and :func:`arrow_rows` take back
+    (timestamps as UTC-aware datetimes)."""
+    columns = [column.to_pylist() for column in table.columns]
+    return list(zip(*columns)) if columns else [() for _ in range(table.num_rows)]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One way a placement differs from Spark in batch after a tick. ``view`` is None for
+    a crash out of :meth:`Pipeline.step`; ``placement`` is "auto", "dataframe" or
+    "duckdb" (the "auto" pipeline against DuckDB)."""
+
+    tick: int
+    view: str | None
+    placement: str
+    kind: str  # "mismatch", "crash", "failed" (engine failed, batch did not), "not failed", "rejected"
+    description: str
+
+    def __str__(self) -> str:
+        what = f"view {self.view!r}" if self.view else "step"
+        return f"tick {self.tick} {self.placement} {what}: {self.kind}: {self.description}"
+
+
+class Twin:
+    """Two pipelines — placement "auto" (small ticks on Arrow kernels in the driver after
+    the first) and "dataframe" (every tick in Spark) — and a :class:`SparkOracle`, driven
+    by the same changes; after every tick every view of both must be exactly the batch
+    answer (:func:`compare_exact`).
+
+    ``step`` converts each source's changes once to an Arrow table (timestamps as UTC
+    instants, no local time involved), feeds that same table to both pipelines, integrates
+    it into the oracle and checks every view on both. A view whose batch query raises a
+    data error must be in the pipeline's ``failed`` (the conditions are recorded in
+    :attr:`errors`, not compared); a view in ``failed`` while batch succeeds, a differing
+    view, and a ``step`` that raises (the pipeline is not stepped or checked again: its
+    state is behind) are findings. All findings of a tick are raised together as one
+    :class:`Mismatch` (its ``findings``), after which the twin can step on.
+
+    ``duckdb=True`` also compares the "auto" pipeline with DuckDB (:class:`Oracle`,
+    tolerant :func:`compare`): meaningful only on narrow values.
+    """
+
+    def __init__(self, spark: SparkSession, directory: str, sources: Mapping[str, str | StructType],
+                 views: Mapping[str, str], *, duckdb: bool = False, max_batches: int = 8,
+                 placements: Sequence[str] = TWIN_PLACEMENTS) -> None:
+        self.spark = spark
+        self.sources = dict(sources)
+        self.views = dict(views)
+        self.pipelines = {p: Pipeline(spark, f"{directory.rstrip('/')}/{p}", max_batches=max_batches, placement=p)
+                          for p in placements}
+        self.oracle = SparkOracle(spark)
+        self.duck = Oracle() if duckdb else None
+        #: ticks run, view comparisons made, ticks the "auto" pipeline ran on arrangements
+        self.ticks = self.checks = self.arranged = 0
+        #: per tick, the path the "auto" pipeline took (and why not arranged)
+        self.paths: list[tuple[str, str | None]] = []
+        self.findings: list[Finding] = []  # every tick's
+        self.broken: dict[str, str] = {}  # placement → the crash that stopped it
+        #: (tick, view) → (batch's data error, per placement what ``failed`` says)
+        self.errors: dict[tuple[int, str], tuple[str, dict[str, str | None]]] = {}
+        self.rejected: dict[str, str] = {}  # view → why a pipeline would not define it
+        first = next(iter(self.pipelines.values()))
+        for name, schema in self.sources.items():
+            for pipe in self.pipelines.values():
+                pipe.add_source(name, schema)
+            self.oracle.add_source(name.lower(), first.schema(name))
+            if self.duck is not None:
+                self.duck.add_source(name.lower(), first.schema(name))
+        for name, sql in self.views.items():
+            self.add_view(name, sql)
+
+    @property
+    def auto(self) -> Pipeline:
+        return self.pipelines["auto"]
+
+    @property
+    def dataframe(self) -> Pipeline:
+        return self.pipelines["dataframe"]
+
+    def add_view(self, name: str, sql: str) -> None:
+        """A view on both pipelines and the oracle; one a pipeline rejects (CompileError,
+        StreamError) is a finding of the next tick, and is left out (with its readers)."""
+        name = name.lower()
+        self.views[name] = sql
+        if any(v in self.rejected for v in self._reads(sql)):
+            self.rejected[name] = "reads a rejected view"
+            return
+        for placement, pipe in self.pipelines.items():
+            try:
+                pipe.add_view(name, sql)
+            except StreamError as e:
+                self.rejected[name] = f"{placement}: {type(e).__name__}: {str(e).splitlines()[0]}"
+                return
+        if CLOCK in self.auto._schemas:
+            raise StreamError(f"view {name!r} reads the time: the twin has no clock")
+        self.oracle.add_view(name, sql)
+        if self.duck is not None:
+            self.duck.add_view(name, sql)
+
+    def _reads(self, sql: str) -> set[str]:
+        return {t.name.lower() for t in sqlglot.parse_one(sql, read=DIALECT).find_all(exp.Table)}
+
+    def schema(self, source: str) -> StructType:
+        return self.oracle.schemas[source.lower()]
+
+    def rows(self, source: str) -> list[Row]:
+        """The source's current contents as a list (with repeats)."""
+        return self.oracle.rows(source.lower())
+
+    def delta(self, source: str, changes: Sequence[Change]) -> pa.Table:
+        """``(row, weight)`` pairs as the Arrow delta every side is fed."""
+        schema = zsets.with_weight(self.schema(source))
+        rows = [_utc(schema, coerce_row(schema, tuple(row) + (int(w),))) for row, w in changes]
+        table = arrow_rows(schema, rows)
+        if table is None:
+            raise ValueError(f"source {source}: nested column types are not supported by the twin")
+        return table
+
+    def step(self, changes: Mapping[str, Sequence[Change]], *, check: bool = True) -> list[Finding]:
+        """One tick of ``changes`` on every side; raises :class:`Mismatch` with all of the
+        tick's findings (none: returns [])."""
+        tables = {s.lower(): self.delta(s, c) for s, c in changes.items() if c}
+        self.ticks += 1
+        found: list[Finding] = []
+        if self.ticks == 1:
+            found += [Finding(1, v, "both", "rejected", why) for v, why in self.rejected.items()]
+        for placement, pipe in self.pipelines.items():
+            if placement in self.broken:
+                continue
+            try:
+                pipe.step(tables)
+            except Exception as e:  # noqa: BLE001 - any error out of step is the finding
+                why = f"{type(e).__name__}: {_first_line(e)}"
+                self.broken[placement] = why
+                found.append(Finding(self.ticks, None, placement, "crash", f"crash out of step: {why}\n"
+                                     + "".join(traceback.format_exception(e)[-3:]).rstrip()))
+                continue
+            if placement == "auto" and pipe.last_tick is not None:
+                self.paths.append((pipe.last_tick.path, pipe.last_tick.why))
+                self.arranged += pipe.last_tick.path == "arranged"
+        for source, table in tables.items():
+            self.oracle.integrate(source, table)
+            if self.duck is not None:
+                self.duck.apply(source, zip(_python_rows(table.drop_columns([WEIGHT])),
+                                            table.column(WEIGHT).to_pylist()))
+        if check:
+            found += self.check()
+        self.findings += found
+        if found:
+            error = Mismatch(f"{len(found)} finding(s) after tick {self.ticks}:\n"
+                             + "\n".join(f"- {f}" for f in found))
+            error.findings = found  # type: ignore[attr-defined]
+            raise error
+        return found
+
+    def check(self, names: Iterable[str] | None = None) -> list[Finding]:
+        """Every view (or ``names``) of every running placement against batch, now."""
+        names = [n.lower() for n in (names or self.views) if n.lower() not in self.rejected]
+        want = self.oracle.results(names)
+        found: list[Finding] = []
+        tick = self.ticks
+        for placement, pipe in self.pipelines.items():
+            if placement in self.broken:
+                continue
+            failed = dict(pipe.failed)
+            live = [n for n in names if n not in failed]
+            try:
+                got = _packed_arrow({n: pipe.snapshot(n) for n in live})
+            except Exception as e:  # noqa: BLE001 - reading the state back is the engine's too
+                found.append(Finding(tick, None, placement, "crash", f"snapshot: {type(e).__name__}: "
+                                     f"{_first_line(e)}"))
+                continue
+            for name in names:
+                self.checks += 1
+                batch = want[name]
+                if isinstance(batch, str):
+                    self.errors.setdefault((tick, name), (batch, {}))[1][placement] = failed.get(name)
+                    if name not in failed:
+                        found.append(Finding(tick, name, placement, "not failed",
+                                             f"batch fails with {batch}, the view is not in failed and has "
+                                             f"{got[name].num_rows} rows"))
+                    continue
+                if name in failed:
+                    found.append(Finding(tick, name, placement, "failed",
+                                         f"in failed ({failed[name]}) but batch succeeds with {batch.num_rows} rows"))
+                    continue
+                problem = compare_exact(got[name], batch)
+                if problem:
+                    found.append(Finding(tick, name, placement, "mismatch", problem))
+            if placement == "auto" and self.duck is not None:
+                found += self._check_duckdb(names, want, got, failed)
+        return found
+
+    def _check_duckdb(self, names: list[str], want: Mapping[str, pa.Table | str], got: Mapping[str, pa.Table],
+                      failed: Mapping[str, str]) -> list[Finding]:
+        assert self.duck is not None
+        found = []
+        for name in names:
+            if isinstance(want[name], str) or name in failed:
+                continue
+            try:
+                rows = self.duck.query(f'SELECT * FROM "{name}"')
+            except duckdb.Error as e:
+                found.append(Finding(self.ticks, name, "duckdb", "mismatch", f"DuckDB fails: {_first_line(e)}"))
+                continue
+            self.checks += 1
+            problem = compare(_python_rows(got[name]), rows)
+            if problem:
+                found.append(Finding(self.ticks, name, "duckdb", "mismatch", problem))
+        return found
+
+    def close(self) -> None:
+        for pipe in self.pipelines.values():
+            pipe.close()
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def _utc(schema: StructType, row: Row) -> Row:
+    """Timestamps as UTC-aware datetimes (a naive one is taken as UTC), so converting them
+    involves no local time."""
+    return tuple(v.astimezone(timezone.utc) if isinstance(v, datetime) and v.tzinfo is not None
+                 else v.replace(tzinfo=timezone.utc) if isinstance(v, datetime) and isinstance(f.dataType, TimestampType)
+                 else v for f, v in zip(schema.fields, row))

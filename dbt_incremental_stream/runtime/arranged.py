@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import partial, singledispatchmethod
 from typing import AbstractSet, Callable, Mapping, Sequence
@@ -104,6 +104,8 @@ class JoinPlan:
     residual: bool
     computed: bool  # a key of the delta's side is an expression: Spark computes it first
     unkeyed: str | None = None  # why its state cannot be probed: a tick where its delta has rows takes Spark's job
+    #: per key pair, the state key's type where the delta's key has another (:func:`kernels.as_probe`)
+    probe_as: tuple[pa.DataType | None, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -460,14 +462,22 @@ class Plan:
                             f"{op.label()}: the key of its state side is an expression")
         self.need(self.state_of(state.integral), state.key([unquote(pair[i]) for pair in op.keys]), False)
         computed = not all(is_identifier(pair[1 - i]) for pair in op.keys)
+        delta = op.left if right is not None else op.right
         if computed:
-            delta = op.left if right is not None else op.right
             schema = zsets.arrow_schema(self.schema(delta))
             compiled = [expressions.value(pair[1 - i], schema, partial(self.types, delta), self.zone)
                         for pair in op.keys if not is_identifier(pair[1 - i])]
             if all(f is not None for f in compiled):
                 self.join_keys[op.id] = compiled  # type: ignore[assignment]
-        return JoinPlan(state, right is not None, null_safe, residual, computed)
+        # Spark compares keys of two types in their common type: the delta's keys become the state's
+        ours = self.types(delta, [pair[1 - i] for pair in op.keys])
+        theirs = self.types(op.right if right is not None else op.left, [pair[i] for pair in op.keys])
+        mixed = [(a, b) for a, b in zip(ours, theirs) if a != b]
+        plan = JoinPlan(state, right is not None, null_safe, residual, computed,
+                        probe_as=tuple(b if a != b else None for a, b in zip(ours, theirs)) if mixed else ())
+        if any(not kernels.probes_as(a, b) for a, b in mixed):
+            return replace(plan, unkeyed=f"{op.label()}: keys of types {mixed} are compared by Spark")
+        return plan
 
 
 def _limit(keep: str, name: str) -> int | None:
@@ -722,11 +732,13 @@ class ArrangedTick:
         keys = [unquote(p[i]) if is_identifier(p[i]) else f"__k{n}" for n, p in enumerate(op.keys)]
         if j.computed:
             delta = self._keyed(op, delta, [(k, p[i]) for k, p in zip(keys, op.keys) if not is_identifier(p[i])])
+        if j.probe_as:
+            delta, keys = self._probe_as(delta, keys, j.probe_as)
         rows, matched = self._read(j.state, delta, keys, [unquote(p[1 - i]) for p in op.keys], j.null_safe)
         if matched is None:
             return None
         mine = delta.take(pa.array(rows))
-        if j.computed:
+        if j.computed or j.probe_as:
             mine = mine.select(list(op.left.columns if j.state_right else op.right.columns) + [WEIGHT])
         w = pc.multiply_checked(mine.column(WEIGHT), matched.column(WEIGHT))
         theirs = [matched.column(c) for c in kernels.data_columns(matched)]
@@ -734,6 +746,21 @@ class ArrangedTick:
         out = self._conform(op, pa.Table.from_arrays((ours + theirs if j.state_right else theirs + ours) + [w],
                                                      names=list(op.columns) + [WEIGHT]))
         return self._where(op, out, op.on) if j.residual else out
+
+    @staticmethod
+    def _probe_as(delta: pa.Table, keys: list[str], types: Sequence[pa.DataType | None]
+                  ) -> tuple[pa.Table, list[str]]:
+        """``delta`` with its keys of another type than the state's as the state's, in
+        columns ``__p<n>``, less the rows whose key equals no value of that type."""
+        ok = np.ones(delta.num_rows, bool)
+        out = list(keys)
+        for n, (key, kind) in enumerate(zip(keys, types)):
+            if kind is not None:
+                values, fits = kernels.as_probe(delta.column(key), kind)
+                delta = delta.append_column(f"__p{n}", values)
+                out[n] = f"__p{n}"
+                ok &= fits
+        return (delta if ok.all() else delta.filter(pa.array(ok))), out
 
     def _keyed(self, op: Join, delta: pa.Table, exprs: list[tuple[str, str]]) -> pa.Table:
         """``delta`` with computed key columns ``(name, Spark SQL)`` appended: by Arrow
@@ -765,7 +792,8 @@ class ArrangedTick:
         groups = kernels.group_sums(kernels.concat([old, dp.cast(old.schema) if old is not None else dp]), keys)
         new = kernels.finish(groups, keys, op.aggs)
         if new is None:
-            new = self._in_spark(op, groups, lambda df: zsets.finish(df, keys, op.aggs)).select(
+            types = zsets.arg_types(self.plan.schema(op.delta.input), op.aggs)  # type: ignore[attr-defined]
+            new = self._in_spark(op, groups, lambda df: zsets.finish(df, keys, op.aggs, types)).select(
                 list(op.columns) + [WEIGHT])
         return self._retract(op, dp, self._conform(op, new))
 
@@ -821,7 +849,9 @@ class ArrangedTick:
     def _regroup(self, op: GroupDiff, rows: pa.Table) -> pa.Table:
         new = kernels.regroup(rows, op.keys, op.aggs, self.arrow_schema(op))
         if new is None:
-            new = self._in_spark(op, rows, lambda df: zsets.group_diff(None, df, None, op.keys, op.aggs, False))
+            types = zsets.arg_types(self.plan.schema(op.delta), op.aggs)
+            new = self._in_spark(op, rows, lambda df: zsets.group_diff(None, df, None, op.keys, op.aggs, False,
+                                                                       types))
         return new
 
     def _recompute(self, op: GroupDiff | WindowDiff, compute: Callable[[pa.Table], pa.Table | None]

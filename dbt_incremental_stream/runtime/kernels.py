@@ -9,10 +9,18 @@ is the same in every process, and the bucket of a row is ``_h % buckets``.
 
 The kernels work on whole columns: ``group_by`` for consolidation and partial sums,
 ``searchsorted``/``repeat`` for probes, ``take`` for gathering. Integer arithmetic is
-checked (an overflow raises instead of wrapping, as Spark's ANSI mode does).
+checked: an overflow raises ``ArrowInvalid``, and the tick goes to Spark, whose answer
+(an error with ANSI on, a wrapped sum with it off) is the one given.
+
+Keys follow Spark's ``NormalizeFloatingNumbers``: wherever rows are matched or grouped by
+a key (joins, GROUP BY, DISTINCT, set operations, partitions), -0.0 equals 0.0 and every
+NaN equals every NaN, and a group's key comes out normalized, as Spark's does. A row's
+identity in a Z-set (:func:`consolidate`) is its exact values: -0.0 stays apart from 0.0,
+as in Spark's bags.
 """
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -29,6 +37,7 @@ _NULL = np.uint64(0x9E3779B97F4A7C15)  # what a NULL key value hashes to
 _MUL = np.uint64(0xBF58476D1CE4E5B9)
 _MUL2 = np.uint64(0x94D049BB133111EB)
 _POLY = np.uint64(0x100000001B3)
+_EXACT = pa.decimal128(38, 0)  # integer sums are summed in it
 
 
 class UnsupportedKey(TypeError):
@@ -97,6 +106,25 @@ def _bytes_hash(arr: pa.Array) -> np.ndarray:
     return per_value + lengths.astype(np.uint64) * _MUL2
 
 
+def normal_float(values: pa.Array | pa.ChunkedArray, zero: bool = True) -> pa.Array | pa.ChunkedArray:
+    """Floating-point values as Spark normalizes keys: every NaN one NaN and, with
+    ``zero``, -0.0 as 0.0; other types as they are."""
+    if not pa.types.is_floating(values.type):
+        return values
+    nan = pa.scalar(float("nan"), values.type)
+    out = pc.if_else(pc.is_nan(values), nan, values)
+    return pc.add(out, pa.scalar(0.0, values.type)) if zero else out  # -0.0 + 0.0 is 0.0
+
+
+def normal_keys(table: pa.Table, keys: Iterable[str], zero: bool = True) -> pa.Table:
+    """``table`` with its floating-point ``keys`` columns normalized (:func:`normal_float`)."""
+    for k in keys:
+        i = table.schema.get_field_index(k)
+        if pa.types.is_floating(table.schema.field(i).type):
+            table = table.set_column(i, table.schema.field(i), normal_float(table.column(i), zero))
+    return table
+
+
 def key_hash(table: pa.Table, keys: Sequence[str]) -> np.ndarray:
     """The ``_h`` of each row: a hash of its ``keys`` columns (no keys: one constant)."""
     h = np.full(table.num_rows, np.uint64(0x2545F4914F6CDD1D), np.uint64)
@@ -133,7 +161,8 @@ def consolidate(table: pa.Table) -> pa.Table:
     if not cols:
         total = pc.sum(table.column(WEIGHT)).as_py() or 0
         return pa.table({WEIGHT: pa.array([total] if total else [], pa.int64())})
-    out = table.select(cols + [WEIGHT]).group_by(cols, use_threads=False).aggregate([(WEIGHT, "sum")])
+    rows = normal_keys(table.select(cols + [WEIGHT]), cols, zero=False)
+    out = rows.group_by(cols, use_threads=False).aggregate([(WEIGHT, "sum")])
     out = out.rename_columns([WEIGHT if c == f"{WEIGHT}_sum" else c for c in out.column_names]).select(cols + [WEIGHT])
     return out.filter(pc.not_equal(out.column(WEIGHT), 0))
 
@@ -155,15 +184,25 @@ def sum_by(table: pa.Table, keys: Sequence[str]) -> pa.Table:
 def group_sums(table: pa.Table, keys: Sequence[str]) -> pa.Table:
     """Every non-key column summed per key (no keys: one row, if there are rows)."""
     values = [c for c in table.column_names if c not in keys and c != HASH]
-    if keys:
-        out = table.select(list(keys) + values).group_by(list(keys), use_threads=False).aggregate(
-            [(c, "sum") for c in values])
-        out = out.rename_columns([c[:-4] if c.endswith("_sum") and c[:-4] in values else c
-                                  for c in out.column_names]).select(list(keys) + values)
-    else:
-        out = pa.table({c: pa.array([pc.sum(table.column(c)).as_py()], table.schema.field(c).type)
-                        for c in values}) if table.num_rows else table.select(values)
-    return out.cast(pa.schema([table.schema.field(c) for c in list(keys) + values]))
+    if not keys and not table.num_rows:
+        return table.select(values)
+    out = aggregate(table.select(list(keys) + values), keys, [(c, "sum") for c in values])
+    return out.select(list(keys) + values)
+
+
+def aggregate(table: pa.Table, keys: Sequence[str], specs: Sequence[tuple]) -> pa.Table:
+    """``table.group_by(keys).aggregate(specs)`` as Spark groups: floating-point keys
+    normalized, each output column named as its input column, and integer sums exact
+    (summed as decimal(38, 0) and cast back: a sum out of its type's range raises
+    ``ArrowInvalid``). No keys: one row, of NULL sums when there are no rows."""
+    summed = {s[0]: table.schema.field(s[0]).type for s in specs
+              if s[1] == "sum" and pa.types.is_integer(table.schema.field(s[0]).type)}
+    for c in summed:
+        table = table.set_column(table.schema.get_field_index(c), c, table.column(c).cast(_EXACT))
+    out = normal_keys(table, keys).group_by(list(keys), use_threads=False).aggregate(list(specs))
+    named = {f"{s[0]}_{s[1]}": s[0] for s in specs}
+    out = out.rename_columns([named.get(c, c) for c in out.column_names])
+    return out.cast(pa.schema([pa.field(c, summed.get(c, t)) for c, t in zip(out.column_names, out.schema.types)]))
 
 
 # --- runs and probes ----------------------------------------------------------------
@@ -297,11 +336,78 @@ def keys_equal(left: pa.Table, lkeys: Sequence[str], right: pa.Table, rkeys: Seq
         x, y = left.column(a), right.column(b)
         if x.type != y.type:
             x = x.cast(y.type)
-        eq = pc.equal(x, y)
+        eq = pc.equal(x, y)  # -0.0 = 0.0, as IEEE and Spark's keys say
+        if pa.types.is_floating(y.type):  # NaN = NaN, as Spark's keys say
+            eq = pc.or_kleene(eq, pc.and_(pc.is_nan(x), pc.is_nan(y)))
         if safe:
             eq = pc.or_kleene(eq, pc.and_(pc.is_null(x), pc.is_null(y)))
         ok &= pc.fill_null(eq, False).to_numpy(zero_copy_only=False)
     return ok
+
+
+def _exact_number(t: pa.DataType) -> bool:
+    return pa.types.is_integer(t) or pa.types.is_decimal(t)
+
+
+def probes_as(source: pa.DataType, target: pa.DataType) -> bool:
+    """Whether keys of type ``source`` can probe keys of type ``target`` by
+    :func:`as_probe` (numbers of other types; anything else is Spark's to compare)."""
+    if source == target:
+        return True
+    if pa.types.is_floating(target):
+        return pa.types.is_floating(source) or pa.types.is_integer(source)
+    return _exact_number(target) and (_exact_number(source) or pa.types.is_floating(source) and
+                                      pa.types.is_integer(target))
+
+
+def as_probe(values: pa.Array | pa.ChunkedArray, target: pa.DataType) -> tuple[pa.Array, np.ndarray]:
+    """Key values of one numeric type as keys of type ``target`` (the state's, which they
+    probe), and which of them can equal a ``target`` value at all under Spark's comparison,
+    which casts both sides to their common type: an INT probing DOUBLE keys is cast as
+    Spark casts it; a DECIMAL(12,4) probing DECIMAL(10,2) keys matches only if it has no
+    third decimal and fits; a DOUBLE probing BIGINT keys only if it is a whole number.
+    NULLs stay NULL. Raises :class:`UnsupportedKey` where one probe value may equal
+    several keys (a DOUBLE past 2^53 probing BIGINT keys, which Spark compares in DOUBLE)."""
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    source = values.type
+    valid = values.is_valid().to_numpy(zero_copy_only=False)
+    if source == target:
+        return values, np.ones(len(values), bool)
+    if pa.types.is_floating(target) and pa.types.is_floating(source) and target.bit_width < source.bit_width:
+        narrow = values.cast(target, safe=False)
+        same = pc.or_kleene(pc.equal(narrow.cast(source), values), pc.is_nan(values))
+        return narrow, ~valid | pc.fill_null(same, False).to_numpy(zero_copy_only=False)
+    if pa.types.is_floating(target):  # the state's type is the common one: Spark's cast
+        return values.cast(target, safe=False), np.ones(len(values), bool)
+    if pa.types.is_floating(source):  # whole numbers within the target's range
+        x = values.fill_null(0.0).to_numpy(zero_copy_only=False).astype(np.float64)
+        info = np.iinfo(target.to_pandas_dtype())
+        with np.errstate(invalid="ignore"):
+            whole = np.isfinite(x) & (np.floor(x) == x) & (x >= info.min) & (x <= float(info.max))
+        if (whole & (np.abs(x) >= 2.0 ** np.finfo(x.dtype if source.bit_width == 64 else np.float32).nmant + 1)).any():
+            raise UnsupportedKey(f"{source} keys past the integers it holds exactly probe {target} keys")
+        ints = np.where(whole, x, 0).astype(np.int64)
+        return pa.array(ints, pa.int64(), mask=~valid).cast(target, safe=False), ~valid | whole
+    # integers and decimals: exactly, in 76 digits at the larger scale
+    scale = max(_scale(source), _scale(target))
+    wide = values.cast(pa.decimal256(76, scale))
+    kept = wide.cast(pa.decimal256(76, _scale(target)), safe=False)
+    same = pc.equal(kept.cast(pa.decimal256(76, scale)), wide)
+    if pa.types.is_decimal(target):
+        bound = pa.scalar(Decimal(10) ** (target.precision - target.scale), kept.type)
+        fits = pc.less(pc.abs(kept), bound)
+    else:
+        info = np.iinfo(target.to_pandas_dtype())
+        fits = pc.and_(pc.greater_equal(kept, pa.scalar(Decimal(int(info.min)), kept.type)),
+                       pc.less_equal(kept, pa.scalar(Decimal(int(info.max)), kept.type)))
+    ok = pc.fill_null(pc.and_(same, fits), False).to_numpy(zero_copy_only=False)
+    zero = pa.scalar(Decimal(0), kept.type)  # a value that cannot match: any, in range
+    return pc.if_else(pa.array(ok | ~valid), kept, zero).cast(target), ~valid | ok
+
+
+def _scale(t: pa.DataType) -> int:
+    return t.scale if pa.types.is_decimal(t) else 0
 
 
 def probe(runs: Sequence[pa.Table], probe: pa.Table, probe_keys: Sequence[str], run_keys: Sequence[str],
@@ -352,13 +458,8 @@ def partials(delta: pa.Table, keys: Sequence[str], aggs: Sequence[AggCall], sche
     ``_cnt`` = Σw, and per aggregate Σx·w and Σw over non-NULL x (as Spark's
     ``partials`` computes them), typed as ``schema``."""
     table = pa.table({k: delta.column(k) for k in keys} | _summands(delta, aggs))
-    values = [c for c in table.column_names if c not in keys]
-    if keys:
-        out = table.group_by(list(keys), use_threads=False).aggregate([(c, "sum") for c in values])
-        out = out.rename_columns([c[:-4] if c.endswith("_sum") and c[:-4] in values else c for c in out.column_names])
-    else:
-        out = pa.table({c: pa.array([pc.sum(table.column(c)).as_py()], table.schema.field(c).type) for c in values})
-    return out.select(schema.names).cast(schema)
+    return aggregate(table, keys, [(c, "sum") for c in table.column_names if c not in keys]
+                     ).select(schema.names).cast(schema)
 
 
 def _summands(delta: pa.Table, aggs: Sequence[AggCall]) -> dict[str, pa.ChunkedArray]:
@@ -372,17 +473,18 @@ def _summands(delta: pa.Table, aggs: Sequence[AggCall]) -> dict[str, pa.ChunkedA
         names = partial_columns(a)
         x = delta.column(a.arg)
         if a.func != "count":
-            cols[names[0]] = _times(x, w)
+            cols[names[0]] = _times(x, w, a.func == "avg")
         cols[names[-1]] = pc.if_else(pc.is_valid(x), w, 0)
     return cols
 
 
-def _times(x: pa.ChunkedArray, w: pa.ChunkedArray) -> pa.ChunkedArray:
-    """x·w as Spark types it: integers in int64, floats in float64, decimals exactly."""
+def _times(x: pa.ChunkedArray, w: pa.ChunkedArray, avg: bool) -> pa.ChunkedArray:
+    """x·w as Spark sums x: integers in int64 (in float64 for an AVG, as Spark averages
+    them), floats in float64, decimals exactly."""
     t = x.type
     if pa.types.is_decimal(t):  # in 256 bits: the product's precision may pass 38 before its cast
         return pc.multiply_checked(x.cast(pa.decimal256(t.precision, t.scale)), w.cast(pa.decimal256(20, 0)))
-    if pa.types.is_floating(t):
+    if pa.types.is_floating(t) or avg:
         return pc.multiply(x.cast(pa.float64()), w.cast(pa.float64()))
     return pc.multiply_checked(x.cast(pa.int64()), w)
 
@@ -439,9 +541,8 @@ def regroup(rows: pa.Table, keys: Sequence[str], aggs: Sequence[AggCall], schema
         cols[a.name] = x
         specs.append((a.name, _HASH_AGG[a.func], pc.CountOptions("only_valid")) if a.func == "count"
                      else (a.name, _HASH_AGG[a.func]))
-    out = pa.table(cols).group_by(list(keys), use_threads=False).aggregate(specs)
-    named = {f"{s[0]}_{s[1]}": s[0] for s in specs}
-    out = out.rename_columns([named.get(c, c) for c in out.column_names])
+    out = aggregate(normal_keys(pa.table(cols), [a.name for a in aggs if a.func == "count" and not a.linear]),
+                    keys, specs)
     done = finish(out, keys, linear)
     if done is None:
         return None

@@ -57,6 +57,7 @@ Rows = Iterable[tuple[Sequence[Any], int]]
 ARRANGED_ROWS = 100_000
 #: ... and Spark estimates each DataFrame input at most this large (else it is not fetched)
 ARRANGED_BYTES = 64 << 20
+PLACEMENTS = frozenset({"auto", "dataframe"})
 
 
 @dataclass(frozen=True)
@@ -186,8 +187,14 @@ def _coerce(dtype: DataType, v: Any) -> Any:
 class Pipeline:
     """A set of sources and views over them, advanced together one tick at a time."""
 
-    def __init__(self, spark: SparkSession, state_location: str, *, max_batches: int = 8):
+    def __init__(self, spark: SparkSession, state_location: str, *, max_batches: int = 8,
+                 placement: str = "auto"):
+        if placement not in PLACEMENTS:
+            raise StreamError(f"placement {placement!r}: one of {sorted(PLACEMENTS)}")
         self.spark = spark
+        #: where ticks run: "auto" (small ticks on arrangements in the driver, the rest in
+        #: Spark) or "dataframe" (every tick in Spark: the twin of "auto" in the tests)
+        self.placement = placement
         self.store = StateStore(spark, state_location, max_batches=max_batches)
         self._analysis = spark.newSession()  # temp views for batch semantics, apart from the user's
         self._schemas: dict[str, StructType] = {}
@@ -411,7 +418,9 @@ class Pipeline:
         plan = self._arranged_plan()
         why = str(self._plan) if plan is None else None
         aside = self._own_states(set(skip))
-        if plan is not None and not self._arranged_ready(plan):
+        if plan is not None and self.placement == "dataframe":
+            why = "placement 'dataframe'"
+        elif plan is not None and not self._arranged_ready(plan):
             why = "state to build"
         elif plan is not None:
             fetched = self._fetch(inputs, arrow)

@@ -9,7 +9,8 @@ import pyarrow as pa
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import LongType, StructField, StructType, TimestampType
+from pyspark.sql.types import (DataType, DecimalType, DoubleType, FloatType, LongType, StructField, StructType,
+                               TimestampType)
 
 from ..circuit.operators import COUNT, WEIGHT, AggCall, partial_columns, quote
 
@@ -48,8 +49,10 @@ def with_weight(schema: StructType) -> StructType:
     return StructType(list(schema.fields) + [StructField(WEIGHT, LONG, False)])
 
 
-#: whether this process's local time is UTC, as Spark's conversion of a naive datetime assumes
-_UTC_CLOCK = time.timezone == 0 and time.altzone == 0 and not time.daylight
+def utc_clock() -> bool:
+    """Whether this process's local time is UTC (``TZ`` may change it while it runs):
+    then a naive datetime, which Spark's Python conversions read as local time, is UTC."""
+    return time.timezone == 0 and time.altzone == 0 and not time.daylight
 
 
 def arrow_schema(schema: StructType) -> pa.Schema:
@@ -66,7 +69,7 @@ def arrow_rows(schema: StructType, rows: Sequence[Sequence[Any]]) -> pa.Table | 
     for i, (f, t) in enumerate(zip(schema.fields, arrow.types)):
         if pa.types.is_nested(t):
             return None
-        if not f.dataType.needConversion() or (_UTC_CLOCK and isinstance(f.dataType, TimestampType)):
+        if not f.dataType.needConversion() or (utc_clock() and isinstance(f.dataType, TimestampType)):
             # as they are (a naive datetime is local time to Spark; here local time is UTC)
             columns.append(pa.array([row[i] for row in rows], t))
             continue
@@ -80,9 +83,12 @@ def arrow_rows(schema: StructType, rows: Sequence[Sequence[Any]]) -> pa.Table | 
 
 def collect_arrow(df: DataFrame) -> pa.Table:
     """``df``'s rows in the driver as Arrow. A plan Spark's optimizer folds into a local
-    relation (row-wise work on a local relation) is collected without a job."""
+    relation (row-wise work on a local relation) is collected without a job, unless it
+    has timestamps and local time is not UTC: Python's datetimes are local time, which
+    repeats an hour when clocks fall back and ends at year 1 (such rows take ``toArrow``)."""
     plan = df._jdf.queryExecution().optimizedPlan()
-    if plan.getClass().getSimpleName() == "LocalRelation":
+    local_time = any(isinstance(f.dataType, TimestampType) for f in df.schema.fields) and not utc_clock()
+    if plan.getClass().getSimpleName() == "LocalRelation" and not local_time:
         table = arrow_rows(df.schema, df.collect())
         if table is not None:
             return table
@@ -96,7 +102,33 @@ def project(df: DataFrame, exprs: Sequence[tuple[str, str]]) -> DataFrame:
 
 def consolidate(df: DataFrame) -> DataFrame:
     """One row per distinct tuple with its summed weight; zero weights dropped."""
-    return df.groupBy(*map(col, data_columns(df))).agg(F.sum(WEIGHT).alias(WEIGHT)).where(col(WEIGHT) != 0)
+    return bag_group(df, [F.sum(WEIGHT).alias(WEIGHT)]).where(col(WEIGHT) != 0)
+
+
+def bag_group(df: DataFrame, aggs: Sequence[Column]) -> DataFrame:
+    """``aggs`` per distinct row of ``df`` (its data columns), rows told apart as a bag
+    tells them: Spark's GROUP BY takes -0.0 for 0.0, so a floating-point column is grouped
+    with whether it is -0.0 beside it, and -0.0 comes out as -0.0."""
+    groups, out = identity_columns(df.select(*map(col, data_columns(df))).schema)
+    grouped = df.groupBy(*(F.expr(g) for g in groups)).agg(*aggs)
+    return grouped.selectExpr(*out, *(quote(c) for c in grouped.columns[len(groups):]))
+
+
+def identity_columns(schema: StructType) -> tuple[list[str], list[str]]:
+    """(GROUP BY expressions, output expressions) in Spark SQL that keep a bag's rows
+    apart by their exact values: a floating-point column ``c`` is grouped by ``c`` and
+    ``c = 0 AND CAST(c AS STRING) LIKE '-%'`` (that it is -0.0), and put back as ``-c``
+    where that holds (Spark's GROUP BY returns 0.0 for both zeros)."""
+    groups, out = [], []
+    for i, f in enumerate(schema.fields):
+        c = quote(f.name)
+        groups.append(f"{c} AS {c}")
+        out.append(c)
+        if isinstance(f.dataType, (DoubleType, FloatType)):
+            flag = quote(f"__neg0_{i}")
+            groups.append(f"CASE WHEN {c} = 0 THEN CAST({c} AS STRING) LIKE '-%' END AS {flag}")
+            out[-1] = f"CASE WHEN {flag} THEN -{c} ELSE {c} END AS {c}"
+    return groups, out
 
 
 def sum_by(df: DataFrame, key: Sequence[str]) -> DataFrame:
@@ -125,22 +157,44 @@ def join(left: DataFrame, right: DataFrame, on: str) -> DataFrame:
 
 
 def partials(df: DataFrame, keys: Sequence[str], aggs: Sequence[AggCall]) -> DataFrame:
-    """Per-group sums from which every linear aggregate is finalized."""
+    """Per-group sums from which every linear aggregate is finalized (an AVG of integers
+    or floats summed in DOUBLE, as Spark sums them)."""
     w = col(WEIGHT)
     exprs = [F.sum(w).alias(COUNT)]
+    types = arg_types(df.schema, aggs)
     for a in aggs:
         names = partial_columns(a)
         if a.arg is None:
             continue
         x = col(a.arg)
+        if a.func == "avg" and not isinstance(types[a.arg], DecimalType):
+            x = x.cast("double")
         if a.func != "count":
             exprs.append(F.sum(x * w).alias(names[0]))
         exprs.append(F.sum(F.when(x.isNotNull(), w).otherwise(F.lit(0))).alias(names[-1]))
     return df.groupBy(*map(col, keys)).agg(*exprs)
 
 
+def arg_types(schema: StructType, aggs: Sequence[AggCall]) -> dict[str, DataType]:
+    """The type of each aggregate's argument column in ``schema`` (a node's rows)."""
+    return {a.arg: schema[a.arg].dataType for a in aggs if a.arg is not None}
+
+
+def average(total: Column, n: Column, kind: DataType) -> Column:
+    """AVG from the sum and count of its values of type ``kind``, as Spark's ``Average``
+    finishes it: a DECIMAL(p, s)'s sum as DECIMAL(p + 10, s) divided by the count as
+    DECIMAL(20, 0), cast to DECIMAL(p + 4, s + 4) (each bounded at 38 digits); any other
+    type in DOUBLE. NULL when the count is 0."""
+    if isinstance(kind, DecimalType):
+        p, sc = kind.precision, kind.scale
+        summed = total.cast(f"decimal({min(38, p + 10)},{sc})")
+        ratio = summed / F.when(n != 0, n).cast("decimal(20,0)")
+        return ratio.cast(f"decimal({min(38, p + 4)},{min(38, sc + 4)})")
+    return total.cast("double") / F.when(n != 0, n).cast("double")
+
+
 def group_diff(before: DataFrame | None, delta: DataFrame, prior: DataFrame | None, keys: Sequence[str],
-               aggs: Sequence[AggCall], linear: bool) -> DataFrame:
+               aggs: Sequence[AggCall], linear: bool, types: Mapping[str, DataType]) -> DataFrame:
     """D(agg(I(x))) on the groups ``delta`` touches: the new row of each such group, minus
     the row emitted for it before.
 
@@ -154,21 +208,21 @@ def group_diff(before: DataFrame | None, delta: DataFrame, prior: DataFrame | No
     if linear:
         values = [c for c in delta.columns if c not in keys]
         groups = touched.unionByName(delta).groupBy(*map(col, keys)).agg(*(F.sum(col(c)).alias(c) for c in values))
-        return _replace(prior, delta, keys, finish(groups, keys, aggs))
+        return _replace(prior, delta, keys, finish(groups, keys, aggs, types))
     else:
-        rows = data_columns(delta)
-        per_row = touched.union(delta.select(*map(col, rows), col(WEIGHT))).groupBy(*map(col, rows)).agg(
-            F.sum(WEIGHT).alias(WEIGHT))
+        per_row = consolidate(touched.union(delta.select(*map(col, data_columns(delta)), col(WEIGHT))))
         groups = per_row.groupBy(*map(col, keys)).agg(
             F.sum(F.when(col(WEIGHT) > 0, col(WEIGHT))).alias(COUNT),
-            *(_weighted(a, col(WEIGHT)).alias(f"__a{i}") for i, a in enumerate(aggs)))
+            *(_weighted(a, col(WEIGHT), types).alias(f"__a{i}") for i, a in enumerate(aggs)))
         count, results = F.coalesce(col(COUNT), F.lit(0)), [F.col(f"__a{i}") for i in range(len(aggs))]
     return _replace(prior, delta, keys, _rows(groups, keys, aggs, count, results))
 
 
-def finish(groups: DataFrame, keys: Sequence[str], aggs: Sequence[AggCall]) -> DataFrame:
-    """Aggregate rows (weight 1) from per-group partial sums of linear aggregates."""
-    count, results = _finalize({c: col(c) for c in groups.columns if c not in keys}, aggs)
+def finish(groups: DataFrame, keys: Sequence[str], aggs: Sequence[AggCall], types: Mapping[str, DataType]
+           ) -> DataFrame:
+    """Aggregate rows (weight 1) from per-group partial sums of linear aggregates;
+    ``types``: their arguments' types (:func:`arg_types`)."""
+    count, results = _finalize({c: col(c) for c in groups.columns if c not in keys}, aggs, types)
     return _rows(groups, keys, aggs, count, results)
 
 
@@ -188,7 +242,7 @@ def window_diff(before: DataFrame | None, delta: DataFrame, prior: DataFrame | N
     out = expand(consolidate(rows)).selectExpr("*", *(f"{e} AS {quote(n)}" for n, e in funcs))
     if keep:
         out = out.where(keep)
-    new = out.groupBy(*map(col, out.columns)).agg(F.count(F.lit(1)).alias(WEIGHT))
+    new = bag_group(out, [F.count(F.lit(1)).alias(WEIGHT)])
     return _replace(prior, delta, partition, new)
 
 
@@ -206,7 +260,8 @@ def scale(df: DataFrame, factor: str) -> DataFrame:
     return df.withColumn(WEIGHT, col(WEIGHT) * F.expr(factor).cast("bigint")).where(col(WEIGHT) != 0)
 
 
-def _finalize(sums: dict[str, Column], aggs: Sequence[AggCall]) -> tuple[Column, list[Column]]:
+def _finalize(sums: dict[str, Column], aggs: Sequence[AggCall], types: Mapping[str, DataType]
+              ) -> tuple[Column, list[Column]]:
     """(group weight, aggregate values) from per-group partial sums."""
     count = F.coalesce(sums[COUNT], F.lit(0))
     values = []
@@ -215,19 +270,20 @@ def _finalize(sums: dict[str, Column], aggs: Sequence[AggCall]) -> tuple[Column,
             values.append(count if a.arg is None else F.coalesce(sums[partial_columns(a)[0]], F.lit(0)))
         else:
             s, n = (sums[c] for c in partial_columns(a))
-            values.append(F.when(n != 0, s if a.func == "sum" else F.try_divide(s, n)))
+            values.append(F.when(n != 0, s) if a.func == "sum" else average(s, n, types[a.arg]))  # type: ignore[index]
     return count, values
 
 
-def _weighted(a: AggCall, w: Column) -> Column:
+def _weighted(a: AggCall, w: Column, types: Mapping[str, DataType]) -> Column:
     """``a`` over the rows whose weight ``w`` is positive, each counted ``w`` times."""
     live = w > 0
     if a.arg is None:
         return F.coalesce(F.sum(F.when(live, w)), F.lit(0))
     x = col(a.arg)
     if a.distinct:
-        distinct = {"count": F.count_distinct, "sum": F.sum_distinct, "avg": _avg_distinct,
-                    "min": F.min, "max": F.max}
+        if a.func == "avg":  # Spark's AVG(DISTINCT x): AVG over the distinct values
+            return average(F.sum_distinct(F.when(live, x)), F.count_distinct(F.when(live, x)), types[a.arg])
+        distinct = {"count": F.count_distinct, "sum": F.sum_distinct, "min": F.min, "max": F.max}
         return distinct[a.func](F.when(live, x))
     n = F.sum(F.when(live & x.isNotNull(), w))
     if a.func == "count":
@@ -235,12 +291,9 @@ def _weighted(a: AggCall, w: Column) -> Column:
     if a.func == "sum":
         return F.sum(F.when(live, x * w))
     if a.func == "avg":
-        return F.try_divide(F.sum(F.when(live, x * w)), n)
+        summand = x if isinstance(types[a.arg], DecimalType) else x.cast("double")
+        return average(F.sum(F.when(live, summand * w)), n, types[a.arg])
     return getattr(F, a.func)(F.when(live, x))
-
-
-def _avg_distinct(x: Column) -> Column:
-    return F.try_divide(F.sum_distinct(x), F.count_distinct(x))
 
 
 def expand(df: DataFrame) -> DataFrame:
