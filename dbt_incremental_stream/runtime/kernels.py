@@ -484,8 +484,8 @@ def _times(x: pa.ChunkedArray, w: pa.ChunkedArray, avg: bool) -> pa.ChunkedArray
     t = x.type
     if pa.types.is_decimal(t):  # in 256 bits: the product's precision may pass 38 before its cast
         return pc.multiply_checked(x.cast(pa.decimal256(t.precision, t.scale)), w.cast(pa.decimal256(20, 0)))
-    if pa.types.is_floating(t) or avg:
-        return pc.multiply(x.cast(pa.float64()), w.cast(pa.float64()))
+    if pa.types.is_floating(t) or avg:  # rounded to the nearest double, as Spark's cast rounds
+        return pc.multiply(x.cast(pa.float64(), safe=False), w.cast(pa.float64(), safe=False))
     return pc.multiply_checked(x.cast(pa.int64()), w)
 
 
