@@ -146,7 +146,7 @@ class Tick:
             delta = self._empty.value(op.delta)  # a global aggregate has its row from the start
         if delta is None:
             return None
-        rows = op.delta.input if op.linear else op.delta  # the aggregated rows: a linear one's are its partials' input
+        rows = op.delta.input if isinstance(op.delta, Partials) else op.delta  # the rows aggregated
         typed = self.value(rows) or (self._empty.value(rows) if self._empty is not None else None)
         assert typed is not None, f"no rows typed for {op.label()}"
         return zsets.group_diff(self.value(op.before), delta, self._before(op.id), op.keys, op.aggs, op.linear,
