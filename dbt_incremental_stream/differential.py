@@ -10,6 +10,7 @@ import math
 import random
 import struct
 import traceback
+from concurrent.futures import Future, ThreadPoolExecutor
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
@@ -400,7 +401,7 @@ def _micros(v: datetime) -> int:
 def _table_rows(table: pa.Table) -> list[Row]:
     """Rows of Python values, timestamps as int64 microseconds and dates as int32 days
     (exact, and defined beyond Python's datetime range)."""
-    columns = []
+    columns: list[list[Any]] = []
     for column in table.columns:
         t = column.type
         if pa.types.is_timestamp(t):
@@ -509,7 +510,8 @@ def _packed_arrow(frames: Mapping[str, DataFrame]) -> dict[str, pa.Table]:
     columns = {n: f"__s{i}" for i, n in enumerate(frames)}
     # as the JVM sends them: toArrow's cast to the declared schema refuses a struct whose
     # non-nullable field is NULL where the struct is (the other frames' rows)
-    batches = pack(dict(frames), columns, "__v")._collect_as_arrow(empty_list_if_zero_records=False)
+    batches = pack(dict(frames), columns, "__v")._collect_as_arrow(  # type: ignore[operator]
+        empty_list_if_zero_records=False)
     packed = pa.Table.from_batches(batches)
     tags = packed.column("__v")
     out = {}
@@ -541,7 +543,7 @@ class SparkOracle:
         self.views: dict[str, str] = {}  # view → the SQL run in batch
         self._inputs: dict[str, dict[Any, list[Any]]] = {}  # source → exact key → [row, weight]
         self._dirty: set[str] = set()
-        self._registered: tuple[tuple[str, str], ...] | None = None  # the settings views were analysed with
+        self._registered: tuple[tuple[str, str | None], ...] | None = None  # the settings views were analysed with
 
     def add_source(self, name: str, schema: StructType) -> None:
         self.schemas[name] = schema
@@ -585,7 +587,8 @@ class SparkOracle:
     def _prepare(self) -> None:
         settings = tuple((k, self.spark.conf.get(k)) for k in ORACLE_CONF)
         for key, value in settings:
-            self.session.conf.set(key, value)
+            if value is not None:
+                self.session.conf.set(key, value)
         for name in sorted(self._dirty):
             self.session.createDataFrame(self.table(name), schema=self.schemas[name]).createOrReplaceTempView(name)
         if self._dirty or self._registered != settings:  # analysed again: types follow the settings
@@ -671,8 +674,9 @@ class Twin:
 
     def __init__(self, spark: SparkSession, directory: str, sources: Mapping[str, str | StructType],
                  views: Mapping[str, str], *, duckdb: bool = False, max_batches: int = 8,
-                 placements: Sequence[str] = TWIN_PLACEMENTS) -> None:
+                 placements: Sequence[str] = TWIN_PLACEMENTS, parallel: bool = False) -> None:
         self.spark = spark
+        self.parallel = parallel
         self.sources = dict(sources)
         self.views = dict(views)
         self.pipelines = {p: Pipeline(spark, f"{directory.rstrip('/')}/{p}", max_batches=max_batches, placement=p)
@@ -688,6 +692,8 @@ class Twin:
         #: (tick, view) → (batch's data error, per placement what ``failed`` says)
         self.errors: dict[tuple[int, str], tuple[str, dict[str, str | None]]] = {}
         self.rejected: dict[str, str] = {}  # view → why a pipeline would not define it
+        #: every tick's input as fed (source → Arrow delta with ``_w``), to replay a finding
+        self.history: list[dict[str, pa.Table]] = []
         first = next(iter(self.pipelines.values()))
         for name, schema in self.sources.items():
             for pipe in self.pipelines.values():
@@ -749,31 +755,37 @@ class Twin:
         """One tick of ``changes`` on every side; raises :class:`Mismatch` with all of the
         tick's findings (none: returns [])."""
         tables = {s.lower(): self.delta(s, c) for s, c in changes.items() if c}
+        self.history.append(tables)
         self.ticks += 1
         found: list[Finding] = []
         if self.ticks == 1:
             found += [Finding(1, v, "both", "rejected", why) for v, why in self.rejected.items()]
-        for placement, pipe in self.pipelines.items():
-            if placement in self.broken:
-                continue
-            try:
-                pipe.step(tables)
-            except Exception as e:  # noqa: BLE001 - any error out of step is the finding
-                why = f"{type(e).__name__}: {_first_line(e)}"
-                self.broken[placement] = why
-                found.append(Finding(self.ticks, None, placement, "crash", f"crash out of step: {why}\n"
-                                     + "".join(traceback.format_exception(e)[-3:]).rstrip()))
-                continue
-            if placement == "auto" and pipe.last_tick is not None:
-                self.paths.append((pipe.last_tick.path, pipe.last_tick.why))
-                self.arranged += pipe.last_tick.path == "arranged"
         for source, table in tables.items():
             self.oracle.integrate(source, table)
             if self.duck is not None:
                 self.duck.apply(source, zip(_python_rows(table.drop_columns([WEIGHT])),
                                             table.column(WEIGHT).to_pylist()))
-        if check:
-            found += self.check()
+        names = self._checked()
+        # the batch answer is computed while the pipelines step (its own session, no
+        # state of theirs), and one pipeline's views are read while the next one steps
+        running = [(p, pipe) for p, pipe in self.pipelines.items() if p not in self.broken]
+        with ThreadPoolExecutor(max_workers=1 + len(running)) as pool:
+            want = pool.submit(self.oracle.results, names) if check else None
+
+            def tick(placement: str, pipe: Pipeline) -> Finding | Future[dict[str, pa.Table] | Finding] | None:
+                crash = self._advance(placement, pipe, tables)
+                if crash is not None or not check:
+                    return crash
+                return pool.submit(self._snapshots, placement, pipe, names)
+
+            if self.parallel:
+                ran = [f.result() for f in [pool.submit(tick, p, pipe) for p, pipe in running]]
+            else:
+                ran = [tick(p, pipe) for p, pipe in running]
+            found += [r for r in ran if isinstance(r, Finding)]
+            reading = {p: r.result() for (p, _), r in zip(running, ran) if isinstance(r, Future)}
+            if want is not None:
+                found += self._compare(names, want.result(), reading)
         self.findings += found
         if found:
             error = Mismatch(f"{len(found)} finding(s) after tick {self.ticks}:\n"
@@ -782,23 +794,47 @@ class Twin:
             raise error
         return found
 
+    def _checked(self, names: Iterable[str] | None = None) -> list[str]:
+        return [n.lower() for n in (names or self.views) if n.lower() not in self.rejected]
+
+    def _advance(self, placement: str, pipe: Pipeline, tables: Mapping[str, pa.Table]) -> Finding | None:
+        """One pipeline's step: a crash out of it is a finding, and the pipeline stops (its
+        state is a tick behind the input)."""
+        try:
+            pipe.step(tables)
+        except Exception as e:  # noqa: BLE001 - any error out of step is the finding
+            why = f"{type(e).__name__}: {_first_line(e)}"
+            self.broken[placement] = why
+            return Finding(self.ticks, None, placement, "crash", f"crash out of step: {why}\n"
+                           + "".join(traceback.format_exception(e)[-3:]).rstrip())
+        if placement == "auto" and pipe.last_tick is not None:
+            self.paths.append((pipe.last_tick.path, pipe.last_tick.why))
+            self.arranged += pipe.last_tick.path == "arranged"
+        return None
+
+    def _snapshots(self, placement: str, pipe: Pipeline, names: list[str]) -> dict[str, pa.Table] | Finding:
+        """The views not in ``failed``, as Arrow, in one Spark job."""
+        try:
+            return _packed_arrow({n: pipe.snapshot(n) for n in names if n not in pipe.failed})
+        except Exception as e:  # noqa: BLE001 - reading the state back is the engine's too
+            return Finding(self.ticks, None, placement, "crash", f"snapshot: {type(e).__name__}: {_first_line(e)}")
+
     def check(self, names: Iterable[str] | None = None) -> list[Finding]:
-        """Every view (or ``names``) of every running placement against batch, now."""
-        names = [n.lower() for n in (names or self.views) if n.lower() not in self.rejected]
-        want = self.oracle.results(names)
+        """Every view (or ``names``) of every running placement against batch, now (the
+        findings are returned, not raised)."""
+        checked = self._checked(names)
+        got = {p: self._snapshots(p, pipe, checked) for p, pipe in self.pipelines.items() if p not in self.broken}
+        return self._compare(checked, self.oracle.results(checked), got)
+
+    def _compare(self, names: list[str], want: Mapping[str, pa.Table | str],
+                 snapshots: Mapping[str, dict[str, pa.Table] | Finding]) -> list[Finding]:
         found: list[Finding] = []
         tick = self.ticks
-        for placement, pipe in self.pipelines.items():
-            if placement in self.broken:
+        for placement, got in snapshots.items():
+            if isinstance(got, Finding):
+                found.append(got)
                 continue
-            failed = dict(pipe.failed)
-            live = [n for n in names if n not in failed]
-            try:
-                got = _packed_arrow({n: pipe.snapshot(n) for n in live})
-            except Exception as e:  # noqa: BLE001 - reading the state back is the engine's too
-                found.append(Finding(tick, None, placement, "crash", f"snapshot: {type(e).__name__}: "
-                                     f"{_first_line(e)}"))
-                continue
+            failed = dict(self.pipelines[placement].failed)
             for name in names:
                 self.checks += 1
                 batch = want[name]
@@ -852,5 +888,6 @@ def _utc(schema: StructType, row: Row) -> Row:
     """Timestamps as UTC-aware datetimes (a naive one is taken as UTC), so converting them
     involves no local time."""
     return tuple(v.astimezone(timezone.utc) if isinstance(v, datetime) and v.tzinfo is not None
-                 else v.replace(tzinfo=timezone.utc) if isinstance(v, datetime) and isinstance(f.dataType, TimestampType)
+                 else v.replace(tzinfo=timezone.utc)
+                 if isinstance(v, datetime) and isinstance(f.dataType, TimestampType)
                  else v for f, v in zip(schema.fields, row))
