@@ -119,24 +119,24 @@ def row(schema: StructType) -> st.SearchStrategy[Row]:
 
 
 def changes(data: st.DataObject, twin: Twin, sources: list[str]) -> dict[str, list[tuple[Row, int]]]:
-    """One tick against ``twin``'s current input: for each source some inserts, deletes of
-    present rows and updates (a delete plus an insert of the same row with one column changed)."""
+    """One tick against ``twin``'s current input (what its ``schema`` and ``rows`` say):
+    for each source some inserts, deletes of present rows and updates (a delete plus an
+    insert of the same row with one column changed)."""
     out: dict[str, list[tuple[Row, int]]] = {}
     for source in sources:
         rows = row(twin.schema(source))
         current = twin.rows(source)
         inserts = st.lists(rows, min_size=0 if current else 3, max_size=6)  # a first tick of a few rows at least
         ops: list[tuple[Row, int]] = [(r, 1) for r in data.draw(inserts, label=f"+{source}")]
-        if current:
-            deleted = data.draw(st.lists(st.sampled_from(range(len(current))), max_size=3, unique=True),
-                                label=f"-{source}")
-            ops += [(current[i], -1) for i in deleted]
-            updated = data.draw(st.lists(st.sampled_from(range(len(current))), max_size=2, unique=True),
-                                label=f"~{source}")
-            for i in updated:
-                if i in deleted:
+        if current:  # rows drawn by position: a row present twice may be deleted twice
+            present = st.sampled_from(list(enumerate(current)))
+            deleted = data.draw(st.lists(present, max_size=3, unique_by=lambda p: p[0]), label=f"-{source}")
+            ops += [(old, -1) for _, old in deleted]
+            updated = data.draw(st.lists(present, max_size=2, unique_by=lambda p: p[0]), label=f"~{source}")
+            gone = {i for i, _ in deleted}
+            for i, old in updated:
+                if i in gone:
                     continue
-                old = current[i]
                 fresh = data.draw(rows, label=f"new {source}")
                 at = data.draw(st.integers(0, len(old) - 1), label="column")
                 ops += [(old, -1), (old[:at] + (fresh[at],) + old[at + 1:], 1)]
