@@ -1,8 +1,15 @@
-"""Differential checking: a pipeline against the same SQL run in batch by DuckDB.
+"""Differential checking: a pipeline against the same SQL run in batch.
 
-After every tick each view's snapshot must equal, as a bag (NULLs included), what DuckDB
-returns for the view's SQL (transpiled by sqlglot) over all input so far. Used by the
-test suite on random workloads, and usable on any pipeline to check a model.
+:class:`Differential`: after every tick each view's snapshot must equal, as a bag (NULLs
+included), what DuckDB returns for the view's SQL (transpiled by sqlglot) over all input
+so far, floats and decimals to ~6 digits. Used by the test suite on random workloads,
+and usable on any pipeline to check a model.
+
+:class:`Twin`: the exact check. Two pipelines, one per placement ("auto": small ticks on
+Arrow kernels in the driver; "dataframe": every tick in Spark), against Spark itself
+running the SQL in batch (:class:`SparkOracle`, with the engine session's ANSI mode and
+time zone), compared by :func:`compare_exact` — types included, floats by one rule —
+after every tick; a data error in batch must be a failed view in the engine.
 """
 from __future__ import annotations
 
@@ -43,7 +50,10 @@ Change = tuple[Sequence[Any], int]
 
 
 class Mismatch(AssertionError):
-    """A view differs from the batch result; the message lists the differing rows."""
+    """A view differs from the batch result; the message lists the differing rows (a
+    :class:`Twin`'s lists every finding of the tick, also as ``findings``)."""
+
+    findings: Sequence[Finding] = ()
 
 
 class Oracle:
@@ -413,10 +423,6 @@ def _table_rows(table: pa.Table) -> list[Row]:
     return list(zip(*columns)) if columns else [() for _ in range(table.num_rows)]
 
 
-def _type_name(t: pa.DataType) -> str:
-    return str(t)
-
-
 def compare_exact(got: pa.Table, want: pa.Table) -> str | None:
     """None when ``got`` equals ``want`` as a bag of rows (multiplicities count), else what differs.
 
@@ -436,8 +442,8 @@ def compare_exact(got: pa.Table, want: pa.Table) -> str | None:
     g_names, w_names = got.schema.names, want.schema.names
     if g_names != w_names:
         problems.append(f"columns {g_names} vs {w_names} in batch")
-    g_types = [_type_name(t) for t in got.schema.types]
-    w_types = [_type_name(t) for t in want.schema.types]
+    g_types = [str(t) for t in got.schema.types]
+    w_types = [str(t) for t in want.schema.types]
     if g_types != w_types:
         differ = [f"{w_names[i] if i < len(w_names) else i}: {g} vs {w}"
                   for i, (g, w) in enumerate(zip(g_types, w_types)) if g != w]
@@ -472,11 +478,9 @@ def _bag_difference(got: list[Row], want: list[Row]) -> tuple[list[Row], list[Ro
     rest_want = [r for rows in pending.values() for r in rows]
     if not rest_got or not rest_want:
         return rest_got, rest_want
-    if len(rest_got) * len(rest_want) > 4_000_000:  # too many to pair: report them as they are
-        return rest_got, rest_want
     edges = [[j for j, w in enumerate(rest_want) if len(g) == len(w) and all(map(_value_equal, g, w))]
-             for g in rest_got]
-    partner: dict[int, int] = {}  # want index → got index
+             for g in rest_got] if len(rest_got) * len(rest_want) <= 250_000 else []  # else: shown as they are
+    partner: dict[int, int] = {}  # want index → got index (augmenting paths: at most len(rest_got) deep)
 
     def augment(i: int, seen: set[int]) -> bool:
         for j in edges[i]:
@@ -628,6 +632,22 @@ class SparkOracle:
                 out[name] = why
         return out
 
+    def answers(self, names: Iterable[str] | None = None) -> dict[str, pa.Table | str | BaseException]:
+        """:meth:`results`, with any other error of a view's batch query as that view's
+        value (Spark could not answer it in batch: nothing to compare with)."""
+        names = list(self.views if names is None else names)
+        try:
+            return dict(self.results(names))
+        except Exception:  # noqa: BLE001 - which view: each alone
+            pass
+        out: dict[str, pa.Table | str | BaseException] = {}
+        for name in names:
+            try:
+                out.update(self.results([name]))
+            except Exception as e:  # noqa: BLE001
+                out[name] = e
+        return out
+
 
 def _python_rows(table: pa.Table) -> list[Row]:
     """Arrow rows as the Python values :func:`coerce_row` and :func:`arrow_rows` take back
@@ -639,13 +659,16 @@ def _python_rows(table: pa.Table) -> list[Row]:
 @dataclass(frozen=True)
 class Finding:
     """One way a placement differs from Spark in batch after a tick. ``view`` is None for
-    a crash out of :meth:`Pipeline.step`; ``placement`` is "auto", "dataframe" or
-    "duckdb" (the "auto" pipeline against DuckDB)."""
+    a crash out of :meth:`Pipeline.step`; ``placement`` is "auto", "dataframe", "duckdb"
+    (the "auto" pipeline against DuckDB), "both" (a view the pipelines rejected) or
+    "batch" (Spark has no batch answer)."""
 
     tick: int
     view: str | None
     placement: str
-    kind: str  # "mismatch", "crash", "failed" (engine failed, batch did not), "not failed", "rejected"
+    #: "mismatch", "crash", "failed" (engine failed, batch did not), "not failed" (the
+    #: reverse), "rejected" (a pipeline refused the view), "no batch answer" (placement "batch")
+    kind: str
     description: str
 
     def __str__(self) -> str:
@@ -674,9 +697,8 @@ class Twin:
 
     def __init__(self, spark: SparkSession, directory: str, sources: Mapping[str, str | StructType],
                  views: Mapping[str, str], *, duckdb: bool = False, max_batches: int = 8,
-                 placements: Sequence[str] = TWIN_PLACEMENTS, parallel: bool = False) -> None:
+                 placements: Sequence[str] = TWIN_PLACEMENTS) -> None:
         self.spark = spark
-        self.parallel = parallel
         self.sources = dict(sources)
         self.views = dict(views)
         self.pipelines = {p: Pipeline(spark, f"{directory.rstrip('/')}/{p}", max_batches=max_batches, placement=p)
@@ -743,13 +765,8 @@ class Twin:
         return self.oracle.rows(source.lower())
 
     def delta(self, source: str, changes: Sequence[Change]) -> pa.Table:
-        """``(row, weight)`` pairs as the Arrow delta every side is fed."""
-        schema = zsets.with_weight(self.schema(source))
-        rows = [_utc(schema, coerce_row(schema, tuple(row) + (int(w),))) for row, w in changes]
-        table = arrow_rows(schema, rows)
-        if table is None:
-            raise ValueError(f"source {source}: nested column types are not supported by the twin")
-        return table
+        """``(row, weight)`` pairs as the Arrow delta every side is fed (:func:`arrow_delta`)."""
+        return arrow_delta(self.schema(source), changes)
 
     def step(self, changes: Mapping[str, Sequence[Change]], *, check: bool = True) -> list[Finding]:
         """One tick of ``changes`` on every side; raises :class:`Mismatch` with all of the
@@ -770,7 +787,7 @@ class Twin:
         # state of theirs), and one pipeline's views are read while the next one steps
         running = [(p, pipe) for p, pipe in self.pipelines.items() if p not in self.broken]
         with ThreadPoolExecutor(max_workers=1 + len(running)) as pool:
-            want = pool.submit(self.oracle.results, names) if check else None
+            want = pool.submit(self.oracle.answers, names) if check else None
 
             def tick(placement: str, pipe: Pipeline) -> Finding | Future[dict[str, pa.Table] | Finding] | None:
                 crash = self._advance(placement, pipe, tables)
@@ -778,10 +795,7 @@ class Twin:
                     return crash
                 return pool.submit(self._snapshots, placement, pipe, names)
 
-            if self.parallel:
-                ran = [f.result() for f in [pool.submit(tick, p, pipe) for p, pipe in running]]
-            else:
-                ran = [tick(p, pipe) for p, pipe in running]
+            ran = [tick(p, pipe) for p, pipe in running]  # in turn: stepping both at once is no faster
             found += [r for r in ran if isinstance(r, Finding)]
             reading = {p: r.result() for (p, _), r in zip(running, ran) if isinstance(r, Future)}
             if want is not None:
@@ -805,8 +819,7 @@ class Twin:
         except Exception as e:  # noqa: BLE001 - any error out of step is the finding
             why = f"{type(e).__name__}: {_first_line(e)}"
             self.broken[placement] = why
-            return Finding(self.ticks, None, placement, "crash", f"crash out of step: {why}\n"
-                           + "".join(traceback.format_exception(e)[-3:]).rstrip())
+            return Finding(self.ticks, None, placement, "crash", f"crash out of step: {why}\n{_where(e)}")
         if placement == "auto" and pipe.last_tick is not None:
             self.paths.append((pipe.last_tick.path, pipe.last_tick.why))
             self.arranged += pipe.last_tick.path == "arranged"
@@ -824,12 +837,15 @@ class Twin:
         findings are returned, not raised)."""
         checked = self._checked(names)
         got = {p: self._snapshots(p, pipe, checked) for p, pipe in self.pipelines.items() if p not in self.broken}
-        return self._compare(checked, self.oracle.results(checked), got)
+        return self._compare(checked, self.oracle.answers(checked), got)
 
-    def _compare(self, names: list[str], want: Mapping[str, pa.Table | str],
+    def _compare(self, names: list[str], want: Mapping[str, pa.Table | str | BaseException],
                  snapshots: Mapping[str, dict[str, pa.Table] | Finding]) -> list[Finding]:
-        found: list[Finding] = []
         tick = self.ticks
+        found = [Finding(tick, n, "batch", "no batch answer", f"{type(e).__name__}: {_first_line(e)}")
+                 for n in names if isinstance(e := want[n], BaseException)]
+        answered = {n: a for n in names if not isinstance(a := want[n], BaseException)}
+        names = list(answered)
         for placement, got in snapshots.items():
             if isinstance(got, Finding):
                 found.append(got)
@@ -837,7 +853,7 @@ class Twin:
             failed = dict(self.pipelines[placement].failed)
             for name in names:
                 self.checks += 1
-                batch = want[name]
+                batch = answered[name]
                 if isinstance(batch, str):
                     self.errors.setdefault((tick, name), (batch, {}))[1][placement] = failed.get(name)
                     if name not in failed:
@@ -853,7 +869,7 @@ class Twin:
                 if problem:
                     found.append(Finding(tick, name, placement, "mismatch", problem))
             if placement == "auto" and self.duck is not None:
-                found += self._check_duckdb(names, want, got, failed)
+                found += self._check_duckdb(names, answered, got, failed)
         return found
 
     def _check_duckdb(self, names: list[str], want: Mapping[str, pa.Table | str], got: Mapping[str, pa.Table],
@@ -877,6 +893,27 @@ class Twin:
     def close(self) -> None:
         for pipe in self.pipelines.values():
             pipe.close()
+
+
+def _where(e: BaseException) -> str:
+    """Where an error rose: the engine's last frame on its way, then the innermost one."""
+    frames = traceback.extract_tb(e.__traceback__)
+    ours = [f for f in frames if "dbt_incremental_stream" in f.filename and not f.filename.endswith("differential.py")]
+    shown = ([ours[-1]] if ours else []) + ([frames[-1]] if frames and (not ours or frames[-1] is not ours[-1]) else [])
+    return "\n".join(f"  at {f.filename.rsplit('site-packages/', 1)[-1]}:{f.lineno} in {f.name}: {f.line}"
+                     for f in shown)
+
+
+def arrow_delta(schema: StructType, changes: Sequence[Change]) -> pa.Table:
+    """``(row, weight)`` pairs as an Arrow delta of ``schema`` plus ``_w``: values coerced
+    as the pipeline coerces them (:func:`coerce_row`), timestamps as UTC instants (a naive
+    datetime is taken as UTC), so no local time is involved."""
+    schema = zsets.with_weight(schema)
+    rows = [_utc(schema, coerce_row(schema, tuple(row) + (int(w),))) for row, w in changes]
+    table = arrow_rows(schema, rows)
+    if table is None:
+        raise ValueError(f"nested column types are not supported: {schema.simpleString()}")
+    return table
 
 
 def _first_line(e: BaseException) -> str:

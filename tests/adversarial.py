@@ -67,6 +67,11 @@ def _decimals(precision: int, scale: int) -> list[Decimal]:
     return values
 
 
+#: per width in bits (TINYINT 8 ... BIGINT 64)
+INTEGERS = {bits: _integers(bits) for bits in (8, 16, 32, 64)}
+#: per (precision, scale)
+DECIMALS = {ps: _decimals(*ps) for ps in ((38, 0), (38, 18), (10, 0), (10, 2))}
+
 STRINGS = ["a", "a", "b", "", "a ", "A", "é", "e\u0301", "😀"]
 
 DATES = [date(2026, 3, 8), date(2026, 3, 8), date(2026, 11, 1), date(1970, 1, 1), date(1969, 12, 31),
