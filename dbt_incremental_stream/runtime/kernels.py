@@ -385,7 +385,7 @@ def as_probe(values: pa.Array | pa.ChunkedArray, target: pa.DataType) -> tuple[p
         info = np.iinfo(target.to_pandas_dtype())
         with np.errstate(invalid="ignore"):
             whole = np.isfinite(x) & (np.floor(x) == x) & (x >= info.min) & (x <= float(info.max))
-        if (whole & (np.abs(x) >= 2.0 ** np.finfo(x.dtype if source.bit_width == 64 else np.float32).nmant + 1)).any():
+        if (whole & (np.abs(x) >= 2.0 ** (np.finfo(source.to_pandas_dtype()).nmant + 1))).any():
             raise UnsupportedKey(f"{source} keys past the integers it holds exactly probe {target} keys")
         ints = np.where(whole, x, 0).astype(np.int64)
         return pa.array(ints, pa.int64(), mask=~valid).cast(target, safe=False), ~valid | whole

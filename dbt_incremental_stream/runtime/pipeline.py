@@ -942,8 +942,10 @@ class Pipeline:
             return f"SELECT {nulls} WHERE 1 = 0"
         scans = " UNION ALL ".join(f"SELECT {quote(column)}.* FROM parquet.`{path}`"
                                    for column, path in _scan_paths(spine.batches))
-        return (f"SELECT {columns} FROM (SELECT {columns}, SUM({WEIGHT}) AS {WEIGHT} FROM ({scans}) "
-                f"GROUP BY {columns} HAVING SUM({WEIGHT}) > 0) LATERAL VIEW explode(sequence(1, {WEIGHT})) AS __copy")
+        groups, out = zsets.identity_columns(schema)  # -0.0 stays -0.0, as the view holds it
+        return (f"SELECT {columns} FROM (SELECT {', '.join(out)}, {WEIGHT} FROM (SELECT {', '.join(groups)}, "
+                f"SUM({WEIGHT}) AS {WEIGHT} FROM ({scans}) GROUP BY ALL "
+                f"HAVING SUM({WEIGHT}) > 0)) LATERAL VIEW explode(sequence(1, {WEIGHT})) AS __copy")
 
     def reset(self, name: str) -> None:
         """Forget the view's own state (not its inputs', not other views'): the next step

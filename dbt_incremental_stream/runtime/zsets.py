@@ -109,7 +109,7 @@ def bag_group(df: DataFrame, aggs: Sequence[Column]) -> DataFrame:
     """``aggs`` per distinct row of ``df`` (its data columns), rows told apart as a bag
     tells them: Spark's GROUP BY takes -0.0 for 0.0, so a floating-point column is grouped
     with whether it is -0.0 beside it, and -0.0 comes out as -0.0."""
-    groups, out = identity_columns(df.select(*map(col, data_columns(df))).schema)
+    groups, out = identity_columns(StructType([f for f in df.schema.fields if f.name != WEIGHT]))
     grouped = df.groupBy(*(F.expr(g) for g in groups)).agg(*aggs)
     return grouped.selectExpr(*out, *(quote(c) for c in grouped.columns[len(groups):]))
 
