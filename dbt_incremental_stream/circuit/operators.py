@@ -306,7 +306,10 @@ class Delay(Unary):
 
 @dataclass(frozen=True, eq=False)
 class Partials(Grouping):
-    """Per-group sums of a Z-set delta for linear aggregates (linear in the delta)."""
+    """Per-group sums of a Z-set delta for linear aggregates (linear in the delta). A SUM
+    or AVG of a floating-point column has the :func:`nonfinite_columns` too, after its
+    :func:`partial_columns`: which it has depends on the column's type, known when the
+    delta is."""
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -318,6 +321,13 @@ def partial_columns(agg: AggCall) -> tuple[str, ...]:
     if agg.func == "count":
         return () if agg.arg is None else (f"{agg.name}__n",)
     return (f"{agg.name}__s", f"{agg.name}__n")
+
+
+def nonfinite_columns(agg: AggCall) -> tuple[str, str, str]:
+    """The weighted counts of NaN, +Infinity and -Infinity beside a floating-point SUM or
+    AVG's sum of its finite values: a running sum cannot take back a NaN or an infinity it
+    has added (x - x is NaN for them), counts can (as Materialize keeps float sums)."""
+    return (f"{agg.name}__nan", f"{agg.name}__pinf", f"{agg.name}__ninf")
 
 
 @dataclass(frozen=True, eq=False)

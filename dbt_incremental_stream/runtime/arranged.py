@@ -790,9 +790,10 @@ class ArrangedTick:
         assert isinstance(before, Delay)
         _, old = self._runs.probe(self._arr[before.input.id][op.keys], dp, keys, safe)
         groups = kernels.group_sums(kernels.concat([old, dp.cast(old.schema) if old is not None else dp]), keys)
-        new = kernels.finish(groups, keys, op.aggs)
+        rows = self.plan.schema(op.delta.input)  # type: ignore[attr-defined]
+        new = kernels.finish(groups, keys, op.aggs, zsets.arrow_schema(rows))
         if new is None:
-            types = zsets.arg_types(self.plan.schema(op.delta.input), op.aggs)  # type: ignore[attr-defined]
+            types = zsets.arg_types(rows, op.aggs)
             new = self._in_spark(op, groups, lambda df: zsets.finish(df, keys, op.aggs, types)).select(
                 list(op.columns) + [WEIGHT])
         return self._retract(op, dp, self._conform(op, new))

@@ -539,9 +539,15 @@ def _floor_div(v: pa.Array | pa.ChunkedArray, k: int) -> pa.Array | pa.ChunkedAr
 
 
 def _number(text: str) -> pa.Scalar:
-    """A numeric literal as Spark reads it: digits an integer, a point a decimal."""
+    """A numeric literal as Spark reads it: digits an integer (a DECIMAL(n, 0) past
+    BIGINT's range), a point a decimal."""
     if text.isdigit():
-        return pa.scalar(int(text))
+        n = int(text)
+        if n < 1 << 63:
+            return pa.scalar(n)
+        if len(text.lstrip("0")) > 38:
+            raise _Untranslatable(text)
+        return pa.scalar(Decimal(n), pa.decimal128(len(text.lstrip("0")), 0))
     try:
         d = Decimal(text)
     except InvalidOperation:

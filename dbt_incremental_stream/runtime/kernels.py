@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..circuit.operators import COUNT, WEIGHT, AggCall, partial_columns
+from ..circuit.operators import COUNT, WEIGHT, AggCall, nonfinite_columns, partial_columns
 
 HASH = "_h"
 #: an arrangement key ``(ORDERED, column)``: runs sorted by that column's values (NULLs left
@@ -455,8 +455,8 @@ def join(delta: pa.Table, delta_keys: Sequence[str], runs: Sequence[pa.Table], r
 
 def partials(delta: pa.Table, keys: Sequence[str], aggs: Sequence[AggCall], schema: pa.Schema) -> pa.Table:
     """Per-group sums of a delta from which every linear aggregate is finalized:
-    ``_cnt`` = Σw, and per aggregate Σx·w and Σw over non-NULL x (as Spark's
-    ``partials`` computes them), typed as ``schema``."""
+    ``_cnt`` = Σw, and per aggregate Σx·w and Σw over non-NULL x (and a float's counts of
+    NaN and infinities), as Spark's ``partials`` computes them, typed as ``schema``."""
     table = pa.table({k: delta.column(k) for k in keys} | _summands(delta, aggs))
     return aggregate(table, keys, [(c, "sum") for c in table.column_names if c not in keys]
                      ).select(schema.names).cast(schema)
@@ -464,8 +464,10 @@ def partials(delta: pa.Table, keys: Sequence[str], aggs: Sequence[AggCall], sche
 
 def _summands(delta: pa.Table, aggs: Sequence[AggCall]) -> dict[str, pa.ChunkedArray]:
     """Per row, what each partial-sum column of linear ``aggs`` sums: ``_cnt`` = w, and per
-    aggregate x·w and w where x is not NULL."""
+    aggregate x·w and w where x is not NULL; for a float's SUM or AVG, x·w of its finite
+    values and w where it is NaN, +Infinity, -Infinity."""
     w = delta.column(WEIGHT)
+    zero = pa.scalar(0, pa.int64())
     cols: dict[str, pa.ChunkedArray] = {COUNT: w}
     for a in aggs:
         if a.arg is None:
@@ -473,27 +475,33 @@ def _summands(delta: pa.Table, aggs: Sequence[AggCall]) -> dict[str, pa.ChunkedA
         names = partial_columns(a)
         x = delta.column(a.arg)
         if a.func != "count":
-            cols[names[0]] = _times(x, w, a.func == "avg")
-        cols[names[-1]] = pc.if_else(pc.is_valid(x), w, 0)
+            cols[names[0]] = _times(x, w)
+        cols[names[-1]] = pc.if_else(pc.is_valid(x), w, zero)
+        if a.func != "count" and pa.types.is_floating(x.type):
+            tests = (pc.is_nan(x), pc.equal(x, pa.scalar(np.inf, x.type)), pc.equal(x, pa.scalar(-np.inf, x.type)))
+            cols |= {n: pc.if_else(pc.fill_null(t, False), w, zero) for t, n in zip(tests, nonfinite_columns(a))}
     return cols
 
 
-def _times(x: pa.ChunkedArray, w: pa.ChunkedArray, avg: bool) -> pa.ChunkedArray:
-    """x·w as Spark sums x: integers in int64 (in float64 for an AVG, as Spark averages
-    them), floats in float64, decimals exactly."""
+def _times(x: pa.ChunkedArray, w: pa.ChunkedArray) -> pa.ChunkedArray:
+    """x·w as Spark's ``summand`` sums x: integers exactly in decimal(38, 0), floats'
+    finite values in float64, decimals exactly."""
     t = x.type
     if pa.types.is_decimal(t):  # in 256 bits: the product's precision may pass 38 before its cast
         return pc.multiply_checked(x.cast(pa.decimal256(t.precision, t.scale)), w.cast(pa.decimal256(20, 0)))
-    if pa.types.is_floating(t) or avg:  # rounded to the nearest double, as Spark's cast rounds
-        return pc.multiply(x.cast(pa.float64(), safe=False), w.cast(pa.float64(), safe=False))
-    return pc.multiply_checked(x.cast(pa.int64()), w)
+    if pa.types.is_floating(t):
+        finite = pc.fill_null(pc.is_finite(x), True)
+        return pc.if_else(finite, pc.multiply(x.cast(pa.float64()), w.cast(pa.float64(), safe=False)), 0.0)
+    return pc.multiply_checked(x.cast(pa.decimal256(19, 0)), w.cast(pa.decimal256(20, 0))).cast(_EXACT)
 
 
-def finish(groups: pa.Table, keys: Sequence[str], aggs: Sequence[AggCall]) -> pa.Table | None:
+def finish(groups: pa.Table, keys: Sequence[str], aggs: Sequence[AggCall], kinds: pa.Schema) -> pa.Table | None:
     """Aggregate rows (weight 1) from per-group partial sums, as Spark's ``_finalize``
-    computes them; groups whose count is 0 are gone (unless there are no keys: the one
-    global row always exists). None when an aggregate needs Spark's own arithmetic (AVG
-    of a DECIMAL: its result type and rounding are Spark's)."""
+    computes them; ``kinds`` has the aggregates' argument columns (their types). An
+    integer SUM stays in decimal(38, 0), cast to BIGINT by the caller's schema: out of
+    range it raises, and Spark decides. Groups whose count is 0 are gone (unless there
+    are no keys: the one global row always exists). None when an aggregate needs Spark's
+    own arithmetic (AVG of a DECIMAL: its result type and rounding are Spark's)."""
     count = pc.fill_null(groups.column(COUNT), 0)
     out: dict[str, pa.ChunkedArray] = {k: groups.column(k) for k in keys}
     for a in aggs:
@@ -503,15 +511,27 @@ def finish(groups: pa.Table, keys: Sequence[str], aggs: Sequence[AggCall]) -> pa
         s, n = (groups.column(c) for c in partial_columns(a))
         live = pc.fill_null(pc.not_equal(n, 0), False)
         if a.func == "sum":
-            out[a.name] = pc.if_else(live, s, pa.scalar(None, s.type))
-        elif pa.types.is_decimal(s.type):
+            value = s
+        elif pa.types.is_decimal(kinds.field(a.arg).type):
             return None
         else:
-            ratio = pc.divide(s.cast(pa.float64()), pc.if_else(live, n, 1).cast(pa.float64()))
-            out[a.name] = pc.if_else(live, ratio, pa.scalar(None, pa.float64()))
+            value = pc.divide(s.cast(pa.float64()), pc.if_else(live, n, 1).cast(pa.float64()))
+        if nonfinite_columns(a)[0] in groups.column_names:
+            value = _float_total(value, [groups.column(c) for c in nonfinite_columns(a)])
+        out[a.name] = pc.if_else(live, value, pa.scalar(None, value.type))
     out[WEIGHT] = pa.chunked_array([np.ones(groups.num_rows, np.int64)], pa.int64())
     table = pa.table(out)
     return table.filter(pc.not_equal(count, 0)) if keys else table
+
+
+def _float_total(finite: pa.ChunkedArray, counts: Sequence[pa.ChunkedArray]) -> pa.ChunkedArray:
+    """As :func:`.zsets.float_total`: NaN if a NaN is there or both infinities are, else the
+    infinity that is, else the sum of the finite values."""
+    nan, pinf, ninf = (pc.fill_null(pc.greater(c, 0), False) for c in counts)
+    kind = finite.type
+    out = pc.if_else(ninf, pa.scalar(-np.inf, kind), finite)
+    out = pc.if_else(pinf, pa.scalar(np.inf, kind), out)
+    return pc.if_else(pc.or_(nan, pc.and_(pinf, ninf)), pa.scalar(np.nan, kind), out)
 
 
 # --- per-group recompute ------------------------------------------------------------
@@ -543,7 +563,7 @@ def regroup(rows: pa.Table, keys: Sequence[str], aggs: Sequence[AggCall], schema
                      else (a.name, _HASH_AGG[a.func]))
     out = aggregate(normal_keys(pa.table(cols), [a.name for a in aggs if a.func == "count" and not a.linear]),
                     keys, specs)
-    done = finish(out, keys, linear)
+    done = finish(out, keys, linear, live.schema)
     if done is None:
         return None
     values = {a.name: (done.column(a.name) if a.linear else out.column(a.name)) for a in aggs}

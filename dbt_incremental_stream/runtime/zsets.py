@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import time
+from decimal import Decimal
 from functools import reduce
 from typing import Any, Iterable, Mapping, Sequence, cast
 
@@ -9,10 +10,10 @@ import pyarrow as pa
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import (DataType, DecimalType, DoubleType, FloatType, LongType, StructField, StructType,
-                               TimestampType)
+from pyspark.sql.types import (ByteType, DataType, DecimalType, DoubleType, FloatType, IntegerType, LongType, ShortType,
+                               StructField, StructType, TimestampType)
 
-from ..circuit.operators import COUNT, WEIGHT, AggCall, partial_columns, quote
+from ..circuit.operators import COUNT, WEIGHT, AggCall, nonfinite_columns, partial_columns, quote
 
 
 LONG = LongType()
@@ -157,22 +158,96 @@ def join(left: DataFrame, right: DataFrame, on: str) -> DataFrame:
 
 
 def partials(df: DataFrame, keys: Sequence[str], aggs: Sequence[AggCall]) -> DataFrame:
-    """Per-group sums from which every linear aggregate is finalized (an AVG of integers
-    or floats summed in DOUBLE, as Spark sums them)."""
+    """Per-group sums from which every linear aggregate is finalized: Σw, and per
+    aggregate Σx·w (:func:`summand`) and Σw over non-NULL x; for a floating-point SUM or
+    AVG the weighted counts of its NaNs and infinities too (:func:`nonfinite_columns`)."""
+    types = arg_types(df.schema, aggs)
+    if unit_weights_needed(aggs, types):
+        df = unit_weights(df)
     w = col(WEIGHT)
     exprs = [F.sum(w).alias(COUNT)]
-    types = arg_types(df.schema, aggs)
     for a in aggs:
         names = partial_columns(a)
         if a.arg is None:
             continue
-        x = col(a.arg)
-        if a.func == "avg" and not isinstance(types[a.arg], DecimalType):
-            x = x.cast("double")
+        x, kind = col(a.arg), types[a.arg]
         if a.func != "count":
-            exprs.append(F.sum(x * w).alias(names[0]))
+            exprs.append(F.sum(summand(x, w, kind)).alias(names[0]))
         exprs.append(F.sum(F.when(x.isNotNull(), w).otherwise(F.lit(0))).alias(names[-1]))
+        if a.func != "count" and _floating(kind):
+            exprs += [F.sum(F.when(test, w).otherwise(F.lit(0))).alias(n)
+                      for test, n in zip(_nonfinite(x), nonfinite_columns(a))]
     return df.groupBy(*map(col, keys)).agg(*exprs)
+
+
+def _floating(kind: DataType) -> bool:
+    return isinstance(kind, (FloatType, DoubleType))
+
+
+def _integral(kind: DataType) -> bool:
+    return isinstance(kind, (ByteType, ShortType, IntegerType, LongType))
+
+
+def _nonfinite(x: Column) -> tuple[Column, Column, Column]:
+    """Whether ``x`` is NaN, +Infinity, -Infinity (in :func:`nonfinite_columns` order)."""
+    return F.isnan(x), x == F.lit(float("inf")), x == F.lit(float("-inf"))
+
+
+def summand(x: Column, w: Column, kind: DataType) -> Column:
+    """x·w for a sum of ``x`` of type ``kind``, exactly as Spark sums x: an integer in
+    DECIMAL(38, 0) (a SUM is cast back by :func:`integer_sum`), a float's finite values in DOUBLE (its NaNs and infinities
+    are counted apart), a DECIMAL(p, s) in its own scale. Where Spark's x·w would round
+    a decimal's scale away (DECIMAL(38, 18) times a BIGINT is DECIMAL(38, 6)) the rows
+    have unit weights (:func:`unit_weights`) and the summand is ±x.
+
+    An AVG of integers is the exact sum rounded once to DOUBLE, over the count: Spark
+    sums their DOUBLEs in its row order, which is the same while its running sum is
+    below 2^53 and depends on the order beyond."""
+    if isinstance(kind, DecimalType):
+        return x * w if _product_exact(kind) else F.when(w > 0, x).otherwise(-x)
+    if _floating(kind):
+        finite = ~F.isnan(x) & (F.abs(x) != F.lit(float("inf")))
+        return F.when(finite, x.cast("double") * w).otherwise(F.lit(0.0))
+    return x.cast("decimal(20,0)") * w if _integral(kind) else x * w
+
+
+def _product_exact(kind: DecimalType) -> bool:
+    """Whether Spark's DECIMAL(p, s) times a BIGINT (DECIMAL(20, 0)) keeps the scale s:
+    the product is DECIMAL(p + 21, s) when that fits 38 digits, else its scale is cut
+    to max(38 - integer digits, min(s, 6))."""
+    p, s = kind.precision, kind.scale
+    return p + 21 <= 38 or max(38 - (p - s + 21), min(s, 6)) >= s
+
+
+def unit_weights_needed(aggs: Sequence[AggCall], types: Mapping[str, DataType]) -> bool:
+    """Whether a SUM or AVG of ``aggs`` is of a decimal whose x·w Spark would round."""
+    return any(a.arg is not None and a.func in ("sum", "avg") and isinstance(types[a.arg], DecimalType)
+               and not _product_exact(types[a.arg]) for a in aggs)
+
+
+def unit_weights(df: DataFrame) -> DataFrame:
+    """The same Z-set with every row of weight w as |w| rows of weight ±1."""
+    w = col(WEIGHT)
+    repeated = F.array_repeat(F.signum(w).cast("bigint"), F.abs(w).cast("int"))
+    return df.select(*map(col, data_columns(df)), F.explode(repeated).alias(WEIGHT))
+
+
+def integer_sum(total: Column) -> Column:
+    """A SUM of integers from its exact DECIMAL(38, 0) sum, as Spark's BIGINT sum ends:
+    out of BIGINT's range it is an overflow error with ANSI on (the cast raises), and
+    with ANSI off the sum wrapped around 2^64, as Java's long addition wraps (the cast
+    gives NULL, the wrapped value replaces it)."""
+    half, whole = F.lit(Decimal(1 << 63)), F.lit(Decimal(1 << 64))
+    wrapped = F.pmod(total + half, whole) - half
+    return F.coalesce(total.cast("bigint"), wrapped.cast("bigint"))
+
+
+def float_total(finite: Column, counts: Sequence[Column]) -> Column:
+    """A float SUM from its finite sum and its counts of NaN, +Inf and -Inf: NaN if a NaN
+    is there or both infinities are, else the infinity that is, else the finite sum."""
+    nan, pinf, ninf = (F.coalesce(c, F.lit(0)) > 0 for c in counts)
+    return (F.when(nan | (pinf & ninf), F.lit(float("nan"))).when(pinf, F.lit(float("inf")))
+            .when(ninf, F.lit(float("-inf"))).otherwise(finite))
 
 
 def arg_types(schema: StructType, aggs: Sequence[AggCall]) -> dict[str, DataType]:
@@ -211,6 +286,8 @@ def group_diff(before: DataFrame | None, delta: DataFrame, prior: DataFrame | No
         return _replace(prior, delta, keys, finish(groups, keys, aggs, types))
     else:
         per_row = consolidate(touched.union(delta.select(*map(col, data_columns(delta)), col(WEIGHT))))
+        if unit_weights_needed(aggs, types):
+            per_row = unit_weights(per_row)
         groups = per_row.groupBy(*map(col, keys)).agg(
             F.sum(F.when(col(WEIGHT) > 0, col(WEIGHT))).alias(COUNT),
             *(_weighted(a, col(WEIGHT), types).alias(f"__a{i}") for i, a in enumerate(aggs)))
@@ -269,8 +346,13 @@ def _finalize(sums: dict[str, Column], aggs: Sequence[AggCall], types: Mapping[s
         if a.func == "count":
             values.append(count if a.arg is None else F.coalesce(sums[partial_columns(a)[0]], F.lit(0)))
         else:
+            assert a.arg is not None
             s, n = (sums[c] for c in partial_columns(a))
-            values.append(F.when(n != 0, s) if a.func == "sum" else average(s, n, types[a.arg]))  # type: ignore[index]
+            kind = types[a.arg]
+            value = average(s, n, kind) if a.func == "avg" else integer_sum(s) if _integral(kind) else s
+            if nonfinite_columns(a)[0] in sums:
+                value = float_total(value, [sums[c] for c in nonfinite_columns(a)])
+            values.append(F.when(n != 0, value))
     return count, values
 
 
@@ -288,11 +370,11 @@ def _weighted(a: AggCall, w: Column, types: Mapping[str, DataType]) -> Column:
     n = F.sum(F.when(live & x.isNotNull(), w))
     if a.func == "count":
         return F.coalesce(n, F.lit(0))
-    if a.func == "sum":
-        return F.sum(F.when(live, x * w))
-    if a.func == "avg":
-        summand = x if isinstance(types[a.arg], DecimalType) else x.cast("double")
-        return average(F.sum(F.when(live, summand * w)), n, types[a.arg])
+    kind = types[a.arg]
+    if a.func in ("sum", "avg"):  # over the rows as they are: a float's NaNs and infinities included
+        each = x.cast("double") * w if _floating(kind) else summand(x, w, kind)
+        total = F.sum(F.when(live, each))
+        return average(total, n, kind) if a.func == "avg" else integer_sum(total) if _integral(kind) else total
     return getattr(F, a.func)(F.when(live, x))
 
 

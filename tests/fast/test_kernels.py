@@ -116,7 +116,8 @@ def test_linear_aggregate_integrates_to_batch(tmp_path_factory, ticks, grouped):
     aggs = (AggCall("n", "count", None), AggCall("c", "count", "v"), AggCall("s", "sum", "v"),
             AggCall("a", "avg", "v"))
     schema = pa.schema(([("k", pa.int32())] if grouped else []) + [(COUNT, pa.int64()), ("c__n", pa.int64()),
-                       ("s__s", pa.int64()), ("s__n", pa.int64()), ("a__s", pa.int64()), ("a__n", pa.int64())])
+                       ("s__s", pa.decimal128(38, 0)), ("s__n", pa.int64()), ("a__s", pa.decimal128(38, 0)),
+                       ("a__n", pa.int64())])
     sums = Arrangement("p", tuple(keys), True, buckets=3)
     emitted_arr = Arrangement("g", tuple(keys), False, buckets=3)
     seen, emitted = [], Counter()
@@ -126,7 +127,7 @@ def test_linear_aggregate_integrates_to_batch(tmp_path_factory, ticks, grouped):
         dp = kernels.partials(table(rows), keys, aggs, schema)
         _, old = store.probe(sums, dp, keys, [True] * len(keys))
         groups = kernels.group_sums(kernels.concat([old, dp]), keys)
-        new = kernels.finish(groups, keys, aggs)
+        new = kernels.finish(groups, keys, aggs, table(rows).schema)
         _, prior = store.probe(emitted_arr, dp, keys, [True] * len(keys))
         if prior is not None:
             new = pa.concat_tables([kernels.negate(prior).cast(new.schema), new])

