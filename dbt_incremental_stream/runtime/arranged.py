@@ -858,13 +858,14 @@ class ArrangedTick:
     def _recompute(self, op: GroupDiff | WindowDiff, compute: Callable[[pa.Table], pa.Table | None]
                    ) -> pa.Table | None:
         """The touched groups' rows (their stored rows and this tick's), recomputed by
-        ``compute``, minus what was emitted for them before."""
+        ``compute``, minus what was emitted for them before. The touched keys are distinct
+        as Spark groups them (-0.0 is 0.0, every NaN one): each group is read and
+        retracted once, however many spellings of its key the delta holds."""
         delta = self.value(op.delta)
         if delta is None:
             return None
         keys = list(group_keys(op))
-        touched = (pa.table({k: delta.column(k) for k in keys}).group_by(keys, use_threads=False).aggregate([])
-                   if keys else pa.table({ROW: [0]}))
+        touched = kernels.aggregate(delta.select(keys), keys, []) if keys else pa.table({ROW: [0]})
         _, old = self._read(self.plan.before[op.id], touched, keys, keys, [True] * len(keys))
         rows = kernels.consolidate(kernels.concat([old.cast(delta.schema) if old is not None else None, delta]))
         return self._retract(op, touched, compute(rows))

@@ -221,6 +221,29 @@ def test_time_shapes_equal_spark_in_new_york(spark, tmp_path_factory, local_new_
             list(TIME_SOURCES))
 
 
+# --- findings, as fixed ticks --------------------------------------------------------------
+
+
+def test_groups_and_partitions_keyed_by_both_zeros_or_both_nans(spark, tmp_path):
+    """A tick whose rows spell one float key two ways (-0.0 and 0.0, NaNs of either sign)
+    touches one group or partition, as in Spark: on arrangements its stored rows are read,
+    and its emitted rows retracted, once (read once per spelling, they counted twice),
+    while each row keeps its own -0.0 or 0.0; the same for a top-k over that column."""
+    nan = math.nan
+    twin = Twin(spark, str(tmp_path), {"t": "id INT, d DOUBLE"}, {
+        "ranked": "SELECT id, d, ROW_NUMBER() OVER (PARTITION BY d ORDER BY id) AS rn FROM t",
+        "grouped": "SELECT d, COUNT(*) AS n, MAX(id) AS top FROM t GROUP BY d",
+        "top": "SELECT id, d FROM t ORDER BY d DESC, id LIMIT 2",
+    })
+    try:
+        twin.step({"t": [((1, -0.0), 1), ((2, nan), 1), ((9, 1.0), 1)]})
+        twin.step({"t": [((3, 0.0), 1), ((4, -0.0), 1), ((5, -nan), 1), ((6, nan), 1)]})
+        twin.step({"t": [((1, -0.0), -1), ((3, 0.0), -1), ((7, 0.0), 1), ((2, nan), -1), ((8, -nan), 1)]})
+        assert twin.arranged == 2, twin.paths
+    finally:
+        twin.close()
+
+
 # --- the harness itself ------------------------------------------------------------------
 
 
