@@ -88,7 +88,7 @@ NUMERIC_SHAPES: dict[str, dict[str, str]] = {
         "row_number_double": "SELECT id, d, i, ROW_NUMBER() OVER (PARTITION BY d ORDER BY id, CAST(d AS STRING), i, "
                              "b, m, x) AS rn FROM a",
         "order_limit_decimal": "SELECT id, x, b FROM a ORDER BY x DESC, b LIMIT 3",
-        "order_limit_double": "SELECT id, d, CAST(d AS STRING) AS ds FROM a ORDER BY d DESC LIMIT 3",
+        "order_limit_double": "SELECT id, d, CAST(d AS STRING) AS ds FROM a ORDER BY d DESC, id, ds LIMIT 3",
     },
 }
 
