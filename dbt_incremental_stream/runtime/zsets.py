@@ -56,7 +56,10 @@ def utc_clock() -> bool:
 
 
 def arrow_schema(schema: StructType) -> pa.Schema:
-    """Spark's types in Arrow, as ``toArrow`` gives them (timestamps in UTC)."""
+    """Spark's types in Arrow, as the engine holds them in every Arrow table (state, runs,
+    deltas) and as ``toArrow`` gives them: an instant (TIMESTAMP) is a timestamp in UTC,
+    whatever the session's time zone (an Arrow timestamp's zone is metadata: the instants
+    are the same, but tables whose zones differ do not concatenate)."""
     return to_arrow_schema(schema, timezone="UTC")
 
 
