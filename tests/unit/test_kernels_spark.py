@@ -192,3 +192,22 @@ def test_runs_built_in_spark_tasks_and_in_the_driver_are_probed_together(spark, 
     want = spark.sql("SELECT a.i, b.i AS j FROM a JOIN (SELECT * FROM a UNION ALL SELECT * FROM a) AS b "
                      "ON a.k = b.k").toArrow()
     assert compare_exact(got.cast(want.schema), want) is None, compare_exact(got.cast(want.schema), want)
+
+
+@given(data=st.data())
+@SETTINGS
+def test_collect_arrow_keeps_every_date_and_timestamp(spark, new_york, data):
+    """Row-wise work on a local relation comes back as ``toArrow`` gives it, without a
+    Spark job, for every date and timestamp Spark holds: a timestamp of year 1 is a date
+    of year 0 in New York, 9999-12-31 23:59 UTC a timestamp of year 10000 a day later."""
+    table = data.draw(batches("ts TIMESTAMP, dt DATE"))
+    df = spark.createDataFrame(table).selectExpr("ts", "CAST(ts AS DATE) AS dt", "dt AS d", "ts + INTERVAL 1 DAY AS dt",
+                                                 "_w")
+    spark.sparkContext.setLocalProperty("spark.jobGroup.id", "collect_arrow")
+    try:
+        got = zsets.collect_arrow(df)
+        assert not spark.sparkContext.statusTracker().getJobIdsForGroup("collect_arrow")
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+    want = df.toArrow()
+    assert got.schema == want.schema and got.equals(want), f"{got.to_pydict()} vs {want.to_pydict()}"
