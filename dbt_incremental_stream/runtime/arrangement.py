@@ -16,6 +16,10 @@ runs of every arrangement, so a crash before the manifest leaves unnamed files, 
 :meth:`RunStore.collect_garbage` removes. Size-tiered merging keeps the number of runs
 per bucket bounded and consolidates weights.
 
+Runs hold the engine's Arrow types (:func:`.zsets.arrow_schema`: an instant is a
+timestamp in UTC), whatever time zone Spark hands a task's batches in (the session's):
+runs built by Spark tasks and runs appended in the driver are read together.
+
 Runs are read and written through ``pyarrow.fs``: a local or NFS path (``file:``), or an
 object store pyarrow supports (``s3://``, ``gs://``); a Spark task on any executor finds
 any bucket's runs there, and caches what it reads.
@@ -211,16 +215,19 @@ class RunStore:
                     self._cache.pop(rel, None)
 
 
-def build(root: str, arr: Arrangement, tick: int, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def build(root: str, arr: Arrangement, tick: int, schema: pa.Schema, batches: Iterator[pa.RecordBatch]
+          ) -> Iterator[pa.RecordBatch]:
     """A Spark task's part of a bulk build: its rows sorted into runs, at most
     :data:`BUILD_ROWS` at a time, one run per bucket each time; yields (bucket, path,
-    rows) of every run written (``mapInArrow`` over the integral's rows)."""
+    rows) of every run written (``mapInArrow`` over the integral's rows). ``schema``: the
+    rows' Arrow types as the engine holds them (Spark's batches carry timestamps in the
+    session's time zone)."""
     store = RunStore(root)
     pending: list[pa.RecordBatch] = []
     size = 0
 
     def flush() -> pa.RecordBatch:
-        table = pa.Table.from_batches(pending)
+        table = pa.Table.from_batches(pending).cast(schema)
         done = store.append(replace(arr, runs=()), tick, table)
         rows = [(b, r.path, r.rows) for b, runs in enumerate(done.runs) for r in runs]
         return pa.RecordBatch.from_pylist([{"bucket": b, "path": p, "rows": n} for b, p, n in rows],

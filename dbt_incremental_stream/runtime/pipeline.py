@@ -640,8 +640,9 @@ class Pipeline:
                 arr = Arrangement(spec.node, spec.key, spec.additive, buckets_for(size))
             if not batches:
                 return arr
-            rows = Batch.open_many(self.spark, batches).mapInArrow(
-                partial(build_runs, self.store.fs.root, arr, tick), BUILT_DDL).collect()
+            frame = Batch.open_many(self.spark, batches)
+            task = partial(build_runs, self.store.fs.root, arr, tick, zsets.arrow_schema(frame.schema))
+            rows = frame.mapInArrow(task, BUILT_DDL).collect()
             new: dict[int, list[Run]] = {}
             for r in rows:
                 new.setdefault(r["bucket"], []).append(Run(r["path"], r["rows"]))

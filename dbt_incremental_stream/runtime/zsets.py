@@ -4,14 +4,14 @@ from __future__ import annotations
 import time
 from decimal import Decimal
 from functools import reduce
-from typing import Any, Iterable, Mapping, Sequence, cast
+from typing import Any, Callable, Iterable, Mapping, Sequence, cast
 
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import (ByteType, DataType, DecimalType, DoubleType, FloatType, IntegerType, LongType, ShortType,
-                               StructField, StructType, TimestampType)
+from pyspark.sql.types import (ByteType, DataType, DateType, DecimalType, DoubleType, FloatType, IntegerType, LongType,
+                               ShortType, StructField, StructType, TimestampType)
 
 from ..circuit.operators import COUNT, WEIGHT, AggCall, nonfinite_columns, partial_columns, quote
 
@@ -57,7 +57,10 @@ def utc_clock() -> bool:
 
 
 def arrow_schema(schema: StructType) -> pa.Schema:
-    """Spark's types in Arrow, as ``toArrow`` gives them (timestamps in UTC)."""
+    """Spark's types in Arrow, as the engine holds them in every Arrow table (state, runs,
+    deltas) and as ``toArrow`` gives them: an instant (TIMESTAMP) is a timestamp in UTC,
+    whatever the session's time zone (an Arrow timestamp's zone is metadata: the instants
+    are the same, but tables whose zones differ do not concatenate)."""
     return to_arrow_schema(schema, timezone="UTC")
 
 
@@ -82,18 +85,32 @@ def arrow_rows(schema: StructType, rows: Sequence[Sequence[Any]]) -> pa.Table | 
     return pa.Table.from_arrays(columns, schema=arrow)
 
 
+#: per Spark type, the function giving the integer Spark holds a value as (a DATE's days, a
+#: TIMESTAMP's microseconds since the epoch) and that integer's Arrow type
+_INTERNAL: dict[type[DataType], tuple[Callable[[Column], Column], pa.DataType]] = {
+    DateType: (F.unix_date, pa.int32()), TimestampType: (F.unix_micros, pa.int64())}
+
+
 def collect_arrow(df: DataFrame) -> pa.Table:
-    """``df``'s rows in the driver as Arrow. A plan Spark's optimizer folds into a local
-    relation (row-wise work on a local relation) is collected without a job, unless it
-    has timestamps and local time is not UTC: Python's datetimes are local time, which
-    repeats an hour when clocks fall back and ends at year 1 (such rows take ``toArrow``)."""
-    plan = df._jdf.queryExecution().optimizedPlan()
-    local_time = any(isinstance(f.dataType, TimestampType) for f in df.schema.fields) and not utc_clock()
-    if plan.getClass().getSimpleName() == "LocalRelation" and not local_time:
-        table = arrow_rows(df.schema, df.collect())
-        if table is not None:
-            return table
-    return df.toArrow()
+    """``df``'s rows in the driver as Arrow (:func:`arrow_schema`'s types). A plan Spark's
+    optimizer folds into a local relation (row-wise work on a local relation) is collected
+    without a job, its dates and timestamps as the integers Spark holds them as: never as
+    Python's dates and datetimes, which end at years 1 and 9999 (a timestamp of year 1 is
+    a date of year 0 in New York) and are local time. A plan with other types Python
+    converts (nested ones, intervals, TIMESTAMP_NTZ) takes ``toArrow``."""
+    fields = df.schema.fields
+    internal = [_INTERNAL.get(type(f.dataType)) for f in fields]
+    if any(i is None and f.dataType.needConversion() for i, f in zip(internal, fields)):
+        return df.toArrow()
+    names = [f"_{n}" for n in range(len(fields))]  # by position: column names may repeat
+    local = df.toDF(*names).select(*(F.col(n) if i is None else i[0](F.col(n)) for n, i in zip(names, internal))
+                                   ) if any(internal) else df
+    if local._jdf.queryExecution().optimizedPlan().getClass().getSimpleName() != "LocalRelation":
+        return df.toArrow()
+    rows = local.collect()
+    schema = arrow_schema(df.schema)
+    return pa.Table.from_arrays([pa.array([r[n] for r in rows], t if i is None else i[1]).view(t)
+                                 for n, (i, t) in enumerate(zip(internal, schema.types))], schema=schema)
 
 
 def project(df: DataFrame, exprs: Sequence[tuple[str, str]]) -> DataFrame:

@@ -5,6 +5,8 @@ NULL in every column): the kernel's answer is Spark's, or the kernel declines
 from __future__ import annotations
 
 import os
+from functools import partial
+from typing import Iterator
 
 import pyarrow as pa
 import pytest
@@ -15,7 +17,8 @@ from pyspark.sql.types import StructType
 from dbt_incremental_stream.circuit.operators import WEIGHT, AggCall
 from dbt_incremental_stream.differential import compare_exact
 from dbt_incremental_stream.runtime import kernels, zsets
-from tests.adversarial import values
+from dbt_incremental_stream.runtime.arrangement import BUILT_DDL, Arrangement, Run, RunStore, build
+from tests.adversarial import TIMESTAMPS, values
 
 SETTINGS = settings(max_examples=int(os.environ.get("TWIN_EXAMPLES", "8")), deadline=None,
                     derandomize=os.environ.get("TWIN_EXAMPLES") is None, database=None,
@@ -25,6 +28,21 @@ SETTINGS = settings(max_examples=int(os.environ.get("TWIN_EXAMPLES", "8")), dead
 TYPES = ["DOUBLE", "FLOAT", "INT", "BIGINT", "TINYINT", "DECIMAL(38,18)", "DECIMAL(10,2)", "DECIMAL(38,0)",
          "STRING", "DATE", "TIMESTAMP"]
 NUMBERS = ["DOUBLE", "INT", "BIGINT", "DECIMAL(38,18)", "DECIMAL(10,2)", "DECIMAL(10,0)"]
+
+
+#: a session time zone whose offset from UTC changes (and a process local time that is UTC)
+NEW_YORK = "America/New_York"
+
+
+@pytest.fixture
+def new_york(spark) -> Iterator[None]:
+    """The session's time zone is New York's for the test, restored after."""
+    before = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", NEW_YORK)
+    try:
+        yield
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", before)
 
 
 def _schema(ddl: str) -> StructType:
@@ -154,3 +172,45 @@ def test_join_probe_compares_keys_as_spark(spark, left, right, data):
     spark.createDataFrame(b).createOrReplaceTempView("b")
     want = spark.sql("SELECT a.i, b.j FROM a JOIN b ON a.k = b.k").toArrow()
     assert compare_exact(got.cast(want.schema), want) is None, compare_exact(got.cast(want.schema), want)
+
+
+def test_runs_built_in_spark_tasks_and_in_the_driver_are_probed_together(spark, new_york, tmp_path):
+    """Spark hands a task's batches over with timestamps in the session's time zone, the
+    driver holds them in UTC: runs of both (the same instants) are probed together, and
+    find the pairs Spark's join finds."""
+    schema = zsets.with_weight(_schema("k TIMESTAMP, i INT"))
+    table = zsets.arrow_rows(schema, [(t, i, 1) for i, t in enumerate(TIMESTAMPS + [None])])
+    assert table is not None
+    store = RunStore(str(tmp_path))
+    frame = spark.createDataFrame(table)
+    arr = Arrangement("n", ("k",), False)
+    built = frame.coalesce(1).mapInArrow(partial(build, str(tmp_path), arr, 1, zsets.arrow_schema(frame.schema)),
+                                         BUILT_DDL).collect()
+    arr = store.append(arr.with_runs({0: [Run(r["path"], r["rows"]) for r in built]}), 2, table)
+    assert len(arr.runs[0]) == 2
+    rows, found = store.probe(arr, table, ["k"], [False])
+    assert found is not None
+    got = pa.table({"i": table.column("i").take(pa.array(rows)), "j": found.column("i")})
+    spark.createDataFrame(table).createOrReplaceTempView("a")
+    want = spark.sql("SELECT a.i, b.i AS j FROM a JOIN (SELECT * FROM a UNION ALL SELECT * FROM a) AS b "
+                     "ON a.k = b.k").toArrow()
+    assert compare_exact(got.cast(want.schema), want) is None, compare_exact(got.cast(want.schema), want)
+
+
+@given(data=st.data())
+@SETTINGS
+def test_collect_arrow_keeps_every_date_and_timestamp(spark, new_york, data):
+    """Row-wise work on a local relation comes back as ``toArrow`` gives it, without a
+    Spark job, for every date and timestamp Spark holds: a timestamp of year 1 is a date
+    of year 0 in New York, 9999-12-31 23:59 UTC a timestamp of year 10000 a day later."""
+    table = data.draw(batches("ts TIMESTAMP, dt DATE"))
+    df = spark.createDataFrame(table).selectExpr("ts", "CAST(ts AS DATE) AS dt", "dt AS d", "ts + INTERVAL 1 DAY AS dt",
+                                                 "_w")
+    spark.sparkContext.setLocalProperty("spark.jobGroup.id", "collect_arrow")
+    try:
+        got = zsets.collect_arrow(df)
+        assert not spark.sparkContext.statusTracker().getJobIdsForGroup("collect_arrow")
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+    want = df.toArrow()
+    assert got.schema == want.schema and got.equals(want), f"{got.to_pydict()} vs {want.to_pydict()}"

@@ -244,6 +244,44 @@ def test_groups_and_partitions_keyed_by_both_zeros_or_both_nans(spark, tmp_path)
         twin.close()
 
 
+#: three ticks of TIME_SOURCES at the instants where New York's calendar is not UTC's: its
+#: midnights on the days clocks change, the first instant Spark's calendar has (a date of
+#: year 0 in New York) and the last
+NEW_YORK_TICKS: list[dict[str, list[tuple[tuple, int]]]] = [
+    {"e": [((1, datetime(2026, 3, 8, 5, tzinfo=timezone.utc), date(2026, 3, 8), 1), 1),
+           ((2, datetime(1, 1, 1, tzinfo=timezone.utc), date(1, 1, 1), 2), 1)],
+     "g": [((1, datetime(2026, 3, 8, 5, tzinfo=timezone.utc), date(2026, 3, 8)), 1),
+           ((2, datetime(2026, 3, 8, tzinfo=timezone.utc), None), 1)]},
+    {"e": [((3, datetime(2026, 3, 8, 7, tzinfo=timezone.utc), date(2026, 3, 8), 3), 1),
+           ((4, datetime(1, 1, 1, tzinfo=timezone.utc), date(2026, 11, 1), 4), 1),
+           ((5, datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=timezone.utc), date(9999, 12, 31), 5), 1)],
+     "g": [((3, datetime(2026, 11, 1, 4, tzinfo=timezone.utc), None), 1),
+           ((4, datetime(2026, 3, 8, 5, tzinfo=timezone.utc), None), 1)]},
+    {"e": [((6, datetime(2026, 11, 1, 5, 30, tzinfo=timezone.utc), date(2026, 11, 1), 6), 1),
+           ((1, datetime(2026, 3, 8, 5, tzinfo=timezone.utc), date(2026, 3, 8), 1), -1)],
+     "g": [((5, datetime(2026, 11, 1, 6, 30, tzinfo=timezone.utc), date(2026, 3, 8)), 1),
+           ((6, datetime(1, 1, 1, 5, tzinfo=timezone.utc), None), 1)]},
+]
+
+
+#: the time shapes NEW_YORK_TICKS run in one twin
+NEW_YORK_SHAPES = ("date_trunc_group", "cast_date_group")
+
+
+def test_time_shapes_run_on_arrangements_in_new_york(spark, tmp_path, local_new_york):
+    """NEW_YORK_TICKS in New York's time zone (ANSI off): every view equals Spark's batch
+    answer, and "auto" runs every tick after the first on arrangements."""
+    views = {name: sql for shapes in TIME_SHAPES.values() for name, sql in shapes.items() if name in NEW_YORK_SHAPES}
+    with spark_conf(spark, {"spark.sql.ansi.enabled": "false", "spark.sql.session.timeZone": TIME_ZONE}):
+        twin = Twin(spark, str(tmp_path), TIME_SOURCES, views)
+        try:
+            for tick in NEW_YORK_TICKS:
+                twin.step(tick)
+            assert twin.arranged == len(NEW_YORK_TICKS) - 1, f"auto's paths: {twin.paths}"
+        finally:
+            twin.close()
+
+
 # --- the harness itself ------------------------------------------------------------------
 
 
