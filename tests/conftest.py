@@ -25,3 +25,12 @@ def kafka():
 
     with LocalBroker() as bootstrap:
         yield bootstrap
+
+
+@pytest.fixture
+def local_new_york():
+    """This process's local time is New York's for the test (tests/twin.py)."""
+    from tests.twin import TIME_ZONE, local_time
+
+    with local_time(TIME_ZONE):
+        yield
