@@ -747,16 +747,16 @@ class ArrangedTick:
                                                      names=list(op.columns) + [WEIGHT]))
         return self._where(op, out, op.on) if j.residual else out
 
-    @staticmethod
-    def _probe_as(delta: pa.Table, keys: list[str], types: Sequence[pa.DataType | None]
+    def _probe_as(self, delta: pa.Table, keys: list[str], types: Sequence[pa.DataType | None]
                   ) -> tuple[pa.Table, list[str]]:
         """``delta`` with its keys of another type than the state's as the state's, in
         columns ``__p<n>``, less the rows whose key equals no value of that type."""
         ok = np.ones(delta.num_rows, bool)
         out = list(keys)
+        midnights = partial(zsets.midnights, self._spark, self.plan.zone)
         for n, (key, kind) in enumerate(zip(keys, types)):
             if kind is not None:
-                values, fits = kernels.as_probe(delta.column(key), kind)
+                values, fits = kernels.as_probe(delta.column(key), kind, midnights)
                 delta = delta.append_column(f"__p{n}", values)
                 out[n] = f"__p{n}"
                 ok &= fits

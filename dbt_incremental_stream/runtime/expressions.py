@@ -107,7 +107,8 @@ _INTERVAL_MICROS = {u: n * _MICROS for n, us in ((86_400, ("DAY", "DAYS")), (3_6
                                                   (60, ("MINUTE", "MINUTES")), (1, ("SECOND", "SECONDS")))
                     for u in us}
 _REGEX_OPERATORS = set(".$|()[]{}^?*+\\")
-_UTC = {"UTC", "Etc/UTC", "GMT", "Etc/GMT", "Z", "+00:00", "Zulu", "Universal"}
+#: names of a session time zone that is UTC
+UTC_ZONES = {"UTC", "Etc/UTC", "GMT", "Etc/GMT", "Z", "+00:00", "Zulu", "Universal"}
 
 
 def _kind(t: pa.DataType) -> str:
@@ -140,7 +141,7 @@ class _Compiler:
     def __init__(self, schema: pa.Schema, types: Mapping[str, pa.DataType], zone: str = "UTC"):
         self.schema = schema
         self.types = types
-        self.utc = zone in _UTC
+        self.utc = zone in UTC_ZONES
 
     def _type(self, e: exp.Expr) -> pa.DataType:
         return self.types[e.sql(DIALECT)]

@@ -21,7 +21,7 @@ as in Spark's bags.
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -38,6 +38,8 @@ _MUL = np.uint64(0xBF58476D1CE4E5B9)
 _MUL2 = np.uint64(0x94D049BB133111EB)
 _POLY = np.uint64(0x100000001B3)
 _EXACT = pa.decimal128(38, 0)  # integer sums are summed in it
+INSTANT = pa.timestamp("us", tz="UTC")  # Spark's TIMESTAMP, as the engine holds it
+DAY_MICROS = 86_400_000_000
 
 
 class UnsupportedKey(TypeError):
@@ -349,10 +351,45 @@ def _exact_number(t: pa.DataType) -> bool:
     return pa.types.is_integer(t) or pa.types.is_decimal(t)
 
 
+class Midnights:
+    """The instant each day starts in one time zone, as Spark casts a DATE to TIMESTAMP
+    there (``LocalDate.atStartOfDay``: midnight; the end of a gap in the clock that midnight
+    falls in; the earlier of two midnights), in runs of days: the days from ``days[i]`` on
+    start ``offsets[i]`` microseconds after their midnight in UTC, up to the next run's
+    first day or ``end``, the first day not known."""
+
+    def __init__(self, days: np.ndarray, offsets: np.ndarray, end: int):
+        self.days, self.offsets, self.end = days.astype(np.int64), offsets.astype(np.int64), end
+        self._firsts = self.days * DAY_MICROS + self.offsets  # the instant each run's first day starts
+        self._ends = np.append(self.days[1:], end)
+        step = np.diff(self.offsets)  # a run's first day starts a day and this after the day before
+        self._ordered = bool(np.all(step >= -DAY_MICROS))  # no day starts before the day before it
+        self._shared = self._firsts[1:][step == -DAY_MICROS]  # instants starting two days (a day skipped)
+
+    def starts(self, days: np.ndarray) -> np.ndarray:
+        """The instant (microseconds since the epoch) each day (since the epoch) starts."""
+        days = days.astype(np.int64)
+        if len(days) and (days.min() < self.days[0] or days.max() >= self.end):
+            raise UnsupportedKey("a date outside the days whose start in the time zone is known")
+        return days * DAY_MICROS + self.offsets[np.searchsorted(self.days, days, "right") - 1]
+
+    def day_starting(self, instants: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per instant (microseconds since the epoch), the day that starts then and whether
+        one does (where none does, the day is any)."""
+        run = np.searchsorted(self._firsts, instants, "right") - 1
+        if not self._ordered or (run < 0).any() or np.isin(instants, self._shared).any():
+            raise UnsupportedKey("an instant that may start a day not known, or several")
+        day, rest = np.divmod(instants - self.offsets[run], DAY_MICROS)
+        if (day >= self.end).any():
+            raise UnsupportedKey("an instant that may start a day not known")
+        return day, (rest == 0) & (day < self._ends[run])
+
+
 def probes_as(source: pa.DataType, target: pa.DataType) -> bool:
     """Whether keys of type ``source`` can probe keys of type ``target`` by
-    :func:`as_probe` (numbers of other types; anything else is Spark's to compare)."""
-    if source == target:
+    :func:`as_probe` (numbers of other types, a DATE and a TIMESTAMP; anything else is
+    Spark's to compare)."""
+    if source == target or {source, target} == {pa.date32(), INSTANT}:
         return True
     if pa.types.is_floating(target):
         return pa.types.is_floating(source) or pa.types.is_integer(source)
@@ -360,20 +397,32 @@ def probes_as(source: pa.DataType, target: pa.DataType) -> bool:
                                       pa.types.is_integer(target))
 
 
-def as_probe(values: pa.Array | pa.ChunkedArray, target: pa.DataType) -> tuple[pa.Array, np.ndarray]:
-    """Key values of one numeric type as keys of type ``target`` (the state's, which they
-    probe), and which of them can equal a ``target`` value at all under Spark's comparison,
-    which casts both sides to their common type: an INT probing DOUBLE keys is cast as
-    Spark casts it; a DECIMAL(12,4) probing DECIMAL(10,2) keys matches only if it has no
-    third decimal and fits; a DOUBLE probing BIGINT keys only if it is a whole number.
-    NULLs stay NULL. Raises :class:`UnsupportedKey` where one probe value may equal
-    several keys (a DOUBLE past 2^53 probing BIGINT keys, which Spark compares in DOUBLE)."""
+def as_probe(values: pa.Array | pa.ChunkedArray, target: pa.DataType,
+             midnights: Callable[[], Midnights] | None = None) -> tuple[pa.Array, np.ndarray]:
+    """Key values of one type as keys of type ``target`` (the state's, which they probe),
+    and which of them can equal a ``target`` value at all under Spark's comparison, which
+    casts both sides to their common type: an INT probing DOUBLE keys is cast as Spark
+    casts it; a DECIMAL(12,4) probing DECIMAL(10,2) keys matches only if it has no third
+    decimal and fits; a DOUBLE probing BIGINT keys only if it is a whole number; a DATE
+    probing TIMESTAMP keys is the instant it starts in the session's time zone
+    (``midnights``, asked for only there), a TIMESTAMP probing DATE keys matches only the
+    day that starts at it. NULLs stay NULL. Raises :class:`UnsupportedKey` where one probe
+    value may equal several keys (a DOUBLE past 2^53 probing BIGINT keys, which Spark
+    compares in DOUBLE), or where the day is not known."""
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks()
     source = values.type
     valid = values.is_valid().to_numpy(zero_copy_only=False)
     if source == target:
         return values, np.ones(len(values), bool)
+    if {source, target} == {pa.date32(), INSTANT}:  # Spark casts the DATE to TIMESTAMP
+        assert midnights is not None
+        given = values.view(pa.int32() if source == pa.date32() else pa.int64()).fill_null(0).to_numpy()
+        if source == pa.date32():
+            return pa.array(midnights().starts(given), mask=~valid).view(target), np.ones(len(values), bool)
+        days, starts = midnights().day_starting(given)
+        ok = ~valid | starts
+        return pa.array(np.where(ok, days, 0).astype(np.int32), mask=~valid).view(target), ok
     if pa.types.is_floating(target) and pa.types.is_floating(source) and target.bit_width < source.bit_width:
         narrow = values.cast(target, safe=False)
         same = pc.or_kleene(pc.equal(narrow.cast(source), values), pc.is_nan(values))

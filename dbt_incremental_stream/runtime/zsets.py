@@ -6,14 +6,17 @@ from decimal import Decimal
 from functools import reduce
 from typing import Any, Callable, Iterable, Mapping, Sequence, cast
 
+import numpy as np
 import pyarrow as pa
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (ByteType, DataType, DateType, DecimalType, DoubleType, FloatType, IntegerType, LongType,
                                ShortType, StructField, StructType, TimestampType)
 
 from ..circuit.operators import COUNT, WEIGHT, AggCall, nonfinite_columns, partial_columns, quote
+from . import kernels
+from .expressions import UTC_ZONES
 
 
 LONG = LongType()
@@ -111,6 +114,31 @@ def collect_arrow(df: DataFrame) -> pa.Table:
     schema = arrow_schema(df.schema)
     return pa.Table.from_arrays([pa.array([r[n] for r in rows], t if i is None else i[1]).view(t)
                                  for n, (i, t) in enumerate(zip(internal, schema.types))], schema=schema)
+
+
+#: the days (since the epoch) :func:`midnights` knows: years 0 to 10000
+MIDNIGHT_DAYS = (-719_528, 2_933_263)
+_MIDNIGHTS: dict[str, kernels.Midnights] = {}
+
+
+def midnights(spark: SparkSession, zone: str) -> kernels.Midnights:
+    """The instant each day of :data:`MIDNIGHT_DAYS` starts in time zone ``zone``, as
+    Spark casts a DATE to TIMESTAMP there: one Spark job over every day (seconds) per zone
+    and process. Arrow's time zones are not the JVM's: they keep no daylight saving time
+    after 2037, and their history is another version's."""
+    if zone in _MIDNIGHTS:
+        return _MIDNIGHTS[zone]
+    offsets = np.zeros(1, np.int64)
+    if zone not in UTC_ZONES:
+        session = spark.newSession()  # the zone's, and compiled code for millions of rows
+        session.conf.set("spark.sql.session.timeZone", zone)
+        session.conf.set("spark.sql.codegen.wholeStage", "true")
+        offsets = session.range(*MIDNIGHT_DAYS).selectExpr(
+            f"unix_micros(CAST(date_from_unix_date(CAST(id AS INT)) AS TIMESTAMP)) - id * {kernels.DAY_MICROS}"
+        ).toArrow().column(0).to_numpy()
+    runs = np.flatnonzero(np.concatenate([[True], offsets[1:] != offsets[:-1]]))
+    found = _MIDNIGHTS[zone] = kernels.Midnights(runs + MIDNIGHT_DAYS[0], offsets[runs], MIDNIGHT_DAYS[1])
+    return found
 
 
 def project(df: DataFrame, exprs: Sequence[tuple[str, str]]) -> DataFrame:

@@ -278,3 +278,29 @@ def test_beyond_a_cut_is_every_row_past_it(runs, n, desc):
     c = cut.as_py()
     assert got == sorted(v for r in runs for v in r if (v >= c if desc else v <= c))
     assert any(sum(1 for v in r if (v >= c if desc else v <= c)) >= n for r in runs)
+
+
+def test_midnights_find_each_day_from_its_start_and_back():
+    """A zone's midnights as runs of days: days 0-9 start 5 hours after UTC's midnight,
+    days 10-19 4 hours after, then the zone skips a day: day 20 starts when day 19 does.
+    Every other day's start leads back to it, the instant that starts two days is
+    declined, no instant between starts starts a day, and days or instants past the
+    known ones are declined."""
+    hour, day = 3_600_000_000, kernels.DAY_MICROS
+    zone = kernels.Midnights(np.array([0, 10, 20]), np.array([5 * hour, 4 * hour, 4 * hour - day]), 30)
+    days = np.arange(30)
+    starts = zone.starts(days)
+    assert list(starts - days * day) == [5 * hour] * 10 + [4 * hour] * 10 + [4 * hour - day] * 10
+    others = np.delete(days, [19, 20])
+    found, exact = zone.day_starting(starts[others])
+    assert exact.all() and list(found) == list(others)
+    with pytest.raises(kernels.UnsupportedKey):
+        zone.day_starting(starts[19:20])
+    _, exact = zone.day_starting(np.concatenate([starts[1:] - 1, starts + 1, starts + hour]))
+    assert not exact.any()
+    for outside in (-1, 30):
+        with pytest.raises(kernels.UnsupportedKey):
+            zone.starts(np.array([outside]))
+    for instant in (starts[0] - 1, starts[29] + day):
+        with pytest.raises(kernels.UnsupportedKey):
+            zone.day_starting(np.array([instant]))

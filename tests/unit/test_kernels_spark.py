@@ -8,6 +8,7 @@ import os
 from functools import partial
 from typing import Iterator
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
@@ -149,18 +150,19 @@ def test_linear_aggregates_from_partial_sums(spark, kind, data):
 @pytest.mark.parametrize("left,right", [("INT", "DOUBLE"), ("DOUBLE", "INT"), ("DECIMAL(10,2)", "DECIMAL(38,18)"),
                                         ("DECIMAL(38,18)", "DECIMAL(10,2)"), ("BIGINT", "DECIMAL(38,0)"),
                                         ("DECIMAL(10,0)", "INT"), ("DOUBLE", "FLOAT"), ("FLOAT", "DOUBLE"),
-                                        ("DOUBLE", "DOUBLE"), ("TINYINT", "BIGINT"), ("BIGINT", "TINYINT")])
+                                        ("DOUBLE", "DOUBLE"), ("TINYINT", "BIGINT"), ("BIGINT", "TINYINT"),
+                                        ("DATE", "TIMESTAMP"), ("TIMESTAMP", "DATE")])
 @given(data=st.data())
 @SETTINGS
-def test_join_probe_compares_keys_as_spark(spark, left, right, data):
+def test_join_probe_compares_keys_as_spark(spark, new_york, left, right, data):
     """A delta keyed by one type probing a run keyed by another: the pairs Spark's join
-    on ``a.k = b.k`` finds (keys cast to their common type, NaN = NaN, -0.0 = 0.0), no
-    more, no fewer."""
+    on ``a.k = b.k`` finds (keys cast to their common type, NaN = NaN, -0.0 = 0.0, a DATE
+    the instant its day starts in the session's time zone), no more, no fewer."""
     a = data.draw(batches(f"k {left}, i INT", weights=False))
     b = data.draw(batches(f"k {right}, j INT", weights=False))
     run = kernels.sort_run(b, ["k"])
     try:
-        keys, ok = kernels.as_probe(a.column("k"), b.schema.field("k").type)
+        keys, ok = kernels.as_probe(a.column("k"), b.schema.field("k").type, partial(zsets.midnights, spark, NEW_YORK))
     except kernels.UnsupportedKey:
         return  # the tick goes to Spark
     probe = a.append_column("__p", keys).filter(pa.array(ok))
@@ -214,3 +216,34 @@ def test_collect_arrow_keeps_every_date_and_timestamp(spark, new_york, data):
         spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
     want = df.toArrow()
     assert got.schema == want.schema and got.equals(want), f"{got.to_pydict()} vs {want.to_pydict()}"
+
+
+@pytest.mark.parametrize("zone", [NEW_YORK, "America/Sao_Paulo", "Pacific/Apia"])
+def test_midnights_are_spark_s_cast_of_a_date_to_timestamp(spark, zone):
+    """Where a day starts, and which day starts at an instant, as Spark's cast of a DATE to
+    TIMESTAMP says in the session's time zone, past 2037 too (Arrow's time zones keep no
+    daylight saving time there): on the days around every change of the zone's offset, in
+    years 1 to 9999, and on instants a microsecond and an hour either side of their start.
+    Where a zone skipped a day (Apia, 2011-12-30), one instant starts two: declined."""
+    midnights = zsets.midnights(spark, zone)
+    rng = np.random.default_rng(0)
+    days = np.unique(np.concatenate([midnights.days[1:] + shift for shift in (-1, 0, 1)]
+                                    + [rng.integers(*zsets.MIDNIGHT_DAYS, 2000), zsets.MIDNIGHT_DAYS[:1]]))
+    session = spark.newSession()
+    session.conf.set("spark.sql.session.timeZone", zone)
+    frame = session.createDataFrame(pa.table({"d": pa.array(days.astype(np.int32)).view(pa.date32())}))
+    want = frame.selectExpr("unix_micros(CAST(d AS TIMESTAMP)) AS m").toArrow().column("m").to_numpy()
+    assert np.array_equal(midnights.starts(days), want)
+    instants = np.concatenate([want + shift for shift in (0, 1, -1, 3_600_000_000, -3_600_000_000)])
+    instants = instants[instants >= want[0]]  # none before the first day known starts
+    frame = session.createDataFrame(pa.table({"t": pa.array(instants).view(kernels.INSTANT)}))
+    found = frame.selectExpr("unix_date(CAST(t AS DATE)) AS d", "CAST(CAST(t AS DATE) AS TIMESTAMP) = t AS starts",
+                             "CAST(date_sub(CAST(t AS DATE), 1) AS TIMESTAMP) = t AS twice").toArrow()
+    twice = found.column("twice").to_numpy(zero_copy_only=False)
+    assert twice.any() == (zone == "Pacific/Apia")
+    if twice.any():
+        with pytest.raises(kernels.UnsupportedKey):
+            midnights.day_starting(instants[twice])
+    day, starts = midnights.day_starting(instants[~twice])
+    assert np.array_equal(starts, found.column("starts").to_numpy(zero_copy_only=False)[~twice])
+    assert np.array_equal(day[starts], found.column("d").to_numpy()[~twice][starts])

@@ -68,7 +68,7 @@ NEW_YORK_TICKS: list[dict[str, list[tuple[tuple, int]]]] = [
 
 
 #: the time shapes NEW_YORK_TICKS run in one twin
-NEW_YORK_SHAPES = ("date_trunc_group", "cast_date_group")
+NEW_YORK_SHAPES = ("date_trunc_group", "cast_date_group", "join_date_ts")
 
 
 def test_time_shapes_run_on_arrangements_in_new_york(spark, tmp_path, local_new_york):
