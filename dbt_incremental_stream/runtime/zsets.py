@@ -240,8 +240,9 @@ def _nonfinite(x: Column) -> tuple[Column, Column, Column]:
 
 def summand(x: Column, w: Column, kind: DataType) -> Column:
     """x·w for a sum of ``x`` of type ``kind``, exactly as Spark sums x: an integer in
-    DECIMAL(38, 0) (a SUM is cast back by :func:`integer_sum`), a float's finite values in DOUBLE (its NaNs and infinities
-    are counted apart), a DECIMAL(p, s) in its own scale. Where Spark's x·w would round
+    DECIMAL(38, 0) (a SUM is cast back by :func:`integer_sum`), a float's finite values
+    in DOUBLE (its NaNs and infinities are counted apart), a DECIMAL(p, s) in its own
+    scale. Where Spark's x·w would round
     a decimal's scale away (DECIMAL(38, 18) times a BIGINT is DECIMAL(38, 6)) the rows
     have unit weights (:func:`unit_weights`) and the summand is ±x.
 

@@ -178,3 +178,20 @@ def test_oracle_keeps_every_adversarial_value_exactly(spark, local_new_york):
         assert compare_exact(got, want) is None
         # Spark's own equality in batch: -0.0 = 0.0 and NaN = NaN (of either sign)
         assert oracle.query("SELECT count(DISTINCT d) AS n FROM t").column("n").to_pylist() == [11]
+
+
+def test_an_overflow_of_spark_row_order_is_not_a_finding(spark, tmp_path):
+    """Spark's ANSI BIGINT sum of 1, MAX, 1, -1, -1 in that order overflows on the way
+    (in one partition or two); the engine's exact sum is MAX, which is Spark's wrapped
+    (ANSI off) total: not a finding. A total out of range is an error on every side."""
+    top = (1 << 63) - 1
+    with spark_conf(spark, {"spark.sql.ansi.enabled": "true"}):
+        twin = Twin(spark, str(tmp_path), {"t": "id INT, b BIGINT"}, {"s": "SELECT SUM(b) AS s FROM t"})
+        try:
+            twin.step({"t": [((1, 1), 1), ((2, top), 1), ((3, 1), 1), ((4, -1), 1), ((5, -1), 1)]})
+            assert twin.oracle.answers(["s"])["s"].startswith("ARITHMETIC_OVERFLOW")
+            assert not twin.auto.failed and twin.auto.snapshot("s").collect()[0].s == top
+            twin.step({"t": [((4, -1), -1), ((5, -1), -1)]})
+            assert "s" in twin.auto.failed and "s" in twin.dataframe.failed
+        finally:
+            twin.close()
