@@ -103,13 +103,12 @@ def collect_arrow(df: DataFrame) -> pa.Table:
     converts (nested ones, intervals, TIMESTAMP_NTZ) takes ``toArrow``."""
     fields = df.schema.fields
     internal = [_INTERNAL.get(type(f.dataType)) for f in fields]
-    if any(i is None and f.dataType.needConversion() for i, f in zip(internal, fields)):
+    if df._jdf.queryExecution().optimizedPlan().getClass().getSimpleName() != "LocalRelation" or any(
+            i is None and f.dataType.needConversion() for i, f in zip(internal, fields)):
         return df.toArrow()
     names = [f"_{n}" for n in range(len(fields))]  # by position: column names may repeat
     local = df.toDF(*names).select(*(F.col(n) if i is None else i[0](F.col(n)) for n, i in zip(names, internal))
                                    ) if any(internal) else df
-    if local._jdf.queryExecution().optimizedPlan().getClass().getSimpleName() != "LocalRelation":
-        return df.toArrow()
     rows = local.collect()
     schema = arrow_schema(df.schema)
     return pa.Table.from_arrays([pa.array([r[n] for r in rows], t if i is None else i[1]).view(t)
