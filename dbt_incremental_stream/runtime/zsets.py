@@ -303,14 +303,27 @@ def arg_types(schema: StructType, aggs: Sequence[AggCall]) -> dict[str, DataType
 def average(total: Column, n: Column, kind: DataType) -> Column:
     """AVG from the sum and count of its values of type ``kind``, as Spark's ``Average``
     finishes it: a DECIMAL(p, s)'s sum as DECIMAL(p + 10, s) divided by the count as
-    DECIMAL(20, 0), cast to DECIMAL(p + 4, s + 4) (each bounded at 38 digits); any other
-    type in DOUBLE. NULL when the count is 0."""
+    DECIMAL(20, 0), rounded at the scale of DECIMAL(p + 4, s + 4) (each bounded at 38
+    digits); any other type in DOUBLE. NULL when the count is 0."""
     if isinstance(kind, DecimalType):
-        p, sc = kind.precision, kind.scale
-        summed = total.cast(f"decimal({min(38, p + 10)},{sc})")
-        ratio = summed / F.when(n != 0, n).cast("decimal(20,0)")
-        return ratio.cast(f"decimal({min(38, p + 4)},{min(38, sc + 4)})")
+        p, sc = min(38, kind.precision + 10), kind.scale
+        result, scale = f"decimal({min(38, kind.precision + 4)},{min(38, sc + 4)})", min(38, sc + 4)
+        summed, count = total.cast(f"decimal({p},{sc})"), F.when(n != 0, n).cast("decimal(20,0)")
+        ratio = (summed / count).cast(result)
+        if _quotient_scale(p, sc) >= scale:
+            return ratio
+        # SQL's division would round at fewer decimals than Spark's Average, which divides
+        # at the result's scale: a sum that fits DECIMAL(38, scale) is divided there
+        fits = F.abs(summed) < F.lit(Decimal(10 ** (38 - scale)))
+        return F.when(fits, (summed.cast(f"decimal(38,{scale})") / count).cast(result)).otherwise(ratio)
     return total.cast("double") / F.when(n != 0, n).cast("double")
+
+
+def _quotient_scale(p: int, s: int) -> int:
+    """The scale of Spark SQL's DECIMAL(p, s) / DECIMAL(20, 0) (``DecimalPrecision``: the
+    scale max(6, s + 21), cut to fit 38 digits but to no fewer than 6)."""
+    scale = max(6, s + 21)
+    return scale if p - s + scale <= 38 else max(38 - (p - s), min(scale, 6))
 
 
 def group_diff(before: DataFrame | None, delta: DataFrame, prior: DataFrame | None, keys: Sequence[str],

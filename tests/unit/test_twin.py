@@ -1,7 +1,8 @@
 """The twin harness on numbers and strings: after every tick, every view on both
 placements ("auto", on Arrow kernels in the driver after the first tick, and "dataframe",
 every tick in Spark) is exactly what Spark returns for the view's SQL in batch, on
-adversarial values (tests/adversarial.py), with ANSI mode on and off.
+adversarial values (tests/adversarial.py), with ANSI mode on and off, and the process's
+local time New York's (no value may pass through it).
 
 Views are grouped: the views of one twin share its ticks (a pipeline per group, not per
 view). A failing test lists every finding of the tick: the shape (view), the placement,
@@ -10,6 +11,7 @@ and what differs. ``TWIN_EXAMPLES=10`` searches deeper (tests/twin.py).
 from __future__ import annotations
 
 import math
+from decimal import Decimal
 
 import pytest
 from hypothesis import given
@@ -74,7 +76,7 @@ NUMERIC_SHAPES: dict[str, dict[str, str]] = {
 @pytest.mark.parametrize("group", list(NUMERIC_SHAPES))
 @given(data=st.data())
 @SETTINGS
-def test_numeric_shapes_equal_spark(spark, tmp_path_factory, group, ansi, data):
+def test_numeric_shapes_equal_spark(spark, tmp_path_factory, local_new_york, group, ansi, data):
     with spark_conf(spark, {"spark.sql.ansi.enabled": str(ansi).lower()}):
         run(data, lambda: Twin(spark, str(tmp_path_factory.mktemp("twin")), NUMERIC_SOURCES, NUMERIC_SHAPES[group]),
             list(NUMERIC_SOURCES))
@@ -101,3 +103,19 @@ def test_groups_and_partitions_keyed_by_both_zeros_or_both_nans(spark, tmp_path)
         assert twin.arranged == 2, twin.paths
     finally:
         twin.close()
+
+
+def test_avg_of_a_wide_decimal_rounds_at_its_result_scale(spark, tmp_path):
+    """AVG of DECIMAL(38, 18) is DECIMAL(38, 22), divided at that scale as Spark's Average
+    divides: 1E-18 and 0 average to 5E-19 (SQL's own division of the sum by the count
+    rounds at 18 decimals, to 1E-18)."""
+    with spark_conf(spark, {"spark.sql.ansi.enabled": "false"}):
+        twin = Twin(spark, str(tmp_path), {"a": "id INT, i INT, x DECIMAL(38,18)"},
+                    {"v": "SELECT i, SUM(x) AS s, AVG(x) AS av, COUNT(x) AS n FROM a GROUP BY i"})
+        try:
+            twin.step({"a": [((5, 2, Decimal(0)), 1)]})
+            twin.step({"a": [((3, 2, Decimal("1E-18")), 1), ((6, 2, Decimal("0.000000000000000003")), 1)]})
+            twin.step({"a": [((6, 2, Decimal("0.000000000000000003")), -1)]})
+            assert twin.arranged == 2, twin.paths
+        finally:
+            twin.close()
