@@ -596,10 +596,14 @@ class SparkOracle:
         for name in sorted(self._dirty):
             self.session.createDataFrame(self.table(name), schema=self.schemas[name]).createOrReplaceTempView(name)
         if self._dirty or self._registered != settings:  # analysed again: types follow the settings
-            for name, sql in self.views.items():
-                self.session.sql(sql).createOrReplaceTempView(name)
+            self._register_views()
         self._dirty.clear()
         self._registered = settings
+
+    def _register_views(self) -> None:
+        """Every view analysed under the session's settings now."""
+        for name, sql in self.views.items():
+            self.session.sql(sql).createOrReplaceTempView(name)
 
     def query(self, sql: str) -> pa.Table:
         """Any SQL over the sources and views, as Arrow."""
@@ -621,16 +625,17 @@ class SparkOracle:
         except Exception as e:
             if data_error(e) is None:
                 raise
-        out: dict[str, pa.Table | str] = {}
-        for name in names:
-            try:
-                out[name] = self.session.table(name).toArrow()
-            except Exception as e:
-                why = data_error(e)
-                if why is None:
-                    raise
-                out[name] = why
-        return out
+        return {name: self._answer(name) for name in names}
+
+    def _answer(self, name: str) -> pa.Table | str:
+        """The view's batch result, or the data error it raises; any other error is raised."""
+        try:
+            return self.session.table(name).toArrow()
+        except Exception as e:
+            why = data_error(e)
+            if why is None:
+                raise
+            return why
 
     def wrapped(self, name: str) -> pa.Table | str:
         """The view's batch answer with ANSI off: where ANSI's integer overflow came from
@@ -639,15 +644,8 @@ class SparkOracle:
         self._prepare()
         self.session.conf.set("spark.sql.ansi.enabled", "false")
         self._registered = None  # analysed again now, and again with the real settings after
-        try:
-            for view, sql in self.views.items():
-                self.session.sql(sql).createOrReplaceTempView(view)
-            return self.session.table(name).toArrow()
-        except Exception as e:
-            why = data_error(e)
-            if why is None:
-                raise
-            return why
+        self._register_views()
+        return self._answer(name)
 
     def answers(self, names: Iterable[str] | None = None) -> dict[str, pa.Table | str | BaseException]:
         """:meth:`results`, with any other error of a view's batch query as that view's

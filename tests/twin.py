@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import time
 from contextlib import contextmanager
-from typing import Callable, Iterator, Mapping
+from typing import Iterator, Mapping
 
 import pytest
 from hypothesis import HealthCheck, Phase, assume, settings
@@ -90,26 +90,30 @@ class Seen:
 _FAILED: dict[tuple[str, int], tuple[BaseException, list[Seen]]] = {}
 
 
-def run(data: st.DataObject, make: Callable[[], Twin], sources: list[str], ticks: int = TICKS) -> None:
-    """``ticks`` random ticks, every view checked after each; then every tick after the
-    first must have run on arrangements in "auto" (else that path was not tested)."""
+def run(data: st.DataObject, spark, directories: pytest.TempPathFactory, sources: Mapping[str, str],
+        views: Mapping[str, str], conf: Mapping[str, str], ticks: int = TICKS) -> None:
+    """``views`` over ``sources`` as one twin, with the session settings ``conf``: ``ticks``
+    random ticks, every view checked after each; then every tick after the first must
+    have run on arrangements in "auto" (else that path was not tested)."""
+    names = list(sources)
     key = (os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0], not_the_simplest(data))
     if key in _FAILED:
         error, seen = _FAILED.pop(key)
         for tick in seen:
-            changes(data, tick, sources)
+            changes(data, tick, names)
         raise error
-    twin = make()
-    read: list[Seen] = []
-    try:
-        for _ in range(ticks):
-            read.append(Seen(twin, sources))
-            twin.step(changes(data, read[-1], sources))
-        assert twin.ticks == ticks and twin.checks == ticks * len(twin.pipelines) * len(twin.views)
-        assert twin.arranged == ticks - 1, f"auto's paths: {twin.paths}"
-        assert twin.auto.last_tick is not None and twin.auto.last_tick.path == "arranged"
-    except AssertionError as e:  # Mismatch included
-        _FAILED[key] = (e, read)
-        raise
-    finally:
-        twin.close()
+    with spark_conf(spark, conf):
+        twin = Twin(spark, str(directories.mktemp("twin")), sources, views)
+        read: list[Seen] = []
+        try:
+            for _ in range(ticks):
+                read.append(Seen(twin, names))
+                twin.step(changes(data, read[-1], names))
+            assert twin.ticks == ticks and twin.checks == ticks * len(twin.pipelines) * len(twin.views)
+            assert twin.arranged == ticks - 1, f"auto's paths: {twin.paths}"
+            assert twin.auto.last_tick is not None and twin.auto.last_tick.path == "arranged"
+        except AssertionError as e:  # Mismatch included
+            _FAILED[key] = (e, read)
+            raise
+        finally:
+            twin.close()

@@ -543,12 +543,12 @@ def _number(text: str) -> pa.Scalar:
     """A numeric literal as Spark reads it: digits an integer (a DECIMAL(n, 0) past
     BIGINT's range), a point a decimal."""
     if text.isdigit():
-        n = int(text)
+        n, digits = int(text), len(text.lstrip("0"))
         if n < 1 << 63:
             return pa.scalar(n)
-        if len(text.lstrip("0")) > 38:
+        if digits > 38:
             raise _Untranslatable(text)
-        return pa.scalar(Decimal(n), pa.decimal128(len(text.lstrip("0")), 0))
+        return pa.scalar(Decimal(n), pa.decimal128(digits, 0))
     try:
         d = Decimal(text)
     except InvalidOperation:

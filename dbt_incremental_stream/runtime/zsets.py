@@ -241,9 +241,9 @@ def summand(x: Column, w: Column, kind: DataType) -> Column:
     """x·w for a sum of ``x`` of type ``kind``, exactly as Spark sums x: an integer in
     DECIMAL(38, 0) (a SUM is cast back by :func:`integer_sum`), a float's finite values
     in DOUBLE (its NaNs and infinities are counted apart), a DECIMAL(p, s) in its own
-    scale. Where Spark's x·w would round
-    a decimal's scale away (DECIMAL(38, 18) times a BIGINT is DECIMAL(38, 6)) the rows
-    have unit weights (:func:`unit_weights`) and the summand is ±x.
+    scale. Where Spark's x·w would round a decimal's scale away (DECIMAL(38, 18) times a
+    BIGINT is DECIMAL(38, 6)) the rows have unit weights (:func:`unit_weights`) and the
+    summand is ±x.
 
     An AVG of integers is the exact sum rounded once to DOUBLE, over the count: Spark
     sums their DOUBLEs in its row order, which is the same while its running sum is
@@ -251,8 +251,8 @@ def summand(x: Column, w: Column, kind: DataType) -> Column:
     if isinstance(kind, DecimalType):
         return x * w if _product_exact(kind) else F.when(w > 0, x).otherwise(-x)
     if _floating(kind):
-        finite = ~F.isnan(x) & (F.abs(x) != F.lit(float("inf")))
-        return F.when(finite, x.cast("double") * w).otherwise(F.lit(0.0))
+        nan, pinf, ninf = _nonfinite(x)
+        return F.when(~(nan | pinf | ninf), x.cast("double") * w).otherwise(F.lit(0.0))
     return x.cast("decimal(20,0)") * w if _integral(kind) else x * w
 
 
@@ -266,8 +266,8 @@ def _product_exact(kind: DecimalType) -> bool:
 
 def unit_weights_needed(aggs: Sequence[AggCall], types: Mapping[str, DataType]) -> bool:
     """Whether a SUM or AVG of ``aggs`` is of a decimal whose x·w Spark would round."""
-    return any(a.arg is not None and a.func in ("sum", "avg") and isinstance(types[a.arg], DecimalType)
-               and not _product_exact(types[a.arg]) for a in aggs)
+    return any(a.arg is not None and a.func in ("sum", "avg") and isinstance(kind := types[a.arg], DecimalType)
+               and not _product_exact(kind) for a in aggs)
 
 
 def unit_weights(df: DataFrame) -> DataFrame:
@@ -438,10 +438,7 @@ def _weighted(a: AggCall, w: Column, types: Mapping[str, DataType]) -> Column:
 
 def expand(df: DataFrame) -> DataFrame:
     """A consolidated Z-set as the bag it stands for: a row per unit of positive weight."""
-    cols = data_columns(df)
-    return df.where(col(WEIGHT) > 0).select(
-        *map(col, cols), F.explode(F.array_repeat(F.lit(1), col(WEIGHT).cast("int"))).alias("__n")
-    ).select(*map(col, cols))
+    return unit_weights(df.where(col(WEIGHT) > 0)).select(*map(col, data_columns(df)))
 
 
 def diff(current: DataFrame, before: DataFrame | None) -> DataFrame:

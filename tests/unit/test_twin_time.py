@@ -28,7 +28,7 @@ TIME_SHAPES: dict[str, dict[str, str]] = {
         "cast_date_group": "SELECT CAST(ts AS DATE) AS day, COUNT(*) AS n, MAX(v) AS top FROM e "
                            "GROUP BY CAST(ts AS DATE)",
     },
-    "date_join": {  # alone: a circuit with an operator the arranged path declines runs every tick in Spark
+    "date_join": {  # alone: were its join declined, every tick of the twin's circuit would run in Spark
         "join_date_ts": "SELECT e.id, g.id AS gid, e.dt, g.ts FROM e JOIN g ON e.dt = g.ts",
     },
 }
@@ -39,9 +39,8 @@ TIME_SHAPES: dict[str, dict[str, str]] = {
 @given(data=st.data())
 @SETTINGS
 def test_time_shapes_equal_spark_in_new_york(spark, tmp_path_factory, local_new_york, group, ansi, data):
-    with spark_conf(spark, {"spark.sql.ansi.enabled": str(ansi).lower(), "spark.sql.session.timeZone": TIME_ZONE}):
-        run(data, lambda: Twin(spark, str(tmp_path_factory.mktemp("twin")), TIME_SOURCES, TIME_SHAPES[group]),
-            list(TIME_SOURCES))
+    run(data, spark, tmp_path_factory, TIME_SOURCES, TIME_SHAPES[group],
+        {"spark.sql.ansi.enabled": str(ansi).lower(), "spark.sql.session.timeZone": TIME_ZONE})
 
 
 # --- findings, as fixed ticks --------------------------------------------------------------
