@@ -1,10 +1,13 @@
 """Incremental tick vs batch recompute for a join + aggregate view, same Spark session.
 
     python bench/join_aggregate.py [--orders 1000000,4000000,10000000] [--changes 1000] [--ticks 7]
+                                   [--forms arrow,dataframe,rows]
 
 State: ``orders`` (N rows) joined with ``customers`` and aggregated by region. Each tick
-changes ``--changes`` rows of orders (half deletes of existing rows, half inserts), given
-to the pipeline as an Arrow table (what a source decoded in Arrow hands it). The batch
+changes ``--changes`` rows of orders (half deletes of existing rows, half inserts), handed
+to the pipeline in each of ``--forms`` in turn, ``--ticks`` ticks each, over the same
+state: an Arrow table (what a source decoded in Arrow hands it), a DataFrame as a user
+makes one (``spark.createDataFrame`` of the rows, plus a ``select``), or Python rows. The batch
 baseline is what a dbt ``table`` model does: read both tables, join, aggregate, write the
 result. Ticks run with the engine's tick settings (no adaptive execution); batch runs with
 adaptive execution on, each side in its best configuration. Per tick it counts the Spark
@@ -60,6 +63,18 @@ def order_table(ids: list[int], weights: list[int]) -> pa.Table:
                      "_w": np.asarray(weights, np.int64)})
 
 
+def handed_over(spark, form: str, table: pa.Table):
+    """A tick's change to orders in ``form``: "arrow", "rows" ((values, weight) pairs) or
+    "dataframe" (made from Python rows, with a projection, as user code makes one)."""
+    if form == "arrow":
+        return table
+    rows = [(i, c, a, w) for i, c, a, w in zip(*(table.column(n).to_pylist() for n in table.column_names))]
+    if form == "rows":
+        return [((i, c, a), w) for i, c, a, w in rows]
+    df = spark.createDataFrame(rows, "id BIGINT, cust INT, amount DOUBLE, w BIGINT")
+    return df.select("id", "cust", "amount", F.col("w").alias("_w"))
+
+
 class SparkWork:
     """Jobs, stages and tasks Spark ran since the last call (from the status tracker)."""
 
@@ -75,8 +90,8 @@ class SparkWork:
         return len(jobs), len(stages), tasks
 
 
-def run(spark, work: Path, orders: int, changes: int, ticks: int, batch_runs: int) -> dict:
-    """One state size: load, ``ticks`` incremental ticks, then batch recomputes of the same data."""
+def run(spark, work: Path, orders: int, changes: int, ticks: int, forms: list[str], batch_runs: int) -> dict:
+    """One state size: load, ``ticks`` incremental ticks per form, then batch recomputes of the same data."""
     pipe = Pipeline(spark, str(work / "state"))
     pipe.add_source("orders", "id BIGINT, cust INT, amount DOUBLE")
     pipe.add_source("customers", "id INT, region STRING")
@@ -92,14 +107,15 @@ def run(spark, work: Path, orders: int, changes: int, ticks: int, batch_runs: in
 
     rng = random.Random(7)
     next_id, deleted = orders, set()
-    tick_times, counts, splits, paths = [], [], [], []
+    tick_times, counts, splits, paths, handed = [], [], [], [], []
     spark_work = SparkWork(spark)
-    for _ in range(ticks):
+    for form in [f for _ in range(ticks) for f in forms]:
         gone = [i for i in {rng.randrange(orders) for _ in range(changes)} if i not in deleted][: changes // 2]
         deleted.update(gone)
         new = list(range(next_id, next_id + changes - len(gone)))
         next_id += len(new)
-        delta = order_table(gone + new, [-1] * len(gone) + [1] * len(new))
+        delta = handed_over(spark, form, order_table(gone + new, [-1] * len(gone) + [1] * len(new)))
+        handed.append(form)
         spark_work()
         t = time.perf_counter()
         pipe.step({"orders": delta})
@@ -127,7 +143,7 @@ def run(spark, work: Path, orders: int, changes: int, ticks: int, batch_runs: in
     state = sum(f.stat().st_size for f in (work / "state").rglob("*") if f.is_file())
     return {"rows": orders - len(deleted) + (next_id - orders), "load": load, "ticks": tick_times,
             "batch": batch_times, "problem": problem, "counts": counts, "splits": splits, "paths": paths,
-            "state_mib": state / 2**20}
+            "forms": handed, "state_mib": state / 2**20}
 
 
 def main() -> None:
@@ -135,43 +151,57 @@ def main() -> None:
     ap.add_argument("--orders", default="1000000,4000000,10000000", help="state sizes, comma separated")
     ap.add_argument("--changes", type=int, default=1_000)
     ap.add_argument("--ticks", type=int, default=7)
+    ap.add_argument("--forms", default="arrow,dataframe,rows",
+                    help="how each tick's change is handed over, in turn: arrow, dataframe, rows")
     ap.add_argument("--batch-runs", type=int, default=3)
     ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
     args = ap.parse_args()
 
     spark = session("local[2]")
     sizes = [int(x) for x in args.orders.split(",")]
+    forms = args.forms.split(",")
     results = []
     for n in sizes:
         work = Path(tempfile.mkdtemp(prefix="bench-"))
         try:
-            results.append(run(spark, work, n, args.changes, args.ticks, args.batch_runs))
+            results.append(run(spark, work, n, args.changes, args.ticks, forms, args.batch_runs))
         finally:
             shutil.rmtree(work, ignore_errors=True)
 
-    header = ["state rows", "load (s)", f"tick, {args.changes} changes: median (s)", "ticks (s)",
+    header = ["state rows", "form", "load (s)", f"tick, {args.changes} changes: median (s)", "ticks (s)",
               "batch: median (s)", "batch / tick", "jobs / stages / tasks per tick (median)",
               "tick split, median (s)", "path", "state (MiB)", "equal to batch"]
 
-    def split(r) -> str:
-        keys = list(r["splits"][0])
-        return " ".join(f"{k} {statistics.median(s[k] for s in r['splits']):.3f}" for k in keys)
+    def of(r: dict, form: str, what: str) -> list:
+        return [x for f, x in zip(r["forms"], r[what]) if f == form]
 
-    table = [[f"{r['rows']:,}", f"{r['load']:.1f}", f"{statistics.median(r['ticks']):.3f}",
-              " ".join(f"{x:.2f}" for x in r["ticks"]), f"{statistics.median(r['batch']):.2f}",
-              f"{statistics.median(r['batch']) / statistics.median(r['ticks']):.1f}x",
-              " / ".join(str(int(statistics.median(c[i] for c in r["counts"]))) for i in range(3)),
-              split(r), ",".join(sorted(set(r["paths"]))), f"{r['state_mib']:.0f}", str(r["problem"] is None)]
-             for r in results]
+    def split(r: dict, form: str) -> str:
+        splits = of(r, form, "splits")
+        return " ".join(f"{k} {statistics.median(s.get(k, 0.0) for s in splits):.3f}" for k in splits[0])
+
+    def tick(r: dict, form: str) -> float:
+        return statistics.median(of(r, form, "ticks"))
+
+    table = [[f"{r['rows']:,}", form, f"{r['load']:.1f}", f"{tick(r, form):.3f}",
+              " ".join(f"{x:.2f}" for x in of(r, form, "ticks")), f"{statistics.median(r['batch']):.2f}",
+              f"{statistics.median(r['batch']) / tick(r, form):.1f}x",
+              " / ".join(str(int(statistics.median(c[i] for c in of(r, form, "counts")))) for i in range(3)),
+              split(r, form), ",".join(sorted(set(of(r, form, "paths")))), f"{r['state_mib']:.0f}",
+              str(r["problem"] is None)]
+             for r in results for form in forms]
     widths = [max(len(h), *(len(row[i]) for row in table)) for i, h in enumerate(header)]
     print(" | ".join(h.ljust(w) for h, w in zip(header, widths)))
     print("-+-".join("-" * w for w in widths))
     for row in table:
         print(" | ".join(c.ljust(w) for c, w in zip(row, widths)))
-    if len(results) > 1:
-        first, last = results[0], results[-1]
-        print(f"tick({last['rows']:,}) / tick({first['rows']:,}) = "
-              f"{statistics.median(last['ticks']) / statistics.median(first['ticks']):.2f}")
+    for form in forms:
+        if len(results) > 1:
+            first, last = results[0], results[-1]
+            print(f"{form}: tick({last['rows']:,}) / tick({first['rows']:,}) = "
+                  f"{tick(last, form) / tick(first, form):.2f}")
+        if form != forms[0]:
+            print(f"{form} / {forms[0]} tick: " + ", ".join(
+                f"{tick(r, form) / tick(r, forms[0]):.2f} at {r['rows']:,}" for r in results))
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -182,13 +212,16 @@ def main() -> None:
 
     fig, ax = plt.subplots(figsize=(6, 3.5))
     xs = [r["rows"] for r in results]
-    ax.plot(xs, [statistics.median(r["ticks"]) for r in results], "o-",
-            label=f"incremental tick ({args.changes} changes)")
+    for form in forms:
+        ax.plot(xs, [tick(r, form) for r in results], "o-",
+                label=f"incremental tick ({args.changes} changes as {form})")
     ax.plot(xs, [statistics.median(r["batch"]) for r in results], "s-", label="batch recompute")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
     ax.set_xlabel("rows of state (orders)")
-    ax.set_ylabel("seconds (median)")
+    ax.set_ylabel("seconds (median, log)")
     ax.set_title("join + aggregate view, local[2]")
-    ax.legend()
+    ax.legend(fontsize="small")
     fig.tight_layout()
     fig.savefig(out / "join_aggregate.png", dpi=100)
     print(f"plot: {out / 'join_aggregate.png'}")

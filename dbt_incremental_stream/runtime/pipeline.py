@@ -53,9 +53,11 @@ from .evaluate import Tick, empty_tick
 from .state import Batch, StateStore
 
 Rows = Iterable[tuple[Sequence[Any], int]]
-#: a tick takes the arranged path when its inputs have at most this many rows in all ...
+#: a tick takes the arranged path when its inputs have at most this many rows in all
 ARRANGED_ROWS = 100_000
-#: ... and Spark estimates each DataFrame input at most this large (else it is not fetched)
+#: a DataFrame input Spark estimates at most this large is collected whole; a larger or
+#: unbounded estimate (a DataFrame made from Python rows or an RDD) is collected through
+#: a limit, one row past the room left (a limit's exchange costs a stage)
 ARRANGED_BYTES = 64 << 20
 PLACEMENTS = frozenset({"auto", "dataframe"})
 
@@ -518,16 +520,20 @@ class Pipeline:
 
     def _fetch(self, frames: Mapping[str, DataFrame | None],
                arrow: Mapping[str, pa.Table]) -> dict[str, pa.Table] | None:
-        """Every input as an Arrow table in the driver, or None when the tick is too large
-        for the arranged path (Spark's size estimate of a DataFrame input, then its rows)."""
+        """Every input as an Arrow table in the driver, or None when the tick has more than
+        :data:`ARRANGED_ROWS` rows in all. A DataFrame input is sized by its rows, not by
+        Spark's size estimate (:data:`ARRANGED_BYTES`)."""
         out = dict(arrow)
+        room = ARRANGED_ROWS - sum(t.num_rows for t in out.values())
         for source, df in frames.items():
             if df is None:
                 continue
-            if _estimated_bytes(df) > ARRANGED_BYTES:
+            if room < 0:
                 return None
-            out[source] = self._conform_arrow(source, df.toArrow())
-        return out if sum(t.num_rows for t in out.values()) <= ARRANGED_ROWS else None
+            table = (df if _estimated_bytes(df) <= ARRANGED_BYTES else df.limit(room + 1)).toArrow()
+            room -= table.num_rows
+            out[source] = self._conform_arrow(source, table)
+        return out if room >= 0 else None
 
     def _step_arranged(self, plan: Plan, inputs: dict[str, pa.Table], clock: datetime | None,
                        before_commit: Callable[[int, Changes], None] | None, started: float,

@@ -431,3 +431,46 @@ def test_a_view_failing_on_its_input_is_set_aside_and_rebuilt_when_the_cause_goe
         assert diff.pipeline.last_tick.path == "arranged", diff.pipeline.last_tick.why
     finally:
         diff.close()
+
+
+def test_a_dataframe_delta_is_sized_by_its_rows(spark, tmp_path, monkeypatch):
+    """A DataFrame made from Python rows (Spark's size estimate of it is unbounded) or read
+    from files takes the arranged path when it has few rows, as the same rows would; past
+    ``ARRANGED_ROWS`` rows it takes the DataFrame path. The view is right on every tick."""
+    from dbt_incremental_stream.runtime import pipeline
+
+    pipe = Pipeline(spark, str(tmp_path / "state"))
+    pipe.add_source("orders", "id BIGINT, cust INT, amount DOUBLE")
+    pipe.add_view("by_cust", "SELECT cust, COUNT(*) AS n, SUM(amount) AS s FROM orders GROUP BY cust")
+    schema = "id BIGINT, cust INT, amount DOUBLE, _w BIGINT"
+    held: dict[tuple, int] = {}
+
+    def step(rows: list[tuple], df) -> str:
+        for *r, w in rows:
+            held[tuple(r)] = held.get(tuple(r), 0) + w
+        pipe.step({"orders": df})
+        want = {}
+        for (_, cust, amount), w in held.items():
+            n, s = want.get(cust, (0, 0.0))
+            want[cust] = (n + w, s + amount * w)
+        assert sorted(tuple(r) for r in pipe.snapshot("by_cust").collect()) == sorted(
+            (c, n, s) for c, (n, s) in want.items() if n)
+        return pipe.last_tick.path
+
+    try:
+        first = [(i, i % 3, float(i), 1) for i in range(10)]
+        step(first, spark.createDataFrame(first, schema))
+        assert pipeline._estimated_bytes(spark.createDataFrame(first, schema).select("id")) > pipeline.ARRANGED_BYTES
+        change = [(3, 0, 3.0, -1), (20, 2, 20.0, 1)]
+        assert step(change, spark.createDataFrame(change, schema).select("id", "cust", "amount", "_w")) == "arranged"
+        written = [(21, 1, 21.0, 1), (4, 1, 4.0, -1)]
+        spark.createDataFrame(written, schema).write.parquet(str(tmp_path / "changes"))
+        assert step(written, spark.read.parquet(str(tmp_path / "changes"))) == "arranged"
+        monkeypatch.setattr(pipeline, "ARRANGED_ROWS", 2)
+        many = [(30 + i, i % 3, 0.5, 1) for i in range(3)]
+        assert step(many, spark.createDataFrame(many, schema)) == "dataframe"
+        assert pipe.last_tick.why == "a large delta"
+        gone = [(30, 0, 0.5, -1)]
+        assert step(gone, spark.createDataFrame(gone, schema)) == "arranged"
+    finally:
+        pipe.close()
