@@ -531,6 +531,8 @@ class ArrangedTick:
         self._arr = arrangements
         self._runs = runs
         self._spark = spark
+        #: the session's ``spark.sql.ansi.enabled``, which decides what an overflow gives
+        self.ansi = (spark.conf.get("spark.sql.ansi.enabled") or "true").lower() == "true"
         self._memo: dict[str, pa.Table | None] = {}
         self.spark_seconds = 0.0  # spent in Spark passes
         self.rows_read = 0  # rows of state that joins and temporal filters read
@@ -791,7 +793,7 @@ class ArrangedTick:
         _, old = self._runs.probe(self._arr[before.input.id][op.keys], dp, keys, safe)
         groups = kernels.group_sums(kernels.concat([old, dp.cast(old.schema) if old is not None else dp]), keys)
         rows = self.plan.schema(op.delta.input)  # type: ignore[attr-defined]
-        new = kernels.finish(groups, keys, op.aggs, zsets.arrow_schema(rows))
+        new = kernels.finish(groups, keys, op.aggs, zsets.arrow_schema(rows), ansi=self.ansi)
         if new is None:
             types = zsets.arg_types(rows, op.aggs)
             new = self._in_spark(op, groups, lambda df: zsets.finish(df, keys, op.aggs, types)).select(
@@ -848,7 +850,7 @@ class ArrangedTick:
         return self._conform(op, kernels.consolidate(out))
 
     def _regroup(self, op: GroupDiff, rows: pa.Table) -> pa.Table:
-        new = kernels.regroup(rows, op.keys, op.aggs, self.arrow_schema(op))
+        new = kernels.regroup(rows, op.keys, op.aggs, self.arrow_schema(op), ansi=self.ansi)
         if new is None:
             types = zsets.arg_types(self.plan.schema(op.delta), op.aggs)
             new = self._in_spark(op, rows, lambda df: zsets.group_diff(None, df, None, op.keys, op.aggs, False,

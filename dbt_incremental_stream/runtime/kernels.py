@@ -544,13 +544,15 @@ def _times(x: pa.ChunkedArray, w: pa.ChunkedArray) -> pa.ChunkedArray:
     return pc.multiply_checked(x.cast(pa.decimal256(19, 0)), w.cast(pa.decimal256(20, 0))).cast(_EXACT)
 
 
-def finish(groups: pa.Table, keys: Sequence[str], aggs: Sequence[AggCall], kinds: pa.Schema) -> pa.Table | None:
+def finish(groups: pa.Table, keys: Sequence[str], aggs: Sequence[AggCall], kinds: pa.Schema, *,
+           ansi: bool) -> pa.Table | None:
     """Aggregate rows (weight 1) from per-group partial sums, as Spark's ``_finalize``
     computes them; ``kinds`` has the aggregates' argument columns (their types). An
-    integer SUM stays in decimal(38, 0), cast to BIGINT by the caller's schema: out of
-    range it raises, and Spark decides. Groups whose count is 0 are gone (unless there
-    are no keys: the one global row always exists). None when an aggregate needs Spark's
-    own arithmetic (AVG of a DECIMAL: its result type and rounding are Spark's)."""
+    integer SUM stays in decimal(38, 0), cast to BIGINT by the caller's schema: with
+    ``ansi`` on, out of range it raises, and Spark decides (an overflow error); off, it
+    wraps around 2^64 as :func:`.zsets.integer_sum`. Groups whose count is 0 are gone
+    (unless there are no keys: the one global row always exists). None when an aggregate
+    needs Spark's own arithmetic (AVG of a DECIMAL: its result type and rounding are Spark's)."""
     count = pc.fill_null(groups.column(COUNT), 0)
     out: dict[str, pa.ChunkedArray] = {k: groups.column(k) for k in keys}
     for a in aggs:
@@ -560,7 +562,7 @@ def finish(groups: pa.Table, keys: Sequence[str], aggs: Sequence[AggCall], kinds
         s, n = (groups.column(c) for c in partial_columns(a))
         live = pc.fill_null(pc.not_equal(n, 0), False)
         if a.func == "sum":
-            value = s
+            value = s if ansi or not pa.types.is_integer(kinds.field(a.arg).type) else _wrapped(s)
         elif pa.types.is_decimal(kinds.field(a.arg).type):
             return None
         else:
@@ -571,6 +573,15 @@ def finish(groups: pa.Table, keys: Sequence[str], aggs: Sequence[AggCall], kinds
     out[WEIGHT] = pa.chunked_array([np.ones(groups.num_rows, np.int64)], pa.int64())
     table = pa.table(out)
     return table.filter(pc.not_equal(count, 0)) if keys else table
+
+
+def _wrapped(total: pa.ChunkedArray) -> pa.ChunkedArray:
+    """An exact integer sum (decimal(38, 0)) as Java's long addition leaves it: its low
+    64 bits, which a decimal128 holds as the first word of its two's complement."""
+    exact = total.combine_chunks()
+    assert exact.type == _EXACT
+    words = np.frombuffer(exact.buffers()[1], np.int64)[2 * exact.offset:2 * (exact.offset + len(exact)):2]
+    return pa.chunked_array([pa.array(words, pa.int64(), mask=exact.is_null().to_numpy(zero_copy_only=False))])
 
 
 def _float_total(finite: pa.ChunkedArray, counts: Sequence[pa.ChunkedArray]) -> pa.ChunkedArray:
@@ -588,7 +599,8 @@ def _float_total(finite: pa.ChunkedArray, counts: Sequence[pa.ChunkedArray]) -> 
 _HASH_AGG = {"min": "min", "max": "max", "count": "count_distinct"}
 
 
-def regroup(rows: pa.Table, keys: Sequence[str], aggs: Sequence[AggCall], schema: pa.Schema) -> pa.Table | None:
+def regroup(rows: pa.Table, keys: Sequence[str], aggs: Sequence[AggCall], schema: pa.Schema, *,
+            ansi: bool) -> pa.Table | None:
     """The aggregate row (weight 1) of every group in ``rows``, a consolidated Z-set in
     which a row of weight w counts w times, typed as ``schema``. Linear aggregates are
     finished from their partial sums as :func:`finish` does; MIN, MAX and
@@ -612,7 +624,7 @@ def regroup(rows: pa.Table, keys: Sequence[str], aggs: Sequence[AggCall], schema
                      else (a.name, _HASH_AGG[a.func]))
     out = aggregate(normal_keys(pa.table(cols), [a.name for a in aggs if a.func == "count" and not a.linear]),
                     keys, specs)
-    done = finish(out, keys, linear, live.schema)
+    done = finish(out, keys, linear, live.schema, ansi=ansi)
     if done is None:
         return None
     values = {a.name: (done.column(a.name) if a.linear else out.column(a.name)) for a in aggs}

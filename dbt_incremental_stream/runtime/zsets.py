@@ -313,9 +313,10 @@ def average(total: Column, n: Column, kind: DataType) -> Column:
         if _quotient_scale(p, sc) >= scale:
             return ratio
         # SQL's division would round at fewer decimals than Spark's Average, which divides
-        # at the result's scale: a sum that fits DECIMAL(38, scale) is divided there
-        fits = F.abs(summed) < F.lit(Decimal(10 ** (38 - scale)))
-        return F.when(fits, (summed.cast(f"decimal(38,{scale})") / count).cast(result)).otherwise(ratio)
+        # at the result's scale: a sum that fits DECIMAL(38, scale) is divided there (a
+        # comparison with 10^(38 - scale) would do, but Spark's raises on such decimals)
+        wide = summed.try_cast(f"decimal(38,{scale})")
+        return F.when(wide.isNotNull(), (wide / count).cast(result)).otherwise(ratio)
     return total.cast("double") / F.when(n != 0, n).cast("double")
 
 

@@ -127,7 +127,7 @@ def test_linear_aggregate_integrates_to_batch(tmp_path_factory, ticks, grouped):
         dp = kernels.partials(table(rows), keys, aggs, schema)
         _, old = store.probe(sums, dp, keys, [True] * len(keys))
         groups = kernels.group_sums(kernels.concat([old, dp]), keys)
-        new = kernels.finish(groups, keys, aggs, table(rows).schema)
+        new = kernels.finish(groups, keys, aggs, table(rows).schema, ansi=True)
         _, prior = store.probe(emitted_arr, dp, keys, [True] * len(keys))
         if prior is not None:
             new = pa.concat_tables([kernels.negate(prior).cast(new.schema), new])
@@ -229,7 +229,7 @@ def test_regroup_matches_python(ticks):
             AggCall("n", "count", None), AggCall("s", "sum", "v"))
     schema = pa.schema([("k", pa.int32()), ("mn", pa.int64()), ("mx", pa.int64()), ("dc", pa.int64()),
                         ("n", pa.int64()), ("s", pa.int64()), (WEIGHT, pa.int64())])
-    out = kernels.regroup(t, ["k"], aggs, schema)
+    out = kernels.regroup(t, ["k"], aggs, schema, ansi=True)
     live: dict = defaultdict(list)
     for (k, v), w in bag(t).items():
         if w > 0:
@@ -304,3 +304,20 @@ def test_midnights_find_each_day_from_its_start_and_back():
     for instant in (starts[0] - 1, starts[29] + day):
         with pytest.raises(kernels.UnsupportedKey):
             zone.day_starting(np.array([instant]))
+
+
+def test_an_integer_sum_past_bigint_wraps_with_ansi_off_and_raises_with_it_on():
+    """Java's long addition wraps: a group summing to 2^63 is -2^63 with ANSI off (its
+    low 64 bits, whatever order Spark added in); with ANSI on the cast to BIGINT raises,
+    and the tick goes to Spark for its overflow error."""
+    big = (1 << 63) - 1
+    t = pa.table({"k": pa.array([1, 1, 2, 2, 3], pa.int32()), "v": pa.array([big, 1, -big, -2, None], pa.int64()),
+                  WEIGHT: pa.array([1, 1, 1, 1, 1], pa.int64())})
+    aggs = [AggCall("s", "sum", "v")]
+    schema = pa.schema([("k", pa.int32()), ("s", pa.int64()), (WEIGHT, pa.int64())])
+    out = kernels.regroup(t, ["k"], aggs, schema, ansi=False)
+    assert out is not None
+    assert sorted(zip(out.column("k").to_pylist(), out.column("s").to_pylist())) == [
+        (1, -(1 << 63)), (2, (1 << 63) - 1), (3, None)]
+    with pytest.raises(pa.ArrowInvalid):
+        kernels.regroup(t, ["k"], aggs, schema, ansi=True)

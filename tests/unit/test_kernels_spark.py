@@ -20,6 +20,7 @@ from dbt_incremental_stream.differential import compare_exact
 from dbt_incremental_stream.runtime import kernels, zsets
 from dbt_incremental_stream.runtime.arrangement import BUILT_DDL, Arrangement, Run, RunStore, build
 from tests.adversarial import TIMESTAMPS, values
+from tests.twin import ANSI, spark_conf
 
 SETTINGS = settings(max_examples=int(os.environ.get("TWIN_EXAMPLES", "8")), deadline=None,
                     derandomize=os.environ.get("TWIN_EXAMPLES") is None, database=None,
@@ -101,50 +102,55 @@ def test_group_count_and_count_distinct(spark, kind, data):
     aggs = [AggCall("n", "count", None), AggCall("d", "count", "v", distinct=True)]
     schema = pa.schema([table.schema.field("k"), pa.field("n", pa.int64()), pa.field("d", pa.int64()),
                         pa.field(WEIGHT, pa.int64())])
-    got = kernels.regroup(table, ["k"], aggs, schema)
+    got = kernels.regroup(table, ["k"], aggs, schema, ansi=True)
     assert got is not None
     _expect(spark, table, "SELECT k, COUNT(*) AS n, COUNT(DISTINCT v) AS d FROM batch GROUP BY k",
             got.select(["k", "n", "d"]))
 
 
+@ANSI
 @pytest.mark.parametrize("kind", NUMBERS)
 @given(data=st.data())
 @SETTINGS
-def test_linear_aggregates_from_partial_sums(spark, kind, data):
+def test_linear_aggregates_from_partial_sums(spark, kind, ansi, data):
     """COUNT, SUM and AVG per group from partial sums of a weighted batch, finished by
-    the kernel (or by Spark's own arithmetic where the kernel declines: an overflow, AVG
-    of a DECIMAL), equal Spark's aggregates over the bag: NaN and infinities as Spark
-    sums them, integers exactly, DECIMAL(38, 18) to its last digit. Where Spark's batch
+    the kernel (or by Spark's own arithmetic where the kernel declines: an overflow with
+    ANSI on, AVG of a DECIMAL), equal Spark's aggregates over the bag: NaN and infinities
+    as Spark sums them, integers exactly (with ANSI off, a BIGINT sum wrapped around
+    2^64, which no order changes), DECIMAL(38, 18) to its last digit. Where Spark's batch
     fails (an overflow: SQLSTATE 22003), so do the partial sums' finish."""
     table = data.draw(batches(f"k DOUBLE, v {kind}"))
     table = table.filter(pa.compute.greater(table.column(WEIGHT), 0))
     aggs = [AggCall("n", "count", "v"), AggCall("s", "sum", "v"), AggCall("a", "avg", "v")]
-    df = spark.createDataFrame(table)
-    partial_schema = zsets.arrow_schema(zsets.partials(df, ["k"], aggs).schema)
-    want_sql = f"SELECT k, COUNT(v) AS n, SUM(v) AS s, AVG(v) AS a FROM {_bag(table)} GROUP BY k"
-    try:
-        want: pa.Table | None = _spark(spark, table, want_sql)
-    except Exception as e:
-        assert "SQLSTATE: 22003" in str(e)
-        want = None
-    view = zsets.arrow_schema(spark.sql(want_sql).schema)  # the view's types, as the engine conforms to them
-    try:
-        got = _finished(df, table, aggs, partial_schema, view)
-    except Exception as e:
-        assert want is None and "SQLSTATE: 22003" in str(e), e
-        return
+    with spark_conf(spark, {"spark.sql.ansi.enabled": str(ansi).lower()}):
+        df = spark.createDataFrame(table)
+        partial_schema = zsets.arrow_schema(zsets.partials(df, ["k"], aggs).schema)
+        want_sql = f"SELECT k, COUNT(v) AS n, SUM(v) AS s, AVG(v) AS a FROM {_bag(table)} GROUP BY k"
+        try:
+            want: pa.Table | None = _spark(spark, table, want_sql)
+        except Exception as e:
+            assert ansi and "SQLSTATE: 22003" in str(e)
+            want = None
+        view = zsets.arrow_schema(spark.sql(want_sql).schema)  # the view's types, as the engine conforms to them
+        try:
+            got = _finished(df, table, aggs, partial_schema, view, ansi)
+        except Exception as e:
+            assert want is None and "SQLSTATE: 22003" in str(e), e
+            return
     if want is None:  # Spark's BIGINT sum overflowed on the way, in its order: the exact sum is in range
         assert pa.types.is_integer(table.schema.field("v").type), got
         return
     assert compare_exact(got, want) is None, compare_exact(got, want)
 
 
-def _finished(df, table: pa.Table, aggs: list[AggCall], partial_schema: pa.Schema, view: pa.Schema) -> pa.Table:
+def _finished(df, table: pa.Table, aggs: list[AggCall], partial_schema: pa.Schema, view: pa.Schema,
+              ansi: bool) -> pa.Table:
     """The aggregates as the engine gives them, cast to the view's types (as it conforms
     them): the kernels' partial sums and finish; where the kernels decline (``ArrowInvalid``, or no finish: AVG
     of a DECIMAL), Spark's finish of Spark's partial sums."""
     try:
-        got = kernels.finish(kernels.partials(table, ["k"], aggs, partial_schema), ["k"], aggs, table.schema)
+        got = kernels.finish(kernels.partials(table, ["k"], aggs, partial_schema), ["k"], aggs, table.schema,
+                             ansi=ansi)
         if got is not None:
             return got.select(view.names).cast(view)
     except pa.ArrowInvalid:
