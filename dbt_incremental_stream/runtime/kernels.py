@@ -524,7 +524,7 @@ def _summands(delta: pa.Table, aggs: Sequence[AggCall]) -> dict[str, pa.ChunkedA
         names = partial_columns(a)
         x = delta.column(a.arg)
         if a.func != "count":
-            cols[names[0]] = _times(x, w)
+            cols[names[0]] = _times(x, w, a.func)
         cols[names[-1]] = pc.if_else(pc.is_valid(x), w, zero)
         if a.func != "count" and pa.types.is_floating(x.type):
             tests = (pc.is_nan(x), pc.equal(x, pa.scalar(np.inf, x.type)), pc.equal(x, pa.scalar(-np.inf, x.type)))
@@ -532,16 +532,18 @@ def _summands(delta: pa.Table, aggs: Sequence[AggCall]) -> dict[str, pa.ChunkedA
     return cols
 
 
-def _times(x: pa.ChunkedArray, w: pa.ChunkedArray) -> pa.ChunkedArray:
-    """x·w as Spark's ``summand`` sums x: integers exactly in decimal(38, 0), floats'
-    finite values in float64, decimals exactly."""
+def _times(x: pa.ChunkedArray, w: pa.ChunkedArray, func: str) -> pa.ChunkedArray:
+    """x·w as Spark's ``summand`` sums x for ``func``: integers exactly in decimal(38, 0)
+    (for an AVG their DOUBLEs, integers too), floats' finite values in float64, decimals
+    exactly."""
     t = x.type
     if pa.types.is_decimal(t):  # in 256 bits: the product's precision may pass 38 before its cast
         return pc.multiply_checked(x.cast(pa.decimal256(t.precision, t.scale)), w.cast(pa.decimal256(20, 0)))
     if pa.types.is_floating(t):
         finite = pc.fill_null(pc.is_finite(x), True)
         return pc.if_else(finite, pc.multiply(x.cast(pa.float64()), w.cast(pa.float64(), safe=False)), 0.0)
-    return pc.multiply_checked(x.cast(pa.decimal256(19, 0)), w.cast(pa.decimal256(20, 0))).cast(_EXACT)
+    exact = (x.cast(pa.float64(), safe=False) if func == "avg" else x).cast(pa.decimal256(20, 0))
+    return pc.multiply_checked(exact, w.cast(pa.decimal256(20, 0))).cast(_EXACT)
 
 
 def finish(groups: pa.Table, keys: Sequence[str], aggs: Sequence[AggCall], kinds: pa.Schema, *,

@@ -216,7 +216,7 @@ def partials(df: DataFrame, keys: Sequence[str], aggs: Sequence[AggCall]) -> Dat
             continue
         x, kind = col(a.arg), types[a.arg]
         if a.func != "count":
-            exprs.append(F.sum(summand(x, w, kind)).alias(names[0]))
+            exprs.append(F.sum(summand(x, w, kind, a.func)).alias(names[0]))
         exprs.append(F.sum(F.when(x.isNotNull(), w).otherwise(F.lit(0))).alias(names[-1]))
         if a.func != "count" and _floating(kind):
             exprs += [F.sum(F.when(test, w).otherwise(F.lit(0))).alias(n)
@@ -237,7 +237,7 @@ def _nonfinite(x: Column) -> tuple[Column, Column, Column]:
     return F.isnan(x), x == F.lit(float("inf")), x == F.lit(float("-inf"))
 
 
-def summand(x: Column, w: Column, kind: DataType) -> Column:
+def summand(x: Column, w: Column, kind: DataType, func: str) -> Column:
     """x·w for a sum of ``x`` of type ``kind``, exactly as Spark sums x: an integer in
     DECIMAL(38, 0) (a SUM is cast back by :func:`integer_sum`), a float's finite values
     in DOUBLE (its NaNs and infinities are counted apart), a DECIMAL(p, s) in its own
@@ -245,15 +245,18 @@ def summand(x: Column, w: Column, kind: DataType) -> Column:
     BIGINT is DECIMAL(38, 6)) the rows have unit weights (:func:`unit_weights`) and the
     summand is ±x.
 
-    An AVG of integers is the exact sum rounded once to DOUBLE, over the count: Spark
-    sums their DOUBLEs in its row order, which is the same while its running sum is
-    below 2^53 and depends on the order beyond."""
+    An AVG (``func``) of integers is the exact sum of their DOUBLEs (each an integer
+    below 2^64) rounded once to DOUBLE, over the count: Spark sums their DOUBLEs in its
+    row order, which is the same while no addition rounds (2^63 - 1 and -2^63 average to
+    0.0, not -0.5), and depends on the order beyond."""
     if isinstance(kind, DecimalType):
         return x * w if _product_exact(kind) else F.when(w > 0, x).otherwise(-x)
     if _floating(kind):
         nan, pinf, ninf = _nonfinite(x)
         return F.when(~(nan | pinf | ninf), x.cast("double") * w).otherwise(F.lit(0.0))
-    return x.cast("decimal(20,0)") * w if _integral(kind) else x * w
+    if _integral(kind):
+        return (x.cast("double") if func == "avg" else x).cast("decimal(20,0)") * w
+    return x * w
 
 
 def _product_exact(kind: DecimalType) -> bool:
@@ -431,7 +434,7 @@ def _weighted(a: AggCall, w: Column, types: Mapping[str, DataType]) -> Column:
         return F.coalesce(n, F.lit(0))
     kind = types[a.arg]
     if a.func in ("sum", "avg"):  # over the rows as they are: a float's NaNs and infinities included
-        each = x.cast("double") * w if _floating(kind) else summand(x, w, kind)
+        each = x.cast("double") * w if _floating(kind) else summand(x, w, kind, a.func)
         total = F.sum(F.when(live, each))
         return average(total, n, kind) if a.func == "avg" else integer_sum(total) if _integral(kind) else total
     return getattr(F, a.func)(F.when(live, x))
