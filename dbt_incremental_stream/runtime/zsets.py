@@ -255,8 +255,18 @@ def summand(x: Column, w: Column, kind: DataType, func: str) -> Column:
         nan, pinf, ninf = _nonfinite(x)
         return F.when(~(nan | pinf | ninf), x.cast("double") * w).otherwise(F.lit(0.0))
     if _integral(kind):
-        return (x.cast("double") if func == "avg" else x).cast("decimal(20,0)") * w
+        return (_double_value(x) if func == "avg" else x.cast("decimal(20,0)")) * w
     return x * w
+
+
+def _double_value(x: Column) -> Column:
+    """The exact value of an integer ``x``'s DOUBLE, as DECIMAL(20, 0). Spark's cast of a
+    DOUBLE to DECIMAL goes through its shortest decimal string (2^63 becomes
+    9223372036854776000), so the DOUBLE is split into 32-bit halves, each exact."""
+    d, word = x.cast("double"), F.lit(float(1 << 32))
+    high = F.floor(d / word)  # exact: a power of two divides, floor keeps an integer
+    low = (d - high.cast("double") * word).cast("bigint")
+    return (high.cast("decimal(20,0)") * F.lit(Decimal(1 << 32)) + low.cast("decimal(20,0)")).cast("decimal(20,0)")
 
 
 def _product_exact(kind: DecimalType) -> bool:
