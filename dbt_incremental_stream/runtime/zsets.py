@@ -333,6 +333,14 @@ def average(total: Column, n: Column, kind: DataType) -> Column:
     return total.cast("double") / F.when(n != 0, n).cast("double")
 
 
+def _sum_or_average(func: str, total: Column, n: Column, kind: DataType) -> Column:
+    """A SUM or AVG (``func``) of ``n`` values of type ``kind`` from the sum of their
+    :func:`summand`: an AVG as :func:`average`, an integer SUM as :func:`integer_sum`."""
+    if func == "avg":
+        return average(total, n, kind)
+    return integer_sum(total) if _integral(kind) else total
+
+
 def _quotient_scale(p: int, s: int) -> int:
     """The scale of Spark SQL's DECIMAL(p, s) / DECIMAL(20, 0) (``DecimalPrecision``: the
     scale max(6, s + 21), cut to fit 38 digits but to no fewer than 6)."""
@@ -421,7 +429,7 @@ def _finalize(sums: dict[str, Column], aggs: Sequence[AggCall], types: Mapping[s
             assert a.arg is not None
             s, n = (sums[c] for c in partial_columns(a))
             kind = types[a.arg]
-            value = average(s, n, kind) if a.func == "avg" else integer_sum(s) if _integral(kind) else s
+            value = _sum_or_average(a.func, s, n, kind)
             if nonfinite_columns(a)[0] in sums:
                 value = float_total(value, [sums[c] for c in nonfinite_columns(a)])
             values.append(F.when(n != 0, value))
@@ -446,7 +454,7 @@ def _weighted(a: AggCall, w: Column, types: Mapping[str, DataType]) -> Column:
     if a.func in ("sum", "avg"):  # over the rows as they are: a float's NaNs and infinities included
         each = x.cast("double") * w if _floating(kind) else summand(x, w, kind, a.func)
         total = F.sum(F.when(live, each))
-        return average(total, n, kind) if a.func == "avg" else integer_sum(total) if _integral(kind) else total
+        return _sum_or_average(a.func, total, n, kind)
     return getattr(F, a.func)(F.when(live, x))
 
 

@@ -82,7 +82,6 @@ NUMERIC_SHAPES: dict[str, dict[str, str]] = {
 }
 
 
-
 @ANSI
 @pytest.mark.parametrize("group", list(NUMERIC_SHAPES))
 @given(data=st.data())
