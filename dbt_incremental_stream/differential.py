@@ -334,6 +334,8 @@ def compare(got: Sequence[Row], want: Sequence[Row]) -> str | None:
 ORACLE_CONF = ("spark.sql.ansi.enabled", "spark.sql.session.timeZone")
 #: the placements a :class:`Twin` runs side by side
 TWIN_PLACEMENTS = ("auto", "dataframe")
+#: the path a tick after the first takes on arrangements, per placement
+ARRANGED_PATH = {"auto": "arranged", "tasks": "tasks"}
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _MICRO = timedelta(microseconds=1)
 
@@ -720,9 +722,12 @@ class Twin:
                           for p in placements}
         self.oracle = SparkOracle(spark)
         self.duck = Oracle() if duckdb else None
-        #: ticks run, view comparisons made, ticks the "auto" pipeline ran on arrangements
+        #: the placement under test: the first that is not "dataframe"
+        self.fast = next((p for p in placements if p != "dataframe"), placements[0])
+        #: ticks run, view comparisons made, ticks the placement under test ran on
+        #: arrangements ("auto": in the driver; "tasks": in Spark tasks)
         self.ticks = self.checks = self.arranged = 0
-        #: per tick, the path the "auto" pipeline took (and why not arranged)
+        #: per tick, the path the placement under test took (and why not arranged)
         self.paths: list[tuple[str, str | None]] = []
         self.findings: list[Finding] = []  # every tick's
         self.broken: dict[str, str] = {}  # placement → the crash that stopped it
@@ -763,7 +768,7 @@ class Twin:
             except StreamError as e:
                 self.rejected[name] = f"{placement}: {type(e).__name__}: {str(e).splitlines()[0]}"
                 return
-        if CLOCK in self.auto._schemas:
+        if CLOCK in self.pipelines[self.fast]._schemas:
             raise StreamError(f"view {name!r} reads the time: the twin has no clock")
         self.oracle.add_view(name, sql)
         if self.duck is not None:
@@ -835,9 +840,9 @@ class Twin:
             why = f"{type(e).__name__}: {_first_line(e)}"
             self.broken[placement] = why
             return Finding(self.ticks, None, placement, "crash", f"crash out of step: {why}\n{_where(e)}")
-        if placement == "auto" and pipe.last_tick is not None:
+        if placement == self.fast and pipe.last_tick is not None:
             self.paths.append((pipe.last_tick.path, pipe.last_tick.why))
-            self.arranged += pipe.last_tick.path == "arranged"
+            self.arranged += pipe.last_tick.path == ARRANGED_PATH.get(placement)
         return None
 
     def _snapshots(self, placement: str, pipe: Pipeline, names: list[str]) -> dict[str, pa.Table] | Finding:

@@ -12,13 +12,13 @@ from __future__ import annotations
 import os
 import time
 from contextlib import contextmanager
-from typing import Iterator, Mapping
+from typing import Iterator, Mapping, Sequence
 
 import pytest
 from hypothesis import HealthCheck, Phase, assume, settings
 from hypothesis import strategies as st
 
-from dbt_incremental_stream.differential import Twin
+from dbt_incremental_stream.differential import ARRANGED_PATH, TWIN_PLACEMENTS, Twin
 from tests.adversarial import changes
 
 SETTINGS = settings(max_examples=int(os.environ.get("TWIN_EXAMPLES", "1")), deadline=None,
@@ -91,10 +91,12 @@ _FAILED: dict[tuple[str, int], tuple[BaseException, list[Seen]]] = {}
 
 
 def run(data: st.DataObject, spark, directories: pytest.TempPathFactory, sources: Mapping[str, str],
-        views: Mapping[str, str], conf: Mapping[str, str], ticks: int = TICKS) -> None:
-    """``views`` over ``sources`` as one twin, with the session settings ``conf``: ``ticks``
-    random ticks, every view checked after each; then every tick after the first must
-    have run on arrangements in "auto" (else that path was not tested), but for one that
+        views: Mapping[str, str], conf: Mapping[str, str], ticks: int = TICKS,
+        placements: Sequence[str] = TWIN_PLACEMENTS) -> None:
+    """``views`` over ``sources`` as one twin of ``placements``, with the session settings
+    ``conf``: ``ticks`` random ticks, every view checked after each; then every tick after
+    the first must have run on arrangements in the placement under test ("auto": in the
+    driver, "tasks": in Spark tasks; else that path was not tested), but for one that
     rebuilds a view set aside on a data error."""
     names = list(sources)
     key = (os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0], not_the_simplest(data))
@@ -104,7 +106,7 @@ def run(data: st.DataObject, spark, directories: pytest.TempPathFactory, sources
             changes(data, tick, names)
         raise error
     with spark_conf(spark, conf):
-        twin = Twin(spark, str(directories.mktemp("twin")), sources, views)
+        twin = Twin(spark, str(directories.mktemp("twin")), sources, views, placements=placements)
         read: list[Seen] = []
         try:
             for _ in range(ticks):
@@ -114,8 +116,9 @@ def run(data: st.DataObject, spark, directories: pytest.TempPathFactory, sources
             # a view set aside on a data error is rebuilt from all input once its input changes
             rebuilt = {t for t, (_, why) in enumerate(twin.paths, 1)
                        if why == "state to build" and any(at < t for at, _ in twin.errors)}
-            assert twin.arranged == ticks - 1 - len(rebuilt), f"auto's paths: {twin.paths}"
-            assert twin.auto.last_tick is not None and (twin.auto.last_tick.path == "arranged" or ticks in rebuilt)
+            assert twin.arranged == ticks - 1 - len(rebuilt), f"{twin.fast}'s paths: {twin.paths}"
+            last = twin.pipelines[twin.fast].last_tick
+            assert last is not None and (last.path == ARRANGED_PATH[twin.fast] or ticks in rebuilt)
         except AssertionError as e:  # Mismatch included
             _FAILED[key] = (e, read)
             raise

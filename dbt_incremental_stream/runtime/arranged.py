@@ -16,6 +16,7 @@ integrals must be arranged by which key; :class:`ArrangedTick` evaluates one tic
 """
 from __future__ import annotations
 
+import copy
 import re
 import time
 from dataclasses import dataclass, replace
@@ -201,6 +202,20 @@ class Plan:
         for op in walk(*states):
             self._check(op)
         self.expiry = self._expiries(states, keep)  # state nodes rows leave for good as the time moves
+
+    def portable(self, states: Sequence[Operator]) -> Plan:
+        """This plan for a Spark task: the node schemas looked up, not asked of the
+        session (the task has none); planning is over, so no expression types are asked."""
+        schemas = {}
+        for op in walk(*states):
+            try:
+                schemas[op.id] = self.schema(op)
+            except NotArranged:
+                pass
+        out = copy.copy(self)
+        out.schema = lambda op: schemas[op.id]  # type: ignore[method-assign]
+        out.types = _no_types  # type: ignore[method-assign]
+        return out
 
     def state_of(self, integral: Integral) -> str:
         return self.same.get(integral.id, integral.id)
@@ -480,6 +495,10 @@ class Plan:
         return plan
 
 
+def _no_types(op: Operator, exprs: list[str]) -> list[pa.DataType]:
+    raise NotArranged("expression types are asked of Spark while planning only")
+
+
 def _limit(keep: str, name: str) -> int | None:
     """The largest row number ``keep`` lets through (``name <= k``, ``< k``, ``= k``)."""
     found = []
@@ -525,20 +544,25 @@ class ArrangedTick:
 
     def __init__(self, plan: Plan, inputs: Mapping[str, pa.Table | None],
                  arrangements: Mapping[str, dict[tuple[str, ...], Arrangement]],
-                 runs: RunStore, spark: SparkSession):
+                 runs: RunStore, spark: SparkSession | None, ansi: bool | None = None):
         self.plan = plan
         self._inputs = inputs
         self._arr = arrangements
         self._runs = runs
-        self._spark = spark
+        self._spark = spark  # None inside a Spark task: what needs Spark declines the tick
         #: the session's ``spark.sql.ansi.enabled``, which decides what an overflow gives
-        self.ansi = (spark.conf.get("spark.sql.ansi.enabled") or "true").lower() == "true"
+        self.ansi = ansi if ansi is not None else (
+            spark is None or (spark.conf.get("spark.sql.ansi.enabled") or "true").lower() == "true")
         self._memo: dict[str, pa.Table | None] = {}
         self.spark_seconds = 0.0  # spent in Spark passes
         self.rows_read = 0  # rows of state that joins and temporal filters read
 
     def arrow_schema(self, op: Operator) -> pa.Schema:
         return zsets.arrow_schema(self.plan.schema(op))
+
+    def given(self, values: Mapping[str, pa.Table | None]) -> None:
+        """Take node values computed elsewhere (another stage's tasks) as they are."""
+        self._memo.update(values)
 
     def value(self, op: Operator) -> pa.Table | None:
         if op.id not in self._memo:
@@ -559,6 +583,8 @@ class ArrangedTick:
 
     def _spark_pass(self, table: pa.Table, f: Callable[[DataFrame], DataFrame]) -> pa.Table:
         """``f`` applied by Spark to ``table`` (a local relation: the delta only), timed."""
+        if self._spark is None:
+            raise NotArranged("an expression Arrow does not compute exactly needs Spark")
         started = time.perf_counter()
         out = zsets.collect_arrow(f(self._spark.createDataFrame(table)))
         self.spark_seconds += time.perf_counter() - started
@@ -731,11 +757,7 @@ class ArrangedTick:
                 return None
             raise NotArranged(j.unkeyed)
         i = 0 if j.state_right else 1
-        keys = [unquote(p[i]) if is_identifier(p[i]) else f"__k{n}" for n, p in enumerate(op.keys)]
-        if j.computed:
-            delta = self._keyed(op, delta, [(k, p[i]) for k, p in zip(keys, op.keys) if not is_identifier(p[i])])
-        if j.probe_as:
-            delta, keys = self._probe_as(delta, keys, j.probe_as)
+        delta, keys = self.probe_keys(op, delta)
         rows, matched = self._read(j.state, delta, keys, [unquote(p[1 - i]) for p in op.keys], j.null_safe)
         if matched is None:
             return None
@@ -749,20 +771,38 @@ class ArrangedTick:
                                                      names=list(op.columns) + [WEIGHT]))
         return self._where(op, out, op.on) if j.residual else out
 
-    def _probe_as(self, delta: pa.Table, keys: list[str], types: Sequence[pa.DataType | None]
-                  ) -> tuple[pa.Table, list[str]]:
+    def probe_keys(self, op: Join, delta: pa.Table, fits_only: bool = True) -> tuple[pa.Table, list[str]]:
+        """A join's delta with the columns it probes the state by (computed keys appended,
+        keys of another type than the state's converted), and their names. ``fits_only``:
+        without the rows whose key equals no value of the state key's type."""
+        j = self.plan.joins[op.id]
+        i = 0 if j.state_right else 1
+        keys = [unquote(p[i]) if is_identifier(p[i]) else f"__k{n}" for n, p in enumerate(op.keys)]
+        if j.computed:
+            delta = self._keyed(op, delta, [(k, p[i]) for k, p in zip(keys, op.keys) if not is_identifier(p[i])])
+        if j.probe_as:
+            delta, keys = self._probe_as(delta, keys, j.probe_as, fits_only)
+        return delta, keys
+
+    def _probe_as(self, delta: pa.Table, keys: list[str], types: Sequence[pa.DataType | None],
+                  fits_only: bool = True) -> tuple[pa.Table, list[str]]:
         """``delta`` with its keys of another type than the state's as the state's, in
         columns ``__p<n>``, less the rows whose key equals no value of that type."""
         ok = np.ones(delta.num_rows, bool)
         out = list(keys)
-        midnights = partial(zsets.midnights, self._spark, self.plan.zone)
+        midnights = partial(self._midnights, self.plan.zone)
         for n, (key, kind) in enumerate(zip(keys, types)):
             if kind is not None:
                 values, fits = kernels.as_probe(delta.column(key), kind, midnights)
                 delta = delta.append_column(f"__p{n}", values)
                 out[n] = f"__p{n}"
                 ok &= fits
-        return (delta if ok.all() else delta.filter(pa.array(ok))), out
+        return (delta if ok.all() or not fits_only else delta.filter(pa.array(ok))), out
+
+    def _midnights(self, zone: str) -> kernels.Midnights:
+        if self._spark is None:
+            raise NotArranged("a DATE compared with a TIMESTAMP key needs Spark's calendar")
+        return zsets.midnights(self._spark, zone)
 
     def _keyed(self, op: Join, delta: pa.Table, exprs: list[tuple[str, str]]) -> pa.Table:
         """``delta`` with computed key columns ``(name, Spark SQL)`` appended: by Arrow

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -45,12 +46,12 @@ from ..errors import CompileError, StateError, StreamError
 from ..sql.compile import compile, parse
 from ..sql.rewrites.clock import uses_clock
 from ..sql.temporal import CLOCK, CLOCK_COLUMN
-from . import kernels, zsets
+from . import kernels, tasks, zsets
 from .arranged import ArrangedTick, Expiry, NotArranged, Plan, Spec
 from .arrangement import BUILT_DDL, Arrangement, Run, buckets_for
 from .arrangement import build as build_runs
 from .evaluate import Tick, empty_tick
-from .state import Batch, StateStore
+from .state import STATE_DIR, Batch, StateStore
 
 Rows = Iterable[tuple[Sequence[Any], int]]
 #: a tick takes the arranged path when its inputs have at most this many rows in all
@@ -59,7 +60,7 @@ ARRANGED_ROWS = 100_000
 #: unbounded estimate (a DataFrame made from Python rows or an RDD) is collected through
 #: a limit, one row past the room left (a limit's exchange costs a stage)
 ARRANGED_BYTES = 64 << 20
-PLACEMENTS = frozenset({"auto", "dataframe"})
+PLACEMENTS = frozenset({"auto", "dataframe", "tasks"})
 
 
 @dataclass(frozen=True)
@@ -194,9 +195,11 @@ class Pipeline:
         if placement not in PLACEMENTS:
             raise StreamError(f"placement {placement!r}: one of {sorted(PLACEMENTS)}")
         self.spark = spark
-        #: where ticks run: "auto" (small ticks on arrangements in the driver, the rest in
-        #: Spark) or "dataframe" (every tick in Spark: the twin of "auto" in the tests)
+        #: where ticks run: "auto" (small ticks on arrangements in the driver, large ones
+        #: in Spark tasks), "tasks" (every tick in Spark tasks) or "dataframe" (every tick
+        #: by the DataFrame evaluator: the twin of the others in the tests)
         self.placement = placement
+        self._task_parts: dict[int, list[int]] = {}  # per task count, the part values reaching each
         self.store = StateStore(spark, state_location, max_batches=max_batches)
         self._analysis = spark.newSession()  # temp views for batch semantics, apart from the user's
         self._schemas: dict[str, StructType] = {}
@@ -312,6 +315,8 @@ class Pipeline:
         self._recorded_valid: bool | None = None
         self._to_record: tuple[tuple[int, int], dict[str, dict[str, str]]] | None = None  # by what it was made of
         self._plan: Plan | NotArranged | None = None
+        #: why an operator of the circuit cannot run in Spark tasks (found by a tick that tried)
+        self._not_in_tasks: str | None = None
 
     def _recorded_types(self, kind: str) -> dict[str, str]:
         """What the last commit recorded of ``kind`` ("schemas", "exprs"), while every
@@ -425,15 +430,15 @@ class Pipeline:
         elif plan is not None and not self._arranged_ready(plan):
             why = "state to build"
         elif plan is not None:
-            fetched = self._fetch(inputs, arrow)
-            why = "a large delta" if fetched is None else None
-            if fetched is not None:
-                try:
+            fetched = None if self.placement == "tasks" else self._fetch(inputs, arrow)
+            try:
+                if fetched is not None:
                     return self._step_arranged(plan, fetched, clock, before_commit, started, aside, skip)
-                except Exception as e:  # the DataFrame path computes it, with Spark's own errors
-                    if not isinstance(e, _DECLINES) and data_error(e) is None:
-                        raise
-                    why = f"{type(e).__name__}: {e}"
+                return self._step_tasks(plan, inputs, arrow, clock, before_commit, started, aside, skip)
+            except Exception as e:  # the DataFrame path computes it, with Spark's own errors
+                if not isinstance(e, _DECLINES) and data_error(e) is None and fetched is not None:
+                    raise
+                why = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
         for source, table in arrow.items():
             inputs[source] = self._conform(source, self.spark.createDataFrame(table))
 
@@ -565,6 +570,67 @@ class Pipeline:
                                     "driver": evaluated - fetched - run.spark_seconds,
                                     "write": outputs - evaluated, "outputs": committing - outputs,
                                     "commit": done - committing}, rows_read=run.rows_read)
+        return changes
+
+    def _step_tasks(self, plan: Plan, inputs: Mapping[str, DataFrame | None], arrow: Mapping[str, pa.Table],
+                    clock: datetime | None, before_commit: Callable[[int, Changes], None] | None, started: float,
+                    aside: AbstractSet[str], skip: Mapping[str, str]) -> Changes:
+        """One tick on arrangements in Spark tasks (:mod:`.tasks`): a delta too large for
+        the driver, one Spark job. A job that fails leaves files no manifest names."""
+        if self._not_in_tasks is not None:
+            raise NotArranged(self._not_in_tasks)
+        if self._thresholds(plan, clock):
+            raise NotArranged("rows leave the state as the time moves")
+        states = self._states()
+        live = [s for s in states if s.id not in aside]
+        frames = {self._catalog[n].id: df for n, df in inputs.items() if df is not None}
+        frames |= {self._catalog[n].id: self._conform(n, self.spark.createDataFrame(t))
+                   for n, t in arrow.items() if t.num_rows}
+        tick = self.store.tick + 1
+        batch_dir = f"{STATE_DIR}/{tick:012d}-{uuid.uuid4().hex[:8]}"
+        assert self.store.runs is not None
+        ported, ops = tasks.portable(plan, live)
+        width = self.spark.sparkContext.defaultParallelism
+        if width not in self._task_parts:
+            self._task_parts[width] = tasks.spark_parts(self.spark, width)
+        arranged = {s.id: self.store.arrangements.get(s.id, {}) for s in live}
+        ctx = tasks.Context(ported, tasks.layout(plan, live), ops, arranged, self.store.runs.root, tick, batch_dir,
+                            {s.id: f"n_{s.id}" for s in live},
+                            {self._catalog[n].id: zsets.arrow_schema(zsets.with_weight(self._schemas[n]))
+                             for n in self._schemas},
+                            self._task_parts[width],
+                            (self.spark.conf.get("spark.sql.ansi.enabled") or "true").lower() == "true")
+        try:
+            files = tasks.run(ctx, frames, width)
+        except BaseException as e:
+            self.store.fs.delete(self.store.fs.path(batch_dir))
+            self.store.runs.collect_garbage({p for arrs in self.store.arrangements.values()
+                                             for a in arrs.values() for p in a.paths()})
+            why = tasks.declined(e)
+            if why is not None:  # an operator a task cannot run: so for every later tick too
+                self._not_in_tasks = why
+                raise NotArranged(why) from None
+            raise
+        computed = time.perf_counter()
+        sizes: dict[str, int] = {}
+        new: dict[str, dict[tuple[str, ...], dict[int, list[Run]]]] = {}
+        for f in files:
+            if "batch" in f:
+                sizes[f["node"]] = sizes.get(f["node"], 0) + f["bytes"]
+            else:
+                new.setdefault(f["node"], {}).setdefault(tuple(f["key"]), {}).setdefault(
+                    f["bucket"], []).append(Run(f["path"], f["rows"]))
+        written = {s.id: [Batch(self.store.fs.path(batch_dir, f"_node={s.id}"), sizes[s.id], f"n_{s.id}",
+                                self._stored_schema(s).json())] if s.id in sizes else [] for s in states}
+        arrangements = {node: {key: arr.with_runs(new.get(node, {}).get(key, {})) for key, arr in arrs.items()}
+                        for node, arrs in arranged.items()}
+        changes = Changes({v.name: partial(self._change, v, written.get(v.state.id, [])) for v in self._views.values()})
+        outputs, committing = self._commit(tick, states, written, arrangements, changes,
+                                           self._meta(clock, dict(self._expired), skip), before_commit)
+        done = time.perf_counter()
+        self.last_tick = TickStats("tasks", sum(t.num_rows for t in arrow.values()),
+                                   {"spark": computed - started, "outputs": committing - outputs,
+                                    "commit": done - committing})
         return changes
 
     def _thresholds(self, plan: Plan | None, clock: datetime | None) -> dict[str, tuple[pa.Scalar, int]]:

@@ -148,3 +148,17 @@ def test_avg_of_bigints_sums_their_doubles(spark, tmp_path, ansi):
             assert twin.arranged == 2, twin.paths
         finally:
             twin.close()
+
+
+#: the shape groups whose every operator runs in Spark tasks (the others hold an expression
+#: only Spark computes exactly, which the tasks decline: the tick runs as a DataFrame)
+IN_TASKS = ("joins", "sets")
+
+
+@pytest.mark.parametrize("group", IN_TASKS)
+@given(data=st.data())
+@SETTINGS
+def test_numeric_shapes_equal_spark_in_tasks(spark, tmp_path_factory, local_new_york, group, data):
+    """The same shapes with every tick after the first in Spark tasks (:mod:`.tasks`)."""
+    run(data, spark, tmp_path_factory, NUMERIC_SOURCES, NUMERIC_SHAPES[group], {"spark.sql.ansi.enabled": "true"},
+        placements=("tasks",))

@@ -1,0 +1,410 @@
+"""A large tick in Spark tasks: the operators of :mod:`.arranged`, run where the data is.
+
+A tick too large for the driver runs the same :class:`~.arranged.ArrangedTick` inside
+Spark tasks, each over a part of the tick's rows. Most operators work on any part (a
+Map, a Filter, a join probing the state by the delta's keys); some need every row of a
+key in one task: a join whose state side also changes this tick (its delta and the
+state side's delta by the join key), an aggregate or window (its touched groups), a
+state node's delta (consolidated: equal rows together), a top-k or a temporal filter
+over the whole input (everything in one task). :func:`layout` cuts the circuit into
+stages there, and each cut is one exchange: the values crossing it are shipped as
+Arrow IPC blobs hashed by the key (:func:`.kernels.key_hash`, the hash the arrangements
+are sorted by), so a task reads the runs of the buckets its keys fall in.
+
+One Spark job per tick: each source's DataFrame is stage 0, every later stage a
+``mapInArrow`` after a ``repartition`` by the blobs' part. A task writes its part of
+every state delta its stage computes: a Parquet file in the tick's batch directory
+(:mod:`.state`'s layout) and one run per touched bucket of each arrangement
+(:mod:`.arrangement`), and returns their names. The driver commits the tick as any
+other, so crash safety and exactly-once are the same: files of a tick that did not
+commit are named by no manifest and removed.
+"""
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from dataclasses import dataclass, field, replace
+from functools import partial
+from typing import Any, Iterator, Mapping, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark.sql import DataFrame
+
+from ..circuit.operators import (
+    Filter,
+    GroupDiff,
+    Input,
+    Integral,
+    Join,
+    Map,
+    Operator,
+    Pad,
+    Partials,
+    Scale,
+    Temporal,
+    WindowDiff,
+    walk,
+)
+from . import kernels
+from .arranged import ArrangedTick, NotArranged, Plan, group_keys, unquote
+from .arrangement import Arrangement, RunStore
+
+#: the rows stages hand on: a value's part for stage ``dest`` (an Arrow IPC stream in
+#: ``data``), or with ``dest`` -1 a file a task wrote (described in ``node`` as JSON)
+STAGE_DDL = "dest INT, part INT, node STRING, data BINARY"
+STAGE = pa.schema([("dest", pa.int32()), ("part", pa.int32()), ("node", pa.string()), ("data", pa.binary())])
+WROTE = -1
+#: rows per shipped blob: bounds the memory of one shuffled row
+BLOB_ROWS = 1 << 16
+
+#: how a value is split among a stage's tasks: ("cols", columns) by :func:`kernels.key_hash`
+#: of those columns, ("probe", join id) by the hash of that join's probe keys
+Hash = tuple[str, tuple[str, ...]]
+
+
+@dataclass(frozen=True)
+class Partition:
+    """How a value is split among its stage's tasks: by ``hash``, a function of the
+    values of columns ``by`` (equal rows in those columns are in one task)."""
+
+    hash: Hash
+    by: frozenset[str]
+
+
+@dataclass(frozen=True)
+class Need:
+    """What an operator needs of an input's split: ``hash`` exactly (co-located with
+    another value split the same way), or rows equal in ``within``'s columns together."""
+
+    hash: Hash | None = None
+    within: frozenset[str] | None = None
+
+    def met(self, part: Partition | None) -> bool:
+        if self.hash is not None:
+            return part is not None and part.hash == self.hash
+        if self.within is not None:
+            return part is not None and part.by <= self.within
+        return True
+
+
+ANY = Need()
+
+
+@dataclass
+class Layout:
+    """Where each node of a tick is computed (stage 0: the sources), which values each
+    stage is shipped and split how, and which state deltas each stage writes."""
+
+    stage: dict[str, int] = field(default_factory=dict)
+    part: dict[str, Partition | None] = field(default_factory=dict)
+    ships: dict[int, dict[str, Hash]] = field(default_factory=dict)
+    writes: dict[int, list[str]] = field(default_factory=dict)
+
+    @property
+    def stages(self) -> int:
+        return 1 + max(self.stage.values(), default=0)
+
+
+def _columns(op: Operator) -> frozenset[str]:
+    return frozenset(op.columns)
+
+
+def _shipped(op: Operator, h: Hash) -> Partition:
+    return Partition(h, frozenset(h[1]) if h[0] == "cols" else _columns(op))
+
+
+def _reads(plan: Plan, op: Operator) -> list[tuple[Operator, Need]]:
+    """The values ``op`` reads this tick (its deltas), with what each needs of its split."""
+    if isinstance(op, Input):
+        return []
+    if isinstance(op, Join) and not isinstance(op, Temporal):
+        j = plan.joins[op.id]
+        delta = op.left if j.state_right else op.right
+        i = 0 if j.state_right else 1
+        reads = [(delta, ANY)]
+        if j.unkeyed is None and j.state.after:  # the state side's delta: co-located by the key
+            own = tuple(unquote(p[i]) for p in op.keys)
+            h: Hash = ("probe", (op.id,)) if j.computed or j.probe_as else ("cols", own)
+            side_key = j.state.key([unquote(p[1 - i]) for p in op.keys])
+            reads = [(delta, Need(h)), (j.state.integral.input, Need(("cols", side_key)))]
+        return reads
+    if isinstance(op, Temporal):
+        found = plan.temporal.get(op.id)
+        if found is None:
+            return [(op.joined, ANY)]
+        one = Need(("cols", ()))  # the state's rows read by range: in one task
+        return [(op.right, one)] + ([(found.state.integral.input, one)] if found.state.after else [])
+    if isinstance(op, GroupDiff) and op.linear:
+        return [(op.delta, Need(("cols", op.keys)))]
+    if isinstance(op, (GroupDiff, WindowDiff)):
+        keys = () if op.id in plan.tops else tuple(group_keys(op))
+        before = plan.before[op.id]
+        reads = [(op.delta, Need(("cols", keys)))]
+        if before.after:
+            reads.append((before.integral.input, Need(("cols", before.key(keys)))))
+        return reads
+    if isinstance(op, Integral):  # a state node's delta: equal rows (or keys) in one task
+        cols = frozenset(op.key) if op.key is not None else _columns(op.input)
+        return [(op.input, Need(within=cols))]
+    if isinstance(op, (Map, Filter, Scale, Pad, Partials)):
+        return [(op.input, ANY)]  # type: ignore[attr-defined]
+    return [(i, ANY) for i in op.inputs]
+
+
+def _carried(op: Operator, part: Partition | None, plan: Plan) -> Partition | None:
+    """The split of ``op``'s value computed from an input split by ``part``."""
+    if part is None:
+        return None
+    if isinstance(op, (Filter, Scale, Pad)):
+        return part
+    if isinstance(op, Map):
+        copies: dict[str, str] = {}
+        for out, src in plan._copies(op).items():
+            copies.setdefault(src, out)
+        if not part.by <= copies.keys() or not (part.hash[0] != "cols" or set(part.hash[1]) <= copies.keys()):
+            return None
+        h = part.hash if part.hash[0] != "cols" else ("cols", tuple(copies[c] for c in part.hash[1]))
+        return Partition(h, frozenset(copies[c] for c in part.by))
+    if isinstance(op, Join) and not isinstance(op, Temporal):
+        j = plan.joins[op.id]
+        delta = op.left if j.state_right else op.right
+        offset = 0 if j.state_right else len(op.left.columns)
+        names = {c: op.columns[offset + n] for n, c in enumerate(delta.columns)}
+        if not part.by <= names.keys() or part.hash[0] == "cols" and not set(part.hash[1]) <= names.keys():
+            return None
+        h = part.hash if part.hash[0] != "cols" else ("cols", tuple(names[c] for c in part.hash[1]))
+        return Partition(h, frozenset(names[c] for c in part.by))
+    if isinstance(op, (GroupDiff, WindowDiff, Partials)):
+        cols = set(op.columns)
+        return part if part.by <= cols and (part.hash[0] != "cols" or set(part.hash[1]) <= cols) else None
+    return None
+
+
+def _wishes(plan: Plan, states: Sequence[Operator]) -> dict[str, list[Hash]]:
+    """Per node, the splits its consumers need exactly, and the splits of its input that
+    carry over to them (through Filters and Maps that copy the key): a value shipped for a
+    consumer that needs less is split so, and the others then find it split as they need."""
+    wishes: dict[str, list[Hash]] = {}
+
+    def wish(x: Operator, h: Hash) -> None:
+        if h in wishes.setdefault(x.id, []):
+            return
+        wishes[x.id].append(h)
+        if h[0] != "cols":
+            return
+        if isinstance(x, (Filter, Scale, Pad)):
+            wish(x.input, h)
+        elif isinstance(x, Map):
+            copies = plan._copies(x)
+            if all(c in copies for c in h[1]):
+                wish(x.input, ("cols", tuple(copies[c] for c in h[1])))
+
+    seen: set[str] = set()
+    for op in walk(*states):
+        if op.id not in seen:
+            seen.add(op.id)
+            for x, need in _reads(plan, op):
+                if need.hash is not None:
+                    wish(x, need.hash)
+    return wishes
+
+
+def layout(plan: Plan, states: Sequence[Operator]) -> Layout:
+    """Cut the circuit computing ``states``' deltas into stages (see the module's doc):
+    each node as early as its inputs allow, one stage later where an input is not split
+    as it needs (and then shipped to it split so)."""
+    out = Layout()
+    wishes = _wishes(plan, states)
+
+    def split(s: int, x: Operator) -> Partition | None:
+        if out.stage[x.id] == s:
+            return out.part[x.id]
+        h = out.ships.get(s, {}).get(x.id)
+        return None if h is None else _shipped(x, h)
+
+    def place(op: Operator) -> None:
+        if op.id in out.stage:
+            return
+        reads = _reads(plan, op)
+        for x, _ in reads:
+            place(x)
+        if isinstance(op, Input):
+            out.stage[op.id], out.part[op.id] = 0, None
+            return
+        s = max([1] + [out.stage[x.id] for x, _ in reads])
+        while not all(need.met(split(s, x)) if out.stage[x.id] == s or x.id in out.ships.get(s, {}) else True
+                      for x, need in reads):
+            s += 1
+        for x, need in reads:
+            if out.stage[x.id] != s and x.id not in out.ships.get(s, {}):
+                h = need.hash or next((w for w in wishes.get(x.id, []) if need.met(_shipped(x, w))),
+                                      ("cols", tuple(sorted(need.within)) if need.within is not None
+                                       else tuple(x.columns)))
+                out.ships.setdefault(s, {})[x.id] = h
+        out.stage[op.id] = s
+        first = reads[0][0] if reads else None
+        out.part[op.id] = None if first is None else _carried(op, split(s, first), plan)
+
+    for state in states:
+        place(state)
+        out.writes.setdefault(out.stage[state.id], []).append(state.id)
+    return out
+
+
+@dataclass
+class Context:
+    """What every task of a tick needs (pickled into each)."""
+
+    plan: Plan
+    layout: Layout
+    ops: dict[str, Operator]
+    arrangements: dict[str, dict[tuple[str, ...], Arrangement]]
+    root: str
+    tick: int
+    batch_dir: str  # the tick's batch directory, relative to the root
+    columns: dict[str, str]  # state node → the struct column its batch is stored in
+    schemas: dict[str, pa.Schema]  # Input node → its rows' Arrow types (with the weight)
+    parts: list[int]  # per task, the ``part`` value Spark's hash partitioning sends to it
+    ansi: bool
+
+
+def _blobs(dest: int, node: str, table: pa.Table, hashes: np.ndarray, parts: Sequence[int]
+           ) -> Iterator[pa.RecordBatch]:
+    """``table``'s rows as blobs for stage ``dest``, each row to the task its hash picks."""
+    target = (hashes % np.uint64(len(parts))).astype(np.int64)
+    order = np.argsort(target, kind="stable")
+    bounds = np.searchsorted(target[order], np.arange(len(parts) + 1))
+    ordered = table.take(pa.array(order))
+    for t in range(len(parts)):
+        for start in range(int(bounds[t]), int(bounds[t + 1]), BLOB_ROWS):
+            piece = ordered.slice(start, min(BLOB_ROWS, int(bounds[t + 1]) - start))
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, piece.schema) as writer:
+                writer.write_table(piece)
+            yield pa.RecordBatch.from_pylist([{"dest": dest, "part": parts[t], "node": node,
+                                               "data": sink.getvalue().to_pybytes()}], schema=STAGE)
+
+
+def _hash(tick: ArrangedTick, ops: Mapping[str, Operator], h: Hash, table: pa.Table) -> np.ndarray:
+    """Each row's hash as ``h`` splits it (a join's probe keys: as the join probes by them)."""
+    if h[0] == "probe":
+        join = ops[h[1][0]]
+        assert isinstance(join, Join)
+        probed, keys = tick.probe_keys(join, table, fits_only=False)
+        return kernels.key_hash(probed, keys)
+    return kernels.key_hash(table, h[1])
+
+
+def _combined(op: Operator, parts: Sequence[pa.Table]) -> pa.Table | None:
+    """A value from the parts several tasks shipped: a Z-set's parts as one; partial sums
+    summed again per group (one row per group, as the operator gives them)."""
+    table = kernels.concat(parts)
+    if table is None or len(parts) == 1 or not isinstance(op, Partials):
+        return table
+    return kernels.group_sums(table, op.keys).select(table.column_names).cast(table.schema)
+
+
+def _wrote(doc: dict[str, Any]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pylist([{"dest": WROTE, "part": 0, "node": json.dumps(doc), "data": None}],
+                                      schema=STAGE)
+
+
+def run_stage(ctx: Context, s: int, source: str | None, batches: Iterator[pa.RecordBatch]
+              ) -> Iterator[pa.RecordBatch]:
+    """One task of stage ``s``: the nodes the stage computes over this task's part, shipped
+    on or written. Stage 0 reads ``source``'s rows; a later stage reads the blobs shipped
+    to it and hands on the rest."""
+    given: dict[str, list[pa.Table]] = {}
+    if s == 0:
+        assert source is not None
+        tables = [pa.Table.from_batches([b]) for b in batches if b.num_rows]
+        given[source] = [t.cast(ctx.schemas[source]) for t in tables]
+    else:
+        for b in batches:
+            dest, node, data = b.column("dest").to_pylist(), b.column("node").to_pylist(), b.column("data")
+            forward = [i for i, d in enumerate(dest) if d != s]
+            if forward:
+                yield b.take(pa.array(forward))
+            for i, d in enumerate(dest):
+                if d == s:
+                    given.setdefault(node[i], []).append(pa.ipc.open_stream(data[i].as_buffer()).read_all())
+    store = RunStore(ctx.root)
+    tick = ArrangedTick(ctx.plan, {}, ctx.arrangements, store, None, ansi=ctx.ansi)
+    shipped = list(ctx.layout.ships.get(s, {})) if s else [source]
+    tick.given({n: _combined(ctx.ops[n], given.get(n, [])) for n in shipped if n is not None})
+    for dest in range(s + 1, ctx.layout.stages):
+        for node, h in ctx.layout.ships.get(dest, {}).items():
+            if ctx.layout.stage[node] != s or (s == 0 and node != source):
+                continue
+            value = tick.value(ctx.ops[node])
+            if value is not None and value.num_rows:
+                yield from _blobs(dest, node, value, _hash(tick, ctx.ops, h, value), ctx.parts)
+    for node in ctx.layout.writes.get(s, []):
+        yield from _write(ctx, store, tick, node)
+
+
+def _write(ctx: Context, store: RunStore, tick: ArrangedTick, node: str) -> Iterator[pa.RecordBatch]:
+    """This task's part of a state node's delta: a Parquet file of the tick's batch and a
+    run per touched bucket of each arrangement."""
+    delta = tick.state_delta(ctx.ops[node])
+    if delta is None or delta.num_rows == 0:
+        return
+    name = f"part-{uuid.uuid4().hex[:12]}.parquet"
+    rel = f"{ctx.batch_dir}/_node={node}"
+    written = write_batch(store, rel, name, ctx.columns[node], delta)
+    yield _wrote({"node": node, "batch": rel, "bytes": written, "rows": delta.num_rows})
+    for key, arr in ctx.arrangements.get(node, {}).items():
+        done = store.append(replace(arr, runs=()), ctx.tick, delta)
+        for bucket, runs in enumerate(done.runs):
+            for r in runs:
+                yield _wrote({"node": node, "key": list(key), "bucket": bucket, "path": r.path, "rows": r.rows})
+
+
+def write_batch(store: RunStore, rel: str, name: str, column: str, table: pa.Table) -> int:
+    """``table`` as one Parquet file ``name`` of the batch directory ``rel`` (one struct
+    column, :mod:`.state`'s layout); returns its size in bytes."""
+    packed = pa.table({column: pa.StructArray.from_arrays([c.combine_chunks() for c in table.columns],
+                                                          fields=list(table.schema))})
+    full = f"{store.base}/{rel}"
+    store.fs.create_dir(full, recursive=True)
+    pq.write_table(packed, f"{full}/{name}", filesystem=store.fs)
+    return int(store.fs.get_file_info(f"{full}/{name}").size)
+
+
+def spark_parts(spark: Any, tasks: int) -> list[int]:
+    """Per task, a ``part`` value that ``repartition(tasks, "part")`` sends to that task
+    (Spark hashes the value: asked of Spark once, by a query over a few hundred ints)."""
+    rows = spark.range(64 * tasks).selectExpr("CAST(id AS INT) AS v",
+                                              f"pmod(hash(CAST(id AS INT)), {tasks}) AS t").collect()
+    found: dict[int, int] = {}
+    for r in rows:
+        found.setdefault(r["t"], r["v"])
+    if len(found) < tasks:
+        raise NotArranged(f"no part value reaches each of {tasks} tasks")
+    return [found[t] for t in range(tasks)]
+
+
+def run(ctx: Context, sources: Mapping[str, DataFrame], tasks: int) -> list[dict[str, Any]]:
+    """The tick as one Spark job; the files its tasks wrote."""
+    frames = [df.mapInArrow(partial(run_stage, ctx, 0, node), STAGE_DDL) for node, df in sources.items()]
+    frame = frames[0]
+    for other in frames[1:]:
+        frame = frame.unionByName(other)
+    for s in range(1, ctx.layout.stages):
+        frame = frame.repartition(tasks, "part").mapInArrow(partial(run_stage, ctx, s, None), STAGE_DDL)
+    rows = frame.where(f"dest = {WROTE}").select("node").collect()
+    return [json.loads(r["node"]) for r in rows]
+
+
+def declined(e: BaseException) -> str | None:
+    """Why a task declined the tick (:class:`NotArranged` raised in it), if it did."""
+    found = re.search(r"NotArranged: (.+)", str(e))
+    return found.group(1).strip() if found else None
+
+
+def portable(plan: Plan, states: Sequence[Operator]) -> tuple[Plan, dict[str, Operator]]:
+    """The plan and the circuit's nodes by id, as tasks take them."""
+    return plan.portable(states), {op.id: op for op in walk(*states)}
