@@ -584,8 +584,7 @@ class Pipeline:
         states = self._states()
         live = [s for s in states if s.id not in aside]
         frames = {self._catalog[n].id: df for n, df in inputs.items() if df is not None}
-        frames |= {self._catalog[n].id: self._conform(n, self.spark.createDataFrame(t))
-                   for n, t in arrow.items() if t.num_rows}
+        tables = {self._catalog[n].id: t for n, t in arrow.items() if t.num_rows}
         tick = self.store.tick + 1
         batch_dir = f"{STATE_DIR}/{tick:012d}-{uuid.uuid4().hex[:8]}"
         assert self.store.runs is not None
@@ -601,7 +600,7 @@ class Pipeline:
                             self._task_parts[width],
                             (self.spark.conf.get("spark.sql.ansi.enabled") or "true").lower() == "true")
         try:
-            files = tasks.run(ctx, frames, width)
+            files = tasks.run(ctx, self.spark, frames, tables, width)
         except BaseException as e:
             self.store.fs.delete(self.store.fs.path(batch_dir))
             self.store.runs.collect_garbage({p for arrs in self.store.arrangements.values()

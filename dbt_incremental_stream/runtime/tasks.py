@@ -11,8 +11,9 @@ stages there, and each cut is one exchange: the values crossing it are shipped a
 Arrow IPC blobs hashed by the key (:func:`.kernels.key_hash`, the hash the arrangements
 are sorted by), so a task reads the runs of the buckets its keys fall in.
 
-One Spark job per tick: each source's DataFrame is stage 0, every later stage a
-``mapInArrow`` after a ``repartition`` by the blobs' part. A task writes its part of
+One Spark job per tick: each source's DataFrame is stage 0 (a source already in Arrow
+in the driver is split there), every later stage a ``mapInArrow`` after a
+``repartition`` by the blobs' part. A task writes its part of
 every state delta its stage computes: a Parquet file in the tick's batch directory
 (:mod:`.state`'s layout) and one run per touched bucket of each arrangement
 (:mod:`.arrangement`), and returns their names. The driver commits the tick as any
@@ -31,7 +32,7 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 
 from ..circuit.operators import (
     Filter,
@@ -387,9 +388,16 @@ def spark_parts(spark: Any, tasks: int) -> list[int]:
     return [found[t] for t in range(tasks)]
 
 
-def run(ctx: Context, sources: Mapping[str, DataFrame], tasks: int) -> list[dict[str, Any]]:
-    """The tick as one Spark job; the files its tasks wrote."""
+def run(ctx: Context, spark: SparkSession, sources: Mapping[str, DataFrame], tables: Mapping[str, pa.Table],
+        tasks: int) -> list[dict[str, Any]]:
+    """The tick as one Spark job; the files its tasks wrote. Stage 0 of a source held in
+    Arrow (``tables``) runs here in the driver: its rows are split into blobs at once
+    (through Spark, 1M rows cost seconds of conversion to rows and back to Arrow), and
+    the blobs are the job's input beside the DataFrame sources' stage 0 tasks."""
     frames = [df.mapInArrow(partial(run_stage, ctx, 0, node), STAGE_DDL) for node, df in sources.items()]
+    blobs = [b for node, t in tables.items() for b in run_stage(ctx, 0, node, iter(t.to_batches()))]
+    if blobs or not frames:
+        frames.append(spark.createDataFrame(pa.Table.from_batches(blobs, STAGE)))
     frame = frames[0]
     for other in frames[1:]:
         frame = frame.unionByName(other)
