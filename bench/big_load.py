@@ -1,6 +1,6 @@
 """A big initial load of a three-view project with the embedded default session.
 
-    python bench/big_load.py [--orders 10000000] [--changes 1000] [--ticks 3]
+    python bench/big_load.py [--orders 10000000] [--changes 1000] [--ticks 3] [--placements auto,dataframe]
 
 The project: ``revenue`` (orders ⋈ customers ⋈ products, aggregated by region and
 category), ``customer_stats`` (COUNT DISTINCT and MAX per customer) and ``top_categories``
@@ -8,7 +8,9 @@ category), ``customer_stats`` (COUNT DISTINCT and MAX per customer) and ``top_ca
 session is the engine's default (``session()``: local[2], Spark's memory sized from the
 machine). It loads ``--orders`` orders in one tick (100,000 customers, 1,000 products),
 then runs ``--ticks`` ticks of ``--changes`` changes, and checks every view against the
-same SQL run by Spark in batch over the snapshots. Measured: load time, peak resident
+same SQL run by Spark in batch over the snapshots; once per ``--placements`` (the load on
+arrangements in Spark tasks, and by the DataFrame evaluator), each in a state location of
+its own. Measured: load time, peak resident
 memory of the whole process tree (driver, JVM, Python workers; sampled every 100 ms),
 state on disk, tick times and the batch rebuild of all three views. Prints a table.
 """
@@ -39,24 +41,16 @@ VIEWS = {
 CUSTOMERS, PRODUCTS, REGIONS, CATEGORIES = 100_000, 1_000, 20, 30
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--orders", type=int, default=10_000_000)
-    ap.add_argument("--changes", type=int, default=1_000)
-    ap.add_argument("--ticks", type=int, default=3)
-    args = ap.parse_args()
-
+def run(spark, work: Path, placement: str, args: argparse.Namespace) -> dict:
+    """Load ``--orders`` orders in one tick with the pipeline's ``placement``, then the
+    ticks and the batch rebuild over the snapshots; what was measured."""
     import os
 
     from pyspark.sql import functions as F
 
     from dbt_incremental_stream import Pipeline
     from dbt_incremental_stream.differential import compare
-    from dbt_incremental_stream.runtime.session import session
 
-    work = Path(tempfile.mkdtemp(prefix="bench-big-"))
-    spark = session()
-    spark.range(1).count()
     idle = tree_rss(os.getpid())
     sampler = Peak()
     sampler.start()
@@ -67,7 +61,7 @@ def main() -> None:
                           ((F.col("id") * 31 % 10000) / 100.0).alias("amount"),
                           F.lit(weight).cast("bigint").alias("_w"))
 
-    pipe = Pipeline(spark, str(work / "state"))
+    pipe = Pipeline(spark, str(work / "state"), placement=placement)
     pipe.add_source("orders", "id BIGINT, cust INT, product INT, amount DOUBLE")
     pipe.add_source("customers", "id INT, region STRING")
     pipe.add_source("products", "id INT, category STRING")
@@ -83,7 +77,7 @@ def main() -> None:
             F.lit(1).cast("bigint").alias("_w")),
     })
     load = time.perf_counter() - t
-    load_peak = sampler.peak
+    load_peak, load_path = sampler.peak, pipe.last_tick.path
 
     rng = random.Random(3)
     next_id, gone = args.orders, set()
@@ -110,24 +104,54 @@ def main() -> None:
     batch_seconds = time.perf_counter() - t
     problems = {name: compare([tuple(r) for r in pipe.snapshot(name).collect()],
                               [tuple(r) for r in spark.table(name).collect()]) for name in VIEWS}
+    for name in VIEWS:
+        spark.catalog.dropTempView(name)
     sampler.running = False
     sampler.join()
-    state = du(work / "state")
+    pipe.close()
+    return {"placement": placement, "path": load_path, "load": load, "load_peak": load_peak, "peak": sampler.peak,
+            "idle": idle, "state": du(work / "state"), "ticks": ticks, "batch": batch_seconds, "problems": problems}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--orders", type=int, default=10_000_000)
+    ap.add_argument("--changes", type=int, default=1_000)
+    ap.add_argument("--ticks", type=int, default=3)
+    ap.add_argument("--placements", default="auto,dataframe",
+                    help="the pipeline placements to load with, in turn (auto: the load in Spark tasks on "
+                         "arrangements; dataframe: the DataFrame evaluator)")
+    args = ap.parse_args()
+
+    from dbt_incremental_stream.runtime.session import session
+
+    spark = session()
+    spark.range(1).count()
+    results = []
+    for placement in args.placements.split(","):
+        work = Path(tempfile.mkdtemp(prefix="bench-big-"))
+        try:
+            results.append(run(spark, work, placement, args))
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
     conf = spark.sparkContext.getConf()
     print(f"session: {conf.get('spark.master')}, driver memory {conf.get('spark.driver.memory', '1g (default)')}")
-    print("orders | load (s) | peak RSS during load (MiB) | peak RSS (MiB) | idle (MiB) | state (MiB) | "
-          f"tick, {args.changes} changes (s) | batch rebuild of the 3 views (s) | equal to batch")
-    print(f"{args.orders:,} | {load:.1f} | {load_peak / 2**20:,.0f} | {sampler.peak / 2**20:,.0f} | "
-          f"{idle / 2**20:,.0f} | {state / 2**20:,.0f} | "
-          f"{' '.join(f'{s:.2f} ({p})' for s, p in ticks)} (median {statistics.median(s for s, _ in ticks):.2f}) | "
-          f"{batch_seconds:.1f} | {all(p is None for p in problems.values())}")
-    for name, problem in problems.items():
-        if problem is not None:
-            print(f"{name}: {problem}")
-    pipe.close()
+    print("orders | placement (load path) | load (s) | peak RSS during load (MiB) | peak RSS (MiB) | idle (MiB) | "
+          f"state (MiB) | tick, {args.changes} changes (s) | batch rebuild of the 3 views (s) | equal to batch")
+    for r in results:
+        ticks = r["ticks"]
+        print(f"{args.orders:,} | {r['placement']} ({r['path']}) | {r['load']:.1f} | {r['load_peak'] / 2**20:,.0f} | "
+              f"{r['peak'] / 2**20:,.0f} | {r['idle'] / 2**20:,.0f} | {r['state'] / 2**20:,.0f} | "
+              f"{' '.join(f'{s:.2f} ({p})' for s, p in ticks)} (median {statistics.median(s for s, _ in ticks):.2f}) | "
+              f"{r['batch']:.1f} | {all(p is None for p in r['problems'].values())}")
+        for name, problem in r["problems"].items():
+            if problem is not None:
+                print(f"{r['placement']} {name}: {problem}")
+    if len(results) > 1:
+        print(" ".join(f"load {r['placement']} / {results[0]['placement']}: {r['load'] / results[0]['load']:.2f}"
+                       for r in results[1:]))
     spark.stop()
-    shutil.rmtree(work, ignore_errors=True)
-    if any(p is not None for p in problems.values()):
+    if any(p is not None for r in results for p in r["problems"].values()):
         sys.exit(1)
 
 

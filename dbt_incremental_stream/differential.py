@@ -149,11 +149,13 @@ class Differential:
     views: Mapping[str, str]
     max_batches: int = 8
     expire: Collection[str] = ()  # sources declared ``expire`` (see Pipeline.add_source)
+    placement: str = "auto"  # where the pipeline's ticks run (see Pipeline)
     pipeline: Pipeline = field(init=False)
     oracle: Oracle = field(init=False)
 
     def __post_init__(self) -> None:
-        self.pipeline = Pipeline(self.spark, self.state_location, max_batches=self.max_batches)
+        self.pipeline = Pipeline(self.spark, self.state_location, max_batches=self.max_batches,
+                                 placement=self.placement)
         self.oracle = Oracle()
         for name, schema in self.sources.items():
             self.pipeline.add_source(name, schema, expire=name in self.expire)

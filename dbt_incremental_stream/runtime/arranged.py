@@ -544,8 +544,9 @@ class ArrangedTick:
 
     def __init__(self, plan: Plan, inputs: Mapping[str, pa.Table | None],
                  arrangements: Mapping[str, dict[tuple[str, ...], Arrangement]],
-                 runs: RunStore, spark: SparkSession | None, ansi: bool | None = None):
+                 runs: RunStore, spark: SparkSession | None, ansi: bool | None = None, first: bool = False):
         self.plan = plan
+        self.first = first  # the pipeline's first tick: every arrangement starts empty
         self._inputs = inputs
         self._arr = arrangements
         self._runs = runs
@@ -824,8 +825,8 @@ class ArrangedTick:
         if not op.linear:
             return self._recompute(op, partial(self._regroup, op))
         dp = self.value(op.delta)
-        if dp is None:
-            return None
+        if dp is None or dp.num_rows == 0:
+            return self._no_rows(op)
         keys = list(op.keys)
         safe = [True] * len(keys)
         before = op.before
@@ -904,13 +905,20 @@ class ArrangedTick:
         as Spark groups them (-0.0 is 0.0, every NaN one): each group is read and
         retracted once, however many spellings of its key the delta holds."""
         delta = self.value(op.delta)
-        if delta is None:
-            return None
+        if delta is None or delta.num_rows == 0:
+            return self._no_rows(op)
         keys = list(group_keys(op))
         touched = kernels.aggregate(delta.select(keys), keys, []) if keys else pa.table({ROW: [0]})
         _, old = self._read(self.plan.before[op.id], touched, keys, keys, [True] * len(keys))
         rows = kernels.consolidate(kernels.concat([old.cast(delta.schema) if old is not None else None, delta]))
         return self._retract(op, touched, compute(rows))
+
+    def _no_rows(self, op: GroupDiff | WindowDiff) -> pa.Table | None:
+        """No change of an operator whose input did not change: but on the first tick a
+        keyless aggregate over no rows has its one row (COUNT 0, SUM NULL), Spark's to give."""
+        if self.first and isinstance(op, GroupDiff) and not op.keys:
+            raise NotArranged(f"{op.label()}: the one row of an aggregate over no rows")
+        return None
 
     def _retract(self, op: Operator, touched: pa.Table, new: pa.Table | None) -> pa.Table | None:
         """``new`` minus the rows ``op`` emitted before for the ``touched`` groups."""

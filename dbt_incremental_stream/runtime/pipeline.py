@@ -40,8 +40,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, DecimalType, DoubleType, FloatType, StructField, StructType
 
 from ..circuit.incremental import Incrementalizer
-from ..circuit.operators import (WEIGHT, Delay, Input, Integral, Map, Operator, Partials, Recompute, explain, quote,
-                                 walk)
+from ..circuit.operators import (WEIGHT, Delay, GroupDiff, Input, Integral, Map, Operator, Partials, Recompute, explain,
+                                 quote, walk)
 from ..errors import CompileError, StateError, StreamError
 from ..sql.compile import compile, parse
 from ..sql.rewrites.clock import uses_clock
@@ -427,14 +427,15 @@ class Pipeline:
         aside = self._own_states(set(skip))
         if plan is not None and self.placement == "dataframe":
             why = "placement 'dataframe'"
-        elif plan is not None and not self._arranged_ready(plan):
+        elif plan is not None and not self._arranged_ready(plan) and not self._first(skip):
             why = "state to build"
         elif plan is not None:
             fetched = None if self.placement == "tasks" else self._fetch(inputs, arrow)
             try:
+                arranged = self._arrangements(plan, fetched, inputs, arrow)
                 if fetched is not None:
-                    return self._step_arranged(plan, fetched, clock, before_commit, started, aside, skip)
-                return self._step_tasks(plan, inputs, arrow, clock, before_commit, started, aside, skip)
+                    return self._step_arranged(plan, arranged, fetched, clock, before_commit, started, aside, skip)
+                return self._step_tasks(plan, arranged, inputs, arrow, clock, before_commit, started, aside, skip)
             except Exception as e:  # the DataFrame path computes it, with Spark's own errors
                 if not isinstance(e, _DECLINES) and data_error(e) is None and fetched is not None:
                     raise
@@ -523,6 +524,29 @@ class Pipeline:
         return self.store.tick > 0 and not self.pending and all(
             spec.key in self.store.arrangements.get(spec.node, {}) for spec in plan.specs.values())
 
+    def _first(self, skip: Mapping[str, str]) -> bool:
+        """Whether this is the pipeline's first tick, none of its views reading the time:
+        then the operators on arrangements build the state, with all input as the delta."""
+        return self.store.tick == 0 and not skip and CLOCK not in self._schemas
+
+    def _arrangements(self, plan: Plan, fetched: Mapping[str, pa.Table] | None,
+                      frames: Mapping[str, DataFrame | None], arrow: Mapping[str, pa.Table]
+                      ) -> dict[str, dict[tuple[str, ...], Arrangement]]:
+        """The arrangements the tick reads and appends to: the committed ones, or on the
+        first tick (:meth:`_first`) every one the plan needs, empty, with buckets for the
+        tick's input rows (a DataFrame input counted by a job)."""
+        if self.store.tick > 0:
+            return self.store.arrangements
+        if fetched is not None:
+            rows = sum(t.num_rows for t in fetched.values())
+        else:
+            rows = sum(t.num_rows for t in arrow.values()) + sum(df.count() for df in frames.values() if df is not None)
+        out: dict[str, dict[tuple[str, ...], Arrangement]] = {}
+        for spec in plan.specs.values():
+            out.setdefault(spec.node, {})[spec.key] = Arrangement(spec.node, spec.key, spec.additive,
+                                                                  buckets_for(rows))
+        return out
+
     def _fetch(self, frames: Mapping[str, DataFrame | None],
                arrow: Mapping[str, pa.Table]) -> dict[str, pa.Table] | None:
         """Every input as an Arrow table in the driver, or None when the tick has more than
@@ -540,7 +564,8 @@ class Pipeline:
             out[source] = self._conform_arrow(source, table)
         return out if room >= 0 else None
 
-    def _step_arranged(self, plan: Plan, inputs: dict[str, pa.Table], clock: datetime | None,
+    def _step_arranged(self, plan: Plan, arranged: Mapping[str, dict[tuple[str, ...], Arrangement]],
+                       inputs: dict[str, pa.Table], clock: datetime | None,
                        before_commit: Callable[[int, Changes], None] | None, started: float,
                        aside: AbstractSet[str], skip: Mapping[str, str]) -> Changes:
         """One tick on arrangements: kernels in the driver over the touched keys only. The
@@ -549,7 +574,7 @@ class Pipeline:
         states = self._states()
         live = [s for s in states if s.id not in aside]
         assert self.store.runs is not None
-        run = ArrangedTick(plan, inputs, self.store.arrangements, self.store.runs, self.spark)
+        run = ArrangedTick(plan, inputs, arranged, self.store.runs, self.spark, first=self.store.tick == 0)
         tables = {s.id: run.state_delta(s) for s in live}
         expired = self._expire_arrow(plan, tables, clock, live)
         evaluated = time.perf_counter()
@@ -558,7 +583,7 @@ class Pipeline:
         written = {s.id: [batches[s.id]] if s.id in batches else [] for s in states}
         runs = self.store.runs
         arrangements = {node: {key: runs.append(arr, tick, tables.get(node)) for key, arr in arrs.items()}
-                        for node, arrs in self.store.arrangements.items() if node in tables}
+                        for node, arrs in arranged.items() if node in tables}
         changes = Changes({v.name: partial(self._arrow_change, v, tables.get(v.state.id))
                            for v in self._views.values()},
                           {v.name: t for v in self._views.values() if (t := tables.get(v.state.id)) is not None})
@@ -572,7 +597,8 @@ class Pipeline:
                                     "commit": done - committing}, rows_read=run.rows_read)
         return changes
 
-    def _step_tasks(self, plan: Plan, inputs: Mapping[str, DataFrame | None], arrow: Mapping[str, pa.Table],
+    def _step_tasks(self, plan: Plan, arrangements: Mapping[str, dict[tuple[str, ...], Arrangement]],
+                    inputs: Mapping[str, DataFrame | None], arrow: Mapping[str, pa.Table],
                     clock: datetime | None, before_commit: Callable[[int, Changes], None] | None, started: float,
                     aside: AbstractSet[str], skip: Mapping[str, str]) -> Changes:
         """One tick on arrangements in Spark tasks (:mod:`.tasks`): a delta too large for
@@ -583,6 +609,8 @@ class Pipeline:
             raise NotArranged("rows leave the state as the time moves")
         states = self._states()
         live = [s for s in states if s.id not in aside]
+        if self.store.tick == 0 and any(isinstance(op, GroupDiff) and not op.keys for op in walk(*live)):
+            raise NotArranged("a keyless aggregate's first row (of no rows, maybe) is Spark's to give")
         frames = {self._catalog[n].id: df for n, df in inputs.items() if df is not None}
         tables = {self._catalog[n].id: t for n, t in arrow.items() if t.num_rows}
         tick = self.store.tick + 1
@@ -592,7 +620,7 @@ class Pipeline:
         width = self.spark.sparkContext.defaultParallelism
         if width not in self._task_parts:
             self._task_parts[width] = tasks.spark_parts(self.spark, width)
-        arranged = {s.id: self.store.arrangements.get(s.id, {}) for s in live}
+        arranged = {s.id: arrangements.get(s.id, {}) for s in live}
         ctx = tasks.Context(ported, tasks.layout(plan, live), ops, arranged, self.store.runs.root, tick, batch_dir,
                             {s.id: f"n_{s.id}" for s in live},
                             {self._catalog[n].id: zsets.arrow_schema(zsets.with_weight(self._schemas[n]))
@@ -607,7 +635,8 @@ class Pipeline:
                                              for a in arrs.values() for p in a.paths()})
             why = tasks.declined(e)
             if why is not None:  # an operator a task cannot run: so for every later tick too
-                self._not_in_tasks = why
+                if self.store.tick > 0:  # (a first tick declines for its own reasons too)
+                    self._not_in_tasks = why
                 raise NotArranged(why) from None
             raise
         computed = time.perf_counter()

@@ -104,18 +104,40 @@ def test_integration_project_on_a_standalone_cluster(cluster, tmp_path, kafka):
 
 
 ARRANGED_ON_CLUSTER = """
+import json
 import sys
+import urllib.request
 from dbt_incremental_stream.differential import Differential
 from dbt_incremental_stream.runtime.session import session
 from tests.workload import SOURCES
 
-spark = session(sys.argv[1])
+spark = session(sys.argv[1], {"spark.ui.enabled": "true"})
 views = {"revenue": "SELECT c.region, COUNT(*) AS n, SUM(o.amount) AS s FROM orders o "
                     "JOIN customers c ON o.cust = c.id GROUP BY c.region"}
-diff = Differential(spark, sys.argv[2], SOURCES, views)
+
+
+def executors_of_last_job():
+    tracker, sc = spark.sparkContext.statusTracker(), spark.sparkContext
+    job = max(tracker.getJobIdsForGroup())
+    found = set()
+    for stage in tracker.getJobInfo(job).stageIds:
+        url = f"{sc.uiWebUrl}/api/v1/applications/{sc.applicationId}/stages/{stage}?details=true"
+        with urllib.request.urlopen(url) as r:
+            found |= {t["executorId"] for attempt in json.loads(r.read()) for t in attempt.get("tasks", {}).values()}
+    return found
+
+
+diff = Differential(spark, sys.argv[2], SOURCES, views, placement="tasks")
 diff.step({"orders": [((i, i % 5, i * 1.25, i % 3, "open"), 1) for i in range(200)],
            "customers": [((i, f"n{i}", f"r{i % 2}"), 1) for i in range(5)]})
-assert diff.pipeline.last_tick.path == "dataframe"
+assert diff.pipeline.last_tick.path == "tasks", diff.pipeline.last_tick.why
+diff.step({"orders": [((i, i % 5, i * 0.5, i % 3, "paid"), 1) for i in range(200, 400)]
+                     + [((i, i % 5, i * 1.25, i % 3, "open"), -1) for i in range(0, 200, 7)],
+           "customers": [((2, "n2", "r0"), -1), ((2, "n2", "r1"), 1)]})
+assert diff.pipeline.last_tick.path == "tasks", diff.pipeline.last_tick.why
+ran = executors_of_last_job()
+assert len(ran - {"driver"}) == 2, ran
+diff.pipeline.placement = "auto"
 diff.step({"orders": [((3, 3, 3.75, 0, "open"), -1), ((500, 1, 9.5, 1, "paid"), 1)],
            "customers": [((1, "n1", "r1"), -1), ((1, "n1", "r0"), 1)]})
 assert diff.pipeline.last_tick.path == "arranged", diff.pipeline.last_tick.why
@@ -127,10 +149,11 @@ print("ok")
 
 
 @pytest.mark.slow
-def test_arrangements_built_by_executors_serve_the_driver(cluster, tmp_path):
-    """The first tick builds the arrangements in the executors' tasks (mapInArrow, runs
-    written under the state location); the next tick, on arrangements, reads them in the
-    driver; both equal DuckDB."""
+def test_large_ticks_run_in_tasks_on_both_workers_and_serve_the_driver(cluster, tmp_path):
+    """Ticks in Spark tasks (the first builds the state with all input as its delta, the
+    second changes both sides of the join) run on both workers' executors, writing runs
+    under the state location; the next small tick, on arrangements in the driver, reads
+    them; every tick equals DuckDB."""
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     run = subprocess.run([sys.executable, "-c", ARRANGED_ON_CLUSTER, cluster, str(tmp_path / "state")], env=env,
                          capture_output=True, text=True, timeout=600)
