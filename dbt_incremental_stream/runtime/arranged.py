@@ -544,8 +544,12 @@ class ArrangedTick:
 
     def __init__(self, plan: Plan, inputs: Mapping[str, pa.Table | None],
                  arrangements: Mapping[str, dict[tuple[str, ...], Arrangement]],
-                 runs: RunStore, spark: SparkSession | None, ansi: bool | None = None, first: bool = False):
+                 runs: RunStore, spark: SparkSession | None, ansi: bool | None = None, first: bool = False,
+                 probe_rows: int | None = PROBE_ROWS):
         self.plan = plan
+        #: the most state rows one probe may match (bounds the driver's memory; None in a
+        #: task, whose delta is a part of a large one and matches in proportion)
+        self.probe_rows = probe_rows
         self.first = first  # the pipeline's first tick: every arrangement starts empty
         self._inputs = inputs
         self._arr = arrangements
@@ -644,7 +648,7 @@ class ArrangedTick:
         extra = self.value(side.integral.input) if side.after else None
         rows, matched = self._runs.probe(arr, probe, probe_keys, null_safe, extra)
         self.rows_read += 0 if matched is None else matched.num_rows
-        if matched is not None and matched.num_rows > PROBE_ROWS:
+        if matched is not None and self.probe_rows is not None and matched.num_rows > self.probe_rows:
             raise NotArranged(f"a probe of {side.integral.label()} matches {matched.num_rows:,} rows of state")
         if matched is None or not side.chain:
             return rows, matched
@@ -735,7 +739,7 @@ class ArrangedTick:
         if matched is None:
             return None
         self.rows_read += matched.num_rows
-        if matched.num_rows > PROBE_ROWS:
+        if self.probe_rows is not None and matched.num_rows > self.probe_rows:
             raise NotArranged(f"the time moving reaches {matched.num_rows:,} rows of {plan.state.integral.label()}")
         for step in plan.state.chain:
             matched = self._row_wise(step, matched)

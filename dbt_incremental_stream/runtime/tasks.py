@@ -333,7 +333,7 @@ def run_stage(ctx: Context, s: int, source: str | None, batches: Iterator[pa.Rec
                 if d == s:
                     given.setdefault(node[i], []).append(pa.ipc.open_stream(data[i].as_buffer()).read_all())
     store = RunStore(ctx.root)
-    tick = ArrangedTick(ctx.plan, {}, ctx.arrangements, store, None, ansi=ctx.ansi)
+    tick = ArrangedTick(ctx.plan, {}, ctx.arrangements, store, None, ansi=ctx.ansi, probe_rows=None)
     shipped = list(ctx.layout.ships.get(s, {})) if s else [source]
     tick.given({n: _combined(ctx.ops[n], given.get(n, [])) for n in shipped if n is not None})
     for dest in range(s + 1, ctx.layout.stages):
