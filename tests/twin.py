@@ -97,7 +97,8 @@ def run(data: st.DataObject, spark, directories: pytest.TempPathFactory, sources
     ``conf``: ``ticks`` random ticks, every view checked after each; then every tick, the
     first (which builds the state) included, must have run on arrangements in the
     placement under test ("auto": in the driver, "tasks": in Spark tasks; else that path
-    was not tested), but for one that rebuilds a view set aside on a data error."""
+    was not tested), but for one that rebuilds a view set aside on a data error, and a
+    first tick with a keyless aggregate in tasks."""
     names = list(sources)
     key = (os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0], not_the_simplest(data))
     if key in _FAILED:
@@ -116,6 +117,8 @@ def run(data: st.DataObject, spark, directories: pytest.TempPathFactory, sources
             # a view set aside on a data error is rebuilt from all input once its input changes
             rebuilt = {t for t, (_, why) in enumerate(twin.paths, 1)
                        if why == "state to build" and any(at < t for at, _ in twin.errors)}
+            # in tasks, a first tick with a keyless aggregate is Spark's (its row over no rows)
+            rebuilt |= {1} if twin.paths and "keyless aggregate" in (twin.paths[0][1] or "") else set()
             assert twin.arranged == ticks - len(rebuilt), f"{twin.fast}'s paths: {twin.paths}"
             last = twin.pipelines[twin.fast].last_tick
             assert last is not None and (last.path == ARRANGED_PATH[twin.fast] or ticks in rebuilt)

@@ -61,6 +61,8 @@ ARRANGED_ROWS = 100_000
 #: a limit, one row past the room left (a limit's exchange costs a stage)
 ARRANGED_BYTES = 64 << 20
 PLACEMENTS = frozenset({"auto", "dataframe", "tasks"})
+#: rows of each input a tick for Spark tasks is first rehearsed on in the driver
+REHEARSAL_ROWS = 1_000
 
 
 @dataclass(frozen=True)
@@ -613,9 +615,10 @@ class Pipeline:
             raise NotArranged("a keyless aggregate's first row (of no rows, maybe) is Spark's to give")
         frames = {self._catalog[n].id: df for n, df in inputs.items() if df is not None}
         tables = {self._catalog[n].id: t for n, t in arrow.items() if t.num_rows}
+        assert self.store.runs is not None
+        self._rehearse(plan, arrangements, live, inputs, arrow)
         tick = self.store.tick + 1
         batch_dir = f"{STATE_DIR}/{tick:012d}-{uuid.uuid4().hex[:8]}"
-        assert self.store.runs is not None
         ported, ops = tasks.portable(plan, live)
         width = self.spark.sparkContext.defaultParallelism
         if width not in self._task_parts:
@@ -660,6 +663,21 @@ class Pipeline:
                                    {"spark": computed - started, "outputs": committing - outputs,
                                     "commit": done - committing})
         return changes
+
+    def _rehearse(self, plan: Plan, arrangements: Mapping[str, dict[tuple[str, ...], Arrangement]],
+                  live: Sequence[State], inputs: Mapping[str, DataFrame | None], arrow: Mapping[str, pa.Table]) -> None:
+        """Run the operators in the driver as a task would (no Spark) over the first
+        :data:`REHEARSAL_ROWS` rows of each input: an operator that needs Spark declines
+        here, before the job moves the whole tick (a decline in the tasks costs the job)."""
+        sample = {n: t.slice(0, REHEARSAL_ROWS) for n, t in arrow.items()}
+        sample |= {n: self._conform_arrow(n, df.limit(REHEARSAL_ROWS).toArrow())
+                   for n, df in inputs.items() if df is not None}
+        assert self.store.runs is not None
+        run = ArrangedTick(plan, sample, arrangements, self.store.runs, None,
+                           ansi=(self.spark.conf.get("spark.sql.ansi.enabled") or "true").lower() == "true",
+                           probe_rows=None)
+        for s in live:
+            run.state_delta(s)
 
     def _thresholds(self, plan: Plan | None, clock: datetime | None) -> dict[str, tuple[pa.Scalar, int]]:
         """Per state node rows leave as the time moves: the value (and its ordinal) below
