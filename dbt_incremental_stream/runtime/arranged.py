@@ -556,8 +556,7 @@ class ArrangedTick:
         self._runs = runs
         self._spark = spark  # None inside a Spark task: what needs Spark declines the tick
         #: the session's ``spark.sql.ansi.enabled``, which decides what an overflow gives
-        self.ansi = ansi if ansi is not None else (
-            spark is None or (spark.conf.get("spark.sql.ansi.enabled") or "true").lower() == "true")
+        self.ansi = ansi if ansi is not None else spark is None or zsets.ansi(spark)
         self._memo: dict[str, pa.Table | None] = {}
         self.spark_seconds = 0.0  # spent in Spark passes
         self.rows_read = 0  # rows of state that joins and temporal filters read

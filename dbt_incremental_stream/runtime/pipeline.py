@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -51,7 +50,7 @@ from .arranged import ArrangedTick, Expiry, NotArranged, Plan, Spec
 from .arrangement import BUILT_DDL, Arrangement, Run, buckets_for
 from .arrangement import build as build_runs
 from .evaluate import Tick, empty_tick
-from .state import STATE_DIR, Batch, StateStore
+from .state import Batch, StateStore, batch_column, batch_dir
 
 Rows = Iterable[tuple[Sequence[Any], int]]
 #: a tick takes the arranged path when its inputs have at most this many rows in all
@@ -618,22 +617,20 @@ class Pipeline:
         assert self.store.runs is not None
         self._rehearse(plan, arrangements, live, inputs, arrow)
         tick = self.store.tick + 1
-        batch_dir = f"{STATE_DIR}/{tick:012d}-{uuid.uuid4().hex[:8]}"
+        directory = batch_dir(tick)
         ported, ops = tasks.portable(plan, live)
         width = self.spark.sparkContext.defaultParallelism
         if width not in self._task_parts:
             self._task_parts[width] = tasks.spark_parts(self.spark, width)
         arranged = {s.id: arrangements.get(s.id, {}) for s in live}
-        ctx = tasks.Context(ported, tasks.layout(plan, live), ops, arranged, self.store.runs.root, tick, batch_dir,
-                            {s.id: f"n_{s.id}" for s in live},
+        ctx = tasks.Context(ported, tasks.layout(plan, live), ops, arranged, self.store.runs.root, tick, directory,
                             {self._catalog[n].id: zsets.arrow_schema(zsets.with_weight(self._schemas[n]))
                              for n in self._schemas},
-                            self._task_parts[width],
-                            (self.spark.conf.get("spark.sql.ansi.enabled") or "true").lower() == "true")
+                            self._task_parts[width], zsets.ansi(self.spark))
         try:
             files = tasks.run(ctx, self.spark, frames, tables, width)
         except BaseException as e:
-            self.store.fs.delete(self.store.fs.path(batch_dir))
+            self.store.fs.delete(self.store.fs.path(directory))
             self.store.runs.collect_garbage({p for arrs in self.store.arrangements.values()
                                              for a in arrs.values() for p in a.paths()})
             why = tasks.declined(e)
@@ -651,7 +648,7 @@ class Pipeline:
             else:
                 new.setdefault(f["node"], {}).setdefault(tuple(f["key"]), {}).setdefault(
                     f["bucket"], []).append(Run(f["path"], f["rows"]))
-        written = {s.id: [Batch(self.store.fs.path(batch_dir, f"_node={s.id}"), sizes[s.id], f"n_{s.id}",
+        written = {s.id: [Batch(self.store.fs.path(directory, f"_node={s.id}"), sizes[s.id], batch_column(s.id),
                                 self._stored_schema(s).json())] if s.id in sizes else [] for s in states}
         arrangements = {node: {key: arr.with_runs(new.get(node, {}).get(key, {})) for key, arr in arrs.items()}
                         for node, arrs in arranged.items()}
@@ -673,8 +670,7 @@ class Pipeline:
         sample |= {n: self._conform_arrow(n, df.limit(REHEARSAL_ROWS).toArrow())
                    for n, df in inputs.items() if df is not None}
         assert self.store.runs is not None
-        run = ArrangedTick(plan, sample, arrangements, self.store.runs, None,
-                           ansi=(self.spark.conf.get("spark.sql.ansi.enabled") or "true").lower() == "true",
+        run = ArrangedTick(plan, sample, arrangements, self.store.runs, None, ansi=zsets.ansi(self.spark),
                            probe_rows=None)
         for s in live:
             run.state_delta(s)

@@ -19,7 +19,8 @@ Layout under ``state_location`` (any Hadoop file system URI: file:, hdfs:, s3a:,
 A large tick writes all its batches by one Spark job (one struct column per node,
 partitioned by node), because per-job overhead, not data, dominates; a small tick on
 arrangements writes each batch as one Parquet file from the driver (pyarrow), in the same
-layout, because a Spark job costs more than the writing. A node whose delta is empty gets
+layout, because a Spark job costs more than the writing; a tick in Spark tasks
+(:mod:`.tasks`) writes a file per task the same way (:func:`write_batch_file`). A node whose delta is empty gets
 no batch. A tick writes its batches and runs first and its manifest last (written aside,
 then renamed), so a crash leaves the previous manifest in force; files no manifest names
 are removed on open. Files a compaction replaced stay for :data:`RETIRED_GRACE_SECONDS`
@@ -65,6 +66,27 @@ ARROW_MERGE_BYTES = 32 << 20
 #: files a compaction replaced stay this long (and at least one tick) for queries that
 #: planned against the catalog before the commit and still read them
 RETIRED_GRACE_SECONDS = 60.0
+
+
+def batch_dir(tick: int) -> str:
+    """A new batch directory of ``tick``, relative to the location (unique per write)."""
+    return f"{STATE_DIR}/{tick:012d}-{uuid.uuid4().hex[:8]}"
+
+
+def batch_column(node: str) -> str:
+    """The struct column a node's rows are stored in, in its batch's Parquet files."""
+    return f"n_{node}"
+
+
+def write_batch_file(runs: RunStore, rel: str, name: str, column: str, table: pa.Table) -> int:
+    """``table`` as the Parquet file ``name`` of the batch directory ``rel`` (one struct
+    column ``column``), through pyarrow: from the driver or a Spark task. Its size in bytes."""
+    packed = pa.table({column: pa.StructArray.from_arrays([c.combine_chunks() for c in table.columns],
+                                                          fields=list(table.schema))})
+    full = f"{runs.base}/{rel}"
+    runs.fs.create_dir(full, recursive=True)
+    pq.write_table(packed, f"{full}/{name}", filesystem=runs.fs)
+    return int(runs.fs.get_file_info(f"{full}/{name}").size)
 
 
 def announce(location: str, url: str | None) -> None:
@@ -363,8 +385,8 @@ class StateStore:
         nodes = list(frames)
         for start in range(0, len(nodes), PACK):
             chunk = {n: frames[n] for n in nodes[start:start + PACK]}
-            columns = {node: f"n_{node}" for node in chunk}
-            base = self.fs.path(STATE_DIR, f"{tick:012d}-{uuid.uuid4().hex[:8]}")
+            columns = {node: batch_column(node) for node in chunk}
+            base = self.fs.path(batch_dir(tick))
             # few files per batch: every file is a task for each later tick that reads it
             files = self.spark.sparkContext.defaultParallelism
             pack(chunk, columns, "_node").coalesce(files).write.partitionBy("_node").parquet(base)
@@ -380,27 +402,25 @@ class StateStore:
         file each, in the layout :meth:`write` gives them; nodes whose table has no rows
         get none. ``schemas`` are the nodes' rows as Spark types them."""
         written: dict[str, Batch] = {}
-        base = f"{STATE_DIR}/{tick:012d}-{uuid.uuid4().hex[:8]}"
+        base = batch_dir(tick)
         for node, table in tables.items():
             if table is None or table.num_rows == 0:
                 continue
-            column = f"n_{node}"
-            packed = pa.table({column: pa.StructArray.from_arrays(
-                [c.combine_chunks() for c in table.columns], fields=list(table.schema))})
-            rel = f"{base}/_node={node}"
-            fs, full = self._arrow_fs(rel)
-            fs.create_dir(full, recursive=True)
-            pq.write_table(packed, f"{full}/part-00000.parquet", filesystem=fs)
-            written[node] = Batch(self.fs.path(rel), fs.get_file_info(f"{full}/part-00000.parquet").size,
-                                  column, schemas[node].json())
+            rel, column = f"{base}/_node={node}", batch_column(node)
+            size = write_batch_file(self._arrow_runs(), rel, "part-00000.parquet", column, table)
+            written[node] = Batch(self.fs.path(rel), size, column, schemas[node].json())
         return written
 
-    def _arrow_fs(self, rel: str) -> tuple[Any, str]:
-        """The pyarrow file system and path of ``rel`` under the location (the driver's
-        own reads and writes; only where pyarrow reaches the location)."""
+    def _arrow_runs(self) -> RunStore:
+        """The location as pyarrow reaches it (the driver's own reads and writes)."""
         if self.runs is None:
             raise StateError(f"pyarrow cannot reach {self.fs.root}")
-        return self.runs.fs, f"{self.runs.base}/{rel}"
+        return self.runs
+
+    def _arrow_fs(self, rel: str) -> tuple[Any, str]:
+        """The pyarrow file system and path of ``rel`` under the location."""
+        runs = self._arrow_runs()
+        return runs.fs, f"{runs.base}/{rel}"
 
     def read_arrow(self, batches: list[Batch]) -> pa.Table:
         """Batches of one node as one Arrow table, read in the driver."""

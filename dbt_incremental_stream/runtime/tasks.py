@@ -31,7 +31,6 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 
 from ..circuit.operators import (
@@ -52,6 +51,7 @@ from ..circuit.operators import (
 from . import kernels
 from .arranged import ArrangedTick, NotArranged, Plan, group_keys, unquote
 from .arrangement import Arrangement, RunStore
+from .state import batch_column, write_batch_file
 
 #: the rows stages hand on: a value's part for stage ``dest`` (an Arrow IPC stream in
 #: ``data``), or with ``dest`` -1 a file a task wrote (described in ``node`` as JSON)
@@ -266,7 +266,6 @@ class Context:
     root: str
     tick: int
     batch_dir: str  # the tick's batch directory, relative to the root
-    columns: dict[str, str]  # state node → the struct column its batch is stored in
     schemas: dict[str, pa.Schema]  # Input node → its rows' Arrow types (with the weight)
     parts: list[int]  # per task, the ``part`` value Spark's hash partitioning sends to it
     ansi: bool
@@ -355,24 +354,13 @@ def _write(ctx: Context, store: RunStore, tick: ArrangedTick, node: str) -> Iter
         return
     name = f"part-{uuid.uuid4().hex[:12]}.parquet"
     rel = f"{ctx.batch_dir}/_node={node}"
-    written = write_batch(store, rel, name, ctx.columns[node], delta)
+    written = write_batch_file(store, rel, name, batch_column(node), delta)
     yield _wrote({"node": node, "batch": rel, "bytes": written, "rows": delta.num_rows})
     for key, arr in ctx.arrangements.get(node, {}).items():
         done = store.append(replace(arr, runs=()), ctx.tick, delta)
         for bucket, runs in enumerate(done.runs):
             for r in runs:
                 yield _wrote({"node": node, "key": list(key), "bucket": bucket, "path": r.path, "rows": r.rows})
-
-
-def write_batch(store: RunStore, rel: str, name: str, column: str, table: pa.Table) -> int:
-    """``table`` as one Parquet file ``name`` of the batch directory ``rel`` (one struct
-    column, :mod:`.state`'s layout); returns its size in bytes."""
-    packed = pa.table({column: pa.StructArray.from_arrays([c.combine_chunks() for c in table.columns],
-                                                          fields=list(table.schema))})
-    full = f"{store.base}/{rel}"
-    store.fs.create_dir(full, recursive=True)
-    pq.write_table(packed, f"{full}/{name}", filesystem=store.fs)
-    return int(store.fs.get_file_info(f"{full}/{name}").size)
 
 
 def spark_parts(spark: Any, tasks: int) -> list[int]:

@@ -53,6 +53,11 @@ def with_weight(schema: StructType) -> StructType:
     return StructType(list(schema.fields) + [StructField(WEIGHT, LONG, False)])
 
 
+def ansi(spark: SparkSession) -> bool:
+    """The session's ``spark.sql.ansi.enabled`` (on unless set off): what an overflow gives."""
+    return (spark.conf.get("spark.sql.ansi.enabled") or "true").lower() == "true"
+
+
 def utc_clock() -> bool:
     """Whether this process's local time is UTC (``TZ`` may change it while it runs):
     then a naive datetime, which Spark's Python conversions read as local time, is UTC."""
