@@ -2,10 +2,14 @@
 
 Layout under ``state_location`` (this module owns ``arrangements/``)::
 
-    arrangements/<node id>/<key hash>/<bucket>/<tick>-<uuid>.arrow
+    arrangements/<node id>/<key hash>/<modulus>.<residue>/<tick>-<uuid>.arrow
 
-An arrangement splits its rows into a fixed number of hash buckets, chosen when it is
-created (not tied to the core count), and keeps each bucket as a spine: a list of
+An arrangement splits its rows into hash buckets: a bucket holds the rows whose key hash
+``_h % modulus == residue``. It is created with ``B`` buckets (sized for the rows it starts
+with, not tied to the core count), and a bucket whose merge finds it past
+:data:`SPLIT_ROWS` splits by a multiple of its modulus (``_h % 2M`` refines ``_h % M``), so
+an arrangement started empty that grows to millions of rows keeps buckets of about
+:data:`BUCKET_ROWS` without ever rewriting the rest. Each bucket is a spine: a list of
 immutable runs, oldest and largest first. A run is one Arrow IPC file of weighted rows
 sorted by the key hash ``_h`` (see :mod:`.kernels`), so a probe memory-maps it and binary
 searches, without copying or scanning: its cost follows the probed keys, not the state.
@@ -14,7 +18,9 @@ column's values instead and is read by ranges of them.
 Runs are written once and never changed; the tick manifest (:mod:`.state`) names the
 runs of every arrangement, so a crash before the manifest leaves unnamed files, which
 :meth:`RunStore.collect_garbage` removes. Size-tiered merging keeps the number of runs
-per bucket bounded and consolidates weights.
+per bucket bounded and consolidates weights; a merge is planned (:meth:`RunStore.merges`),
+done (:meth:`RunStore.merge`, a pure function of its runs: the state store runs it beside
+the ticks) and folded into whatever the bucket holds by then (:meth:`RunStore.fold`).
 
 Runs hold the engine's Arrow types (:func:`.zsets.arrow_schema`: an instant is a
 timestamp in UTC), whatever time zone Spark hands a task's batches in (the session's):
@@ -29,8 +35,10 @@ from __future__ import annotations
 import hashlib
 import uuid
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any, Iterator, Sequence
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 
@@ -45,6 +53,8 @@ BUCKET_ROWS = 1_000_000
 MAX_BUCKETS = 64
 #: runs a bucket may hold before its newest ones are merged
 MAX_RUNS = 4
+#: rows past which a bucket that is merged whole splits, into parts of BUCKET_ROWS or less
+SPLIT_ROWS = 2 * BUCKET_ROWS
 
 
 def buckets_for(rows: int) -> int:
@@ -68,20 +78,28 @@ class Run:
         return [self.path, self.rows]
 
 
+Part = tuple[int, int]  # a bucket's (modulus, residue)
+
+
 @dataclass(frozen=True)
 class Arrangement:
     """An integral's rows by ``key``: a spine of runs per bucket. ``additive``: the rows
-    are partial sums per key (merged by summing), else a Z-set (merged by consolidating)."""
+    are partial sums per key (merged by summing), else a Z-set (merged by consolidating).
+    ``buckets``: the count it was created with; ``parts``: each bucket's (modulus,
+    residue), ``(buckets, i)`` until a bucket splits."""
 
     node: str
     key: tuple[str, ...]
     additive: bool
     buckets: int = 1
     runs: tuple[tuple[Run, ...], ...] = field(default=())
+    parts: tuple[Part, ...] = field(default=())
 
     def __post_init__(self) -> None:
+        if not self.parts:
+            object.__setattr__(self, "parts", tuple((self.buckets, i) for i in range(self.buckets)))
         if not self.runs:
-            object.__setattr__(self, "runs", tuple(() for _ in range(self.buckets)))
+            object.__setattr__(self, "runs", tuple(() for _ in self.parts))
 
     @property
     def name(self) -> str:
@@ -94,18 +112,54 @@ class Arrangement:
     def paths(self) -> set[str]:
         return {r.path for b in self.runs for r in b}
 
+    @cached_property
+    def _lookup(self) -> list[tuple[np.uint64, np.ndarray]]:
+        """Per modulus, the bucket of each residue (-1: a bucket of another modulus)."""
+        out = []
+        for m in sorted({m for m, _ in self.parts}):
+            table = np.full(m, -1, np.int64)
+            for i, (mm, r) in enumerate(self.parts):
+                if mm == m:
+                    table[r] = i
+            out.append((np.uint64(m), table))
+        return out
+
+    def bucket_of(self, hashes: np.ndarray) -> np.ndarray:
+        """The bucket of each key hash (the buckets' parts cover every hash once)."""
+        (m, table), *rest = self._lookup
+        out = table[(hashes % m).astype(np.int64)]
+        for m, table in rest:
+            out = np.where(out < 0, table[(hashes % m).astype(np.int64)], out)
+        return out
+
     def with_runs(self, new: dict[int, list[Run]]) -> Arrangement:
         """This arrangement with ``new`` runs appended to their buckets."""
         return replace(self, runs=tuple(tuple(b) + tuple(new.get(i, ())) for i, b in enumerate(self.runs)))
 
     def to_json(self) -> dict[str, Any]:
-        return {"key": list(self.key), "additive": self.additive, "buckets": self.buckets,
-                "runs": [[r.to_json() for r in b] for b in self.runs]}
+        doc = {"key": list(self.key), "additive": self.additive, "buckets": self.buckets,
+               "runs": [[r.to_json() for r in b] for b in self.runs]}
+        if self.parts != tuple((self.buckets, i) for i in range(self.buckets)):
+            doc["parts"] = [list(p) for p in self.parts]
+        return doc
 
     @staticmethod
     def from_json(node: str, doc: dict[str, Any]) -> Arrangement:
         return Arrangement(node, tuple(doc["key"]), bool(doc["additive"]), int(doc["buckets"]),
-                           tuple(tuple(Run(p, int(n)) for p, n in b) for b in doc["runs"]))
+                           tuple(tuple(Run(p, int(n)) for p, n in b) for b in doc["runs"]),
+                           tuple((int(m), int(r)) for m, r in doc.get("parts", ())))
+
+
+@dataclass(frozen=True)
+class Merge:
+    """A merge of a bucket's newest runs ``inputs`` into ``outputs``: one run (or none, when
+    the weights cancel), or, when the bucket splits, one per new part."""
+
+    node: str
+    key: tuple[str, ...]
+    part: Part
+    inputs: tuple[Run, ...]
+    outputs: tuple[tuple[Part, Run | None], ...] = ()
 
 
 class RunStore:
@@ -136,8 +190,8 @@ class RunStore:
             table = self._cache[run.path] = pa.ipc.open_file(source).read_all()
         return table
 
-    def write(self, arr: Arrangement, bucket: int, tick: int, run: pa.Table) -> Run:
-        rel = f"{ARRANGEMENT_DIR}/{arr.node}/{arr.name}/{bucket:04d}/{tick:012d}-{uuid.uuid4().hex[:12]}.arrow"
+    def write(self, arr: Arrangement, part: Part, tick: int, run: pa.Table) -> Run:
+        rel = f"{ARRANGEMENT_DIR}/{arr.node}/{arr.name}/{part[0]}.{part[1]}/{tick:012d}-{uuid.uuid4().hex[:12]}.arrow"
         full = self._full(rel)
         self.fs.create_dir(full.rsplit("/", 1)[0], recursive=True)
         with self.fs.open_output_stream(full) as out, pa.ipc.new_file(out, run.schema) as writer:
@@ -148,15 +202,16 @@ class RunStore:
         """``arr`` with this tick's ``delta`` (rows of the integral's input) as new runs."""
         if delta is None or delta.num_rows == 0:
             return arr
-        parts = kernels.split_buckets(kernels.sort_run(delta, arr.key), arr.buckets)
-        return arr.with_runs({b: [self.write(arr, b, tick, part)] for b, part in parts.items()})
+        run = kernels.sort_run(delta, arr.key)
+        parts = kernels.split_by(run, arr.bucket_of(run.column(kernels.HASH).to_numpy()), len(arr.parts))
+        return arr.with_runs({b: [self.write(arr, arr.parts[b], tick, part)] for b, part in parts.items()})
 
     def probe(self, arr: Arrangement, probe: pa.Table, keys: Sequence[str], null_safe: Sequence[bool],
               extra: pa.Table | None = None) -> tuple[Any, pa.Table | None]:
         """Rows of ``arr`` (and of ``extra``, a run not yet written) matching ``probe``'s
         ``keys``: (the probe row of each match, the matched rows)."""
         hashes = kernels.key_hash(probe, keys)
-        touched = set(int(b) for b in set((hashes % arr.buckets).tolist()))
+        touched = set(np.unique(arr.bucket_of(hashes)).tolist())
         runs = [self.read(r) for b in sorted(touched) for r in arr.runs[b]]
         if extra is not None:
             runs.append(kernels.sort_run(extra, arr.key))
@@ -173,24 +228,88 @@ class RunStore:
         return kernels.concat(p for p in parts if p.num_rows)
 
     def compact(self, arr: Arrangement, tick: int) -> tuple[Arrangement, list[Run]]:
-        """Merge the newest runs of buckets holding more than :data:`MAX_RUNS` (size-tiered:
-        a run joins the merge while it is at most 4x what is merged so far). Returns the
+        """Every merge :meth:`merges` plans, done and folded at once. Returns the
         arrangement and the runs it no longer names."""
-        runs = [list(b) for b in arr.runs]
         retired: list[Run] = []
-        for i, bucket in enumerate(runs):
-            if len(bucket) <= MAX_RUNS:
+        for planned in self.merges(arr):
+            arr, gone = self.fold(arr, self.merge(arr, planned, tick), tick)
+            retired.extend(gone)
+        return arr, retired
+
+    @staticmethod
+    def merges(arr: Arrangement, busy: frozenset[Part] = frozenset()) -> list[Merge]:
+        """The merges due in buckets holding more than :data:`MAX_RUNS` runs (but those in
+        ``busy``), size-tiered: a run joins the merge while it is at most 4x what is merged
+        so far, so every row is rewritten a logarithmic number of times overall."""
+        out = []
+        for part, bucket in zip(arr.parts, arr.runs):
+            if len(bucket) <= MAX_RUNS or part in busy:
                 continue
             start, total = len(bucket) - 2, bucket[-1].rows + bucket[-2].rows
             while start > 0 and bucket[start - 1].rows <= 4 * total:
                 start -= 1
                 total += bucket[start].rows
-            tables = [self.read(r).drop_columns([kernels.HASH]) for r in bucket[start:]]
-            merged = pa.concat_tables(tables, promote_options="permissive")
-            merged = kernels.sum_by(merged, arr.key) if arr.additive else kernels.consolidate(merged)
-            retired.extend(bucket[start:])
-            bucket[start:] = [self.write(arr, i, tick, kernels.sort_run(merged, arr.key))] if merged.num_rows else []
-        return replace(arr, runs=tuple(tuple(b) for b in runs)), retired
+            out.append(Merge(arr.node, arr.key, part, bucket[start:]))
+        return out
+
+    def merge(self, arr: Arrangement, planned: Merge, tick: int) -> Merge:
+        """``planned`` done: its runs consolidated (summed, for partial sums) into one run,
+        or, when they are the whole bucket and more than :data:`SPLIT_ROWS`, into one run
+        per part of a split into parts of :data:`BUCKET_ROWS` or less. Touches no state
+        but new files: safe beside a tick."""
+        tables = [self.read(r).drop_columns([kernels.HASH]) for r in planned.inputs]
+        merged = pa.concat_tables(tables, promote_options="permissive")
+        merged = kernels.sum_by(merged, arr.key) if arr.additive else kernels.consolidate(merged)
+        run = kernels.sort_run(merged, arr.key)
+        whole = arr.runs[arr.parts.index(planned.part)][0] == planned.inputs[0]
+        factor = 1
+        out: tuple[tuple[Part, Run | None], ...]
+        while whole and run.num_rows > SPLIT_ROWS and run.num_rows > factor * BUCKET_ROWS:
+            factor *= 2
+        if factor == 1:
+            out = ((planned.part, self.write(arr, planned.part, tick, run) if run.num_rows else None),)
+        else:
+            m, r = planned.part
+            parts = [(m * factor, r + j * m) for j in range(factor)]
+            pieces = kernels.split_by(run, _sub(run, m, factor), factor)
+            out = tuple((p, self.write(arr, p, tick, pieces[j]) if j in pieces else None)
+                        for j, p in enumerate(parts))
+        return replace(planned, outputs=out)
+
+    def fold(self, arr: Arrangement, done: Merge, tick: int) -> tuple[Arrangement, list[Run]]:
+        """``arr`` with a finished merge in place of its inputs, which must still be the
+        oldest of what the merge left in the bucket (runs appended since follow them; a
+        split splits those too). Returns the arrangement and the runs it no longer names;
+        a merge that no longer fits (its bucket went) is dropped, its files with it."""
+        if done.part not in arr.parts:
+            self.discard(done)
+            return arr, []
+        i = arr.parts.index(done.part)
+        bucket = arr.runs[i]
+        at = next((j for j in range(len(bucket)) if bucket[j:j + len(done.inputs)] == done.inputs), None)
+        if at is None:
+            self.discard(done)
+            return arr, []
+        before, after = bucket[:at], bucket[at + len(done.inputs):]
+        outputs: list[tuple[Part, tuple[Run, ...]]] = [(p, (run,) if run else ()) for p, run in done.outputs]
+        retired = list(done.inputs)
+        if len(outputs) > 1:  # a split: the runs appended since are split the same way
+            m, factor = done.part[0], len(outputs)
+            for run in after:
+                table = self.read(run)
+                for j, piece in kernels.split_by(table, _sub(table, m, factor), factor).items():
+                    outputs[j] = (outputs[j][0], outputs[j][1] + (self.write(arr, outputs[j][0], tick, piece),))
+            retired.extend(after)
+            after = ()
+        parts = arr.parts[:i] + tuple(p for p, _ in outputs) + arr.parts[i + 1:]
+        runs = arr.runs[:i] + tuple(before + new + after for _, new in outputs) + arr.runs[i + 1:]
+        return replace(arr, parts=parts, runs=runs), retired
+
+    def discard(self, done: Merge) -> None:
+        """Remove what a merge that will not be folded wrote."""
+        for _, run in done.outputs:
+            if run is not None:
+                self.remove(run.path)
 
     def remove(self, path: str) -> None:
         """Delete a run no manifest names any more."""
@@ -213,6 +332,12 @@ class RunStore:
                 if rel not in live:
                     self.fs.delete_file(info.path)
                     self._cache.pop(rel, None)
+
+
+def _sub(run: pa.Table, modulus: int, factor: int) -> np.ndarray:
+    """Which of ``factor`` parts of a bucket of ``modulus`` each row of ``run`` falls in:
+    ``_h % (modulus * factor) == residue + j * modulus`` for part j."""
+    return ((run.column(kernels.HASH).to_numpy() % np.uint64(modulus * factor)) // np.uint64(modulus)).astype(np.int64)
 
 
 def build(root: str, arr: Arrangement, tick: int, schema: pa.Schema, batches: Iterator[pa.RecordBatch]

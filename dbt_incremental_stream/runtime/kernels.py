@@ -5,7 +5,7 @@ Every table here is a weighted batch: data columns plus the weight ``_w`` (int64
 is a binary search per probed key (``numpy.searchsorted``) followed by an exact compare
 of the key columns among the hash's candidates; hash collisions cost a compare, never a
 wrong answer. The hash is a function of the key values and their Arrow types only, so it
-is the same in every process, and the bucket of a row is ``_h % buckets``.
+is the same in every process, and a row's bucket is a residue of ``_h`` (:mod:`.arrangement`).
 
 The kernels work on whole columns: ``group_by`` for consolidation and partial sums,
 ``searchsorted``/``repeat`` for probes, ``take`` for gathering. Integer arithmetic is
@@ -226,15 +226,14 @@ def sort_run(table: pa.Table, keys: Sequence[str]) -> pa.Table:
     return out.combine_chunks()
 
 
-def split_buckets(run: pa.Table, buckets: int) -> dict[int, pa.Table]:
-    """A run split by bucket (``_h % buckets``), each part still sorted by ``_h``."""
-    h = run.column(HASH).to_numpy()
-    b = (h % np.uint64(buckets)).astype(np.int64)
-    order = np.argsort(b, kind="stable")
-    bounds = np.searchsorted(b[order], np.arange(buckets + 1))
+def split_by(run: pa.Table, index: np.ndarray, count: int) -> dict[int, pa.Table]:
+    """A run split by each row's ``index`` in ``range(count)`` (its bucket), each part still
+    in the run's order."""
+    order = np.argsort(index, kind="stable")
+    bounds = np.searchsorted(index[order], np.arange(count + 1))
     ordered = run.take(pa.array(order))
     return {i: ordered.slice(int(bounds[i]), int(bounds[i + 1] - bounds[i]))
-            for i in range(buckets) if bounds[i + 1] > bounds[i]}
+            for i in range(count) if bounds[i + 1] > bounds[i]}
 
 
 def in_ranges(table: pa.Table, column: str, regions: Sequence[tuple[pa.Scalar, pa.Scalar]],

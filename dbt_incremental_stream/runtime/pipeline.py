@@ -631,8 +631,7 @@ class Pipeline:
             files = tasks.run(ctx, self.spark, frames, tables, width)
         except BaseException as e:
             self.store.fs.delete(self.store.fs.path(directory))
-            self.store.runs.collect_garbage({p for arrs in self.store.arrangements.values()
-                                             for a in arrs.values() for p in a.paths()})
+            self.store.collect_garbage()
             why = tasks.declined(e)
             if why is not None:  # an operator a task cannot run: so for every later tick too
                 if self.store.tick > 0:  # (a first tick declines for its own reasons too)

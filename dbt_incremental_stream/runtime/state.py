@@ -31,11 +31,13 @@ client of the catalog see the same state as the driver.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
 import time
 import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import reduce
 from typing import Any, Callable, cast
@@ -46,10 +48,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructField, StructType
 
 from ..errors import StateError
-from .arrangement import Arrangement, Run, RunStore
+from .arrangement import MAX_RUNS, Arrangement, Merge, Part, Run, RunStore
 from .location import local_directory
 from .zsets import arrow_schema, pack
 
+LOG = logging.getLogger(__name__)
 MANIFEST_DIR = "_manifest"
 SERVE_FILE = "_serve.json"
 STATE_DIR = "state"
@@ -66,6 +69,17 @@ ARROW_MERGE_BYTES = 32 << 20
 #: files a compaction replaced stay this long (and at least one tick) for queries that
 #: planned against the catalog before the commit and still read them
 RETIRED_GRACE_SECONDS = 60.0
+#: a spine or bucket this many times past its bound waits for the merge running aside
+STALL = 3
+
+
+def _failed(future: Future[Any], what: str) -> bool:
+    """Whether a merge beside the ticks failed: it is logged and dropped (its inputs stay
+    as they are, and a later commit starts it again)."""
+    error = future.exception()
+    if error is not None:
+        LOG.warning("%s failed, to be retried: %s", what, error)
+    return error is not None
 
 
 def batch_dir(tick: int) -> str:
@@ -284,6 +298,12 @@ class StateStore:
         self.meta: dict[str, Any] = {}
         #: compacted-away files, with the tick and time they were retired, kept for readers
         self._retired: dict[str, tuple[int, float]] = {}
+        #: merges running beside the ticks, in one thread (pyarrow works outside the GIL):
+        #: of arrangements' runs by (node, key, bucket part), of spines by node (with inputs)
+        self._aside = ThreadPoolExecutor(max_workers=1, thread_name_prefix="merge")
+        self._merge_group = f"merge-{uuid.uuid4().hex[:8]}"
+        self._run_merges: dict[tuple[str, tuple[str, ...], Part], Future[Merge]] = {}
+        self._spine_merges: dict[str, tuple[tuple[Batch, ...], Future[Batch | None]]] = {}
         self._load()
 
     def _manifests(self) -> list[str]:
@@ -305,11 +325,16 @@ class StateStore:
             node: {a.key: a for a in (Arrangement.from_json(node, d) for d in entry.get("arrangements", []))}
             for node, entry in doc["nodes"].items() if entry.get("arrangements")
         }
-        self._collect_garbage()
+        self.collect_garbage()
 
-    def _collect_garbage(self) -> None:
-        """Remove batches of crashed ticks, compacted-away runs and dropped nodes."""
-        live = {b.path for s in self.spines.values() for b in s.batches} | self._retired.keys()
+    def collect_garbage(self) -> None:
+        """Remove batches of crashed or failed ticks, compacted-away runs and dropped nodes
+        (after the merges running aside: what they wrote is live until folded or dropped)."""
+        self.settle()
+        merged_runs = {r.path for f in self._run_merges.values() if f.exception() is None
+                       for _, r in f.result().outputs if r is not None}
+        merged = {b.path for _, f in self._spine_merges.values() if f.exception() is None and (b := f.result())}
+        live = {b.path for s in self.spines.values() for b in s.batches} | self._retired.keys() | merged
         for tick in self.fs.list(self.fs.path(STATE_DIR)):
             base = self.fs.path(STATE_DIR, tick)
             parts = [n for n in self.fs.list(base) if n.startswith("_node=")]
@@ -321,7 +346,7 @@ class StateStore:
                     self.fs.delete(self.fs.path(STATE_DIR, tick, name))
         if self.runs is not None:
             self.runs.collect_garbage({p for arrs in self.arrangements.values() for a in arrs.values()
-                                       for p in a.paths()} | self._retired.keys())
+                                       for p in a.paths()} | self._retired.keys() | merged_runs)
         manifests = self._manifests()
         for name in manifests[:-KEEP_MANIFESTS]:
             self.fs.delete(self.fs.path(MANIFEST_DIR, name))
@@ -439,43 +464,18 @@ class StateStore:
         """Make ``tick`` durable: ``appended`` names every live node with its new batches,
         ``arrangements`` the arrangements of those nodes that have them (default: as they are).
 
-        Nodes not named are dropped. Spines over their size budget are compacted first
-        (``merge`` consolidates the union of a run; ``merge_arrow``, if given, does it in
-        the driver for runs under :data:`ARROW_MERGE_BYTES`), and so are arrangements'
-        buckets, inside the same atomic commit.
+        Nodes not named are dropped. Merges that finished beside the ticks are folded in
+        first; then the spines and arrangements' buckets over their bounds get their next
+        merge, beside the next ticks (:meth:`_start_merges`).
         """
-        arranged: dict[str, dict[tuple[str, ...], Arrangement]] = {}
-        retired_runs: list[Run] = []
-        for node, arrs in (self.arrangements if arrangements is None else arrangements).items():
-            if node not in appended:
-                continue
-            arranged[node] = {}
-            for key, arr in arrs.items():
-                assert self.runs is not None
-                arranged[node][key], gone = self.runs.compact(arr, tick)
-                retired_runs.extend(gone)
-        spines: dict[str, Spine] = {}
-        runs: dict[str, int] = {}
+        arranged: dict[str, dict[tuple[str, ...], Arrangement]] = {
+            node: dict(arrs) for node, arrs in (self.arrangements if arrangements is None else arrangements).items()
+            if node in appended}
+        retired_runs = self._fold_runs(arranged, tick)
+        spines = {node: Spine(list(self.spines[node].batches) if node in self.spines else []) for node in appended}
+        retired = self._fold_spines(spines)
         for node, batches in appended.items():
-            spine = spines[node] = Spine(list(self.spines[node].batches) if node in self.spines else [])
-            spine.batches.extend(batches)
-            start = spine.compaction(self.max_batches)
-            if start is not None:
-                runs[node] = start
-        small = {node for node, start in runs.items() if merge_arrow is not None and self.runs is not None
-                 and sum(b.bytes for b in spines[node].batches[start:]) <= ARROW_MERGE_BYTES}
-        merged = self.write(tick, {  # a run is never empty: its frame is not None
-            node: merge(node, cast(DataFrame, Spine(spines[node].batches[start:]).frame(self.spark)))
-            for node, start in runs.items() if node not in small})
-        if small:
-            assert merge_arrow is not None
-            merged |= self.write_arrow(
-                tick, {n: merge_arrow(n, self.read_arrow(spines[n].batches[runs[n]:])) for n in small},
-                {n: StructType.fromJson(json.loads(spines[n].batches[-1].schema)) for n in small})
-        retired: list[Batch] = []
-        for node, start in runs.items():
-            retired.extend(spines[node].batches[start:])
-            spines[node].batches[start:] = [merged[node]] if node in merged else []
+            spines[node].batches.extend(batches)
         doc = {
             "tick": tick,
             "committed_at": time.time(),
@@ -489,6 +489,7 @@ class StateStore:
             self.fs.delete(self.fs.path(MANIFEST_DIR, f"tick-{tick - KEEP_MANIFESTS:012d}.json"))
         dropped = [s for n, s in self.spines.items() if n not in spines]
         self.tick, self.meta, self.spines, self.arrangements = tick, meta, spines, arranged
+        self._start_merges(tick, merge, merge_arrow)
         for b in retired:
             if b.frame is not None:
                 b.frame.unpersist()
@@ -501,7 +502,7 @@ class StateStore:
         for path in stale:
             del self._retired[path]
         if dropped:
-            self._collect_garbage()
+            self.collect_garbage()
         else:  # only what was retired long enough ago that no query still reads it
             for path in stale:
                 if path.startswith(self.fs.root):
@@ -509,6 +510,103 @@ class StateStore:
                 elif self.runs is not None:
                     self.runs.remove(path)
 
+    # --- merges beside the ticks ---------------------------------------------------------
+
+    def _fold_runs(self, arranged: dict[str, dict[tuple[str, ...], Arrangement]], tick: int) -> list[Run]:
+        """Fold the finished merges of arrangements' runs into ``arranged`` (and those whose
+        bucket has grown :data:`STALL` times past its bound, waiting for them); the runs
+        no longer named."""
+        retired: list[Run] = []
+        for (node, key, part), future in list(self._run_merges.items()):
+            arr = arranged.get(node, {}).get(key)
+            if not future.done() and arr is not None and part in arr.parts \
+                    and len(arr.runs[arr.parts.index(part)]) <= STALL * MAX_RUNS:
+                continue
+            del self._run_merges[node, key, part]
+            if _failed(future, f"a merge of {node}'s runs"):
+                continue
+            done = future.result()
+            assert self.runs is not None
+            if arr is None:
+                self.runs.discard(done)
+                continue
+            arranged[node][key], gone = self.runs.fold(arr, done, tick)
+            retired.extend(gone)
+        return retired
+
+    def _fold_spines(self, spines: dict[str, Spine]) -> list[Batch]:
+        """Fold the finished merges of spines into ``spines`` (waiting for those of a spine
+        :data:`STALL` times past its bound); the batches no longer named. A merge whose
+        batches are no longer in its spine is dropped."""
+        retired: list[Batch] = []
+        for node, (inputs, future) in list(self._spine_merges.items()):
+            spine = spines.get(node)
+            if not future.done() and spine is not None and len(spine.batches) <= STALL * self.max_batches:
+                continue
+            del self._spine_merges[node]
+            if _failed(future, f"a merge of {node}'s batches"):
+                continue
+            out = future.result()
+            n = len(inputs)
+            at = None if spine is None else next(
+                (i for i in range(len(spine.batches)) if tuple(spine.batches[i:i + n]) == inputs), None)
+            if spine is None or at is None:
+                if out is not None:
+                    self.fs.delete(out.path)
+                continue
+            retired.extend(inputs)
+            spine.batches[at:at + n] = [out] if out is not None else []
+        return retired
+
+    def _start_merges(self, tick: int, merge: Callable[[str, DataFrame], DataFrame],
+                      merge_arrow: Callable[[str, pa.Table], pa.Table] | None) -> None:
+        """Start the merges the committed state is due, where none is running: every
+        arrangement bucket's (:meth:`.RunStore.merge`), and each spine's: in Arrow in the
+        driver (``merge_arrow``) for a run under :data:`ARROW_MERGE_BYTES`, else by a Spark
+        job (``merge`` consolidates a union of batches)."""
+        if self.runs is not None:
+            runs = self.runs
+            for node, arrs in self.arrangements.items():
+                for key, arr in arrs.items():
+                    busy = frozenset(p for n, k, p in self._run_merges if (n, k) == (node, key))
+                    for planned in runs.merges(arr, busy):
+                        self._run_merges[node, key, planned.part] = self._aside.submit(runs.merge, arr, planned, tick)
+        for node, spine in self.spines.items():
+            start = spine.compaction(self.max_batches)
+            if start is None or node in self._spine_merges:
+                continue
+            inputs = tuple(spine.batches[start:])
+            if merge_arrow is not None and self.runs is not None and sum(b.bytes for b in inputs) <= ARROW_MERGE_BYTES:
+                future = self._aside.submit(self._merge_spine, tick, node, inputs, merge_arrow)
+            else:
+                future = self._aside.submit(self._merge_spine_spark, tick, node, inputs, merge)
+            self._spine_merges[node] = (inputs, future)
+
+    def _merge_spine(self, tick: int, node: str, inputs: tuple[Batch, ...],
+                     merge_arrow: Callable[[str, pa.Table], pa.Table]) -> Batch | None:
+        """A spine's run merged into one batch in Arrow (None: the weights cancelled)."""
+        schema = StructType.fromJson(json.loads(inputs[-1].schema))
+        merged = merge_arrow(node, self.read_arrow(list(inputs)))
+        return self.write_arrow(tick, {node: merged}, {node: schema}).get(node)
+
+    def _merge_spine_spark(self, tick: int, node: str, inputs: tuple[Batch, ...],
+                           merge: Callable[[str, DataFrame], DataFrame]) -> Batch | None:
+        """A spine's run merged into one batch by a Spark job of its own job group (which
+        :meth:`close` cancels, and which a tick's count of its jobs leaves out)."""
+        sc = self.spark.sparkContext
+        sc.setJobGroup(self._merge_group, f"merge of {node}", interruptOnCancel=True)
+        return self.write(tick, {node: merge(node, Batch.open_many(self.spark, list(inputs)))}).get(node)
+
+    def settle(self) -> None:
+        """Wait for the merges running beside the ticks (the next commit folds them in)."""
+        futures: list[Future[Any]] = [*self._run_merges.values(), *(f for _, f in self._spine_merges.values())]
+        for future in futures:
+            future.exception()
+
     def close(self) -> None:
+        """Release the cached batches; merges not yet started are cancelled, and what the
+        running ones write no manifest names (the next open removes it)."""
+        self.spark.sparkContext.cancelJobGroup(self._merge_group)
+        self._aside.shutdown(wait=True, cancel_futures=True)
         for s in self.spines.values():
             s.release()

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dbt_incremental_stream.circuit.operators import COUNT, WEIGHT, AggCall
-from dbt_incremental_stream.runtime import kernels
+from dbt_incremental_stream.runtime import arrangement, kernels
 from dbt_incremental_stream.runtime.arrangement import Arrangement, RunStore
 
 KEYS = st.one_of(st.none(), st.integers(-3, 3))
@@ -178,6 +178,80 @@ def test_compaction_keeps_the_integral(tmp_path_factory, ticks):
                     full[k] += w
         assert {r: w for r, w in full.items() if w} == {r: w for r, w in want.items() if w}
     store.collect_garbage(arr.paths())
+
+
+WIDE = st.tuples(st.integers(-300, 300), st.integers(-2, 2), st.integers(-2, 2).filter(bool))
+PROBED = range(-300, 301, 7)
+
+
+def _by_key(t: pa.Table, additive: bool) -> Counter:
+    """A run's rows as {(k, v): weight}, or for partial sums {k: (Σv, Σw)} flattened."""
+    out: Counter = Counter()
+    for row in t.to_pylist():
+        if additive:
+            out[(row["k"], "v")] += row["v"]
+            out[(row["k"], "w")] += row[WEIGHT]
+        else:
+            out[(row["k"], row["v"])] += row[WEIGHT]
+    return out
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.lists(WIDE, max_size=25), min_size=1, max_size=14), st.lists(st.integers(0, 3), min_size=14),
+       st.booleans())
+def test_merges_folded_late_and_split_buckets_keep_the_integral(tmp_path_factory, ticks, delays, additive):
+    """Merges done beside the ticks and folded some ticks later (runs appended meanwhile),
+    buckets that split as they grow (here past 8 rows, into parts of 4 or fewer): after
+    every tick the runs hold the integral (a Z-set, or partial sums per key), each row in
+    the bucket its key hash belongs to (the parts cover every hash once), and a probe
+    finds exactly the probed keys' rows."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(arrangement, "BUCKET_ROWS", 4)
+        mp.setattr(arrangement, "SPLIT_ROWS", 8)
+        store = RunStore(str(tmp_path_factory.mktemp("runs")))
+        arr = Arrangement("x", ("k",), additive)
+        pending: list[tuple[int, arrangement.Merge]] = []
+        want: Counter = Counter()
+        for tick, rows in enumerate(ticks, 1):
+            delta = table(rows)
+            arr = store.append(arr, tick, delta)
+            want.update(_by_key(delta, additive))
+            for _, done in [p for p in pending if p[0] <= tick]:
+                arr, _ = store.fold(arr, done, tick)
+            pending = [p for p in pending if p[0] > tick]
+            busy = frozenset(d.part for _, d in pending)
+            pending += [(tick + 1 + delays[tick - 1], store.merge(arr, m, tick)) for m in store.merges(arr, busy)]
+            finest = max(m for m, _ in arr.parts)
+            assert all(sum(1 for m, r in arr.parts if x % m == r) == 1 for x in range(finest))
+            got: Counter = Counter()
+            for (m, r), bucket in zip(arr.parts, arr.runs):
+                for run in bucket:
+                    t = store.read(run)
+                    assert all(h % m == r for h in t.column(kernels.HASH).to_pylist())
+                    got.update(_by_key(t, additive))
+            assert {x: w for x, w in got.items() if w} == {x: w for x, w in want.items() if w}
+            _, matched = store.probe(arr, table([(k, 0, 1) for k in PROBED]), ["k"], [False])
+            probed = _by_key(matched, additive) if matched is not None else Counter()
+            assert {x: w for x, w in probed.items() if w} == {x: w for x, w in want.items() if w and x[0] in PROBED}
+
+
+def test_a_bucket_merged_whole_past_its_bound_splits(tmp_path_factory, monkeypatch):
+    """An arrangement created with one bucket, grown past SPLIT_ROWS: its whole merge
+    splits the bucket by a multiple of the modulus, into parts of BUCKET_ROWS or fewer,
+    and splits the runs appended while the merge ran too."""
+    monkeypatch.setattr(arrangement, "BUCKET_ROWS", 100)
+    monkeypatch.setattr(arrangement, "SPLIT_ROWS", 200)
+    store = RunStore(str(tmp_path_factory.mktemp("runs")))
+    arr = Arrangement("x", ("k",), False)
+    for tick in range(1, 6):
+        arr = store.append(arr, tick, table([(k, tick, 1) for k in range(tick * 1000, tick * 1000 + 150)]))
+    (planned,) = store.merges(arr)
+    done = store.merge(arr, planned, 5)
+    arr = store.append(arr, 6, table([(k, 6, 1) for k in range(50)]))  # while the merge ran
+    arr, retired = store.fold(arr, done, 6)
+    assert len(arr.parts) == 8 and {m for m, _ in arr.parts} == {8}  # 750 rows: 8 parts of about 94
+    assert arr.rows == 800 and len(retired) == 6
+    assert all(r.rows <= 150 for bucket in arr.runs for r in bucket)
 
 
 def test_partials_keep_spark_types_and_exact_decimals():

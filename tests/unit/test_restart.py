@@ -105,8 +105,9 @@ def test_compacted_files_outlive_queries_planned_before_the_commit(spark, tmp_pa
     pipe.add_source("orders", "id INT, cust INT, amount DOUBLE")
     pipe.add_view("total", "SELECT cust, SUM(amount) AS s FROM orders GROUP BY cust")
     seen: set[str] = set()
-    for i in range(4):  # the third tick compacts
+    for i in range(4):  # the third tick's commit starts a merge; the fourth's folds it in
         seen |= files(pipe)
+        pipe.store.settle()
         pipe.step({"orders": [((i, i % 2, 1.0), 1)]})
     retired = seen - files(pipe)
     assert retired and all(exists(p) for p in retired)
@@ -116,3 +117,34 @@ def test_compacted_files_outlive_queries_planned_before_the_commit(spark, tmp_pa
     pipe.step({"orders": [((10, 1, 1.0), 1)]})
     assert not any(exists(p) for p in retired)
     pipe.close()
+
+
+def test_merges_beside_the_ticks_fold_in_and_a_reopen_removes_what_they_left(spark, tmp_path, monkeypatch):
+    """Spine merges run beside the ticks (here all by Spark jobs, as large ones are) and a
+    later commit folds them in; a pipeline closed with a merge done but not folded leaves
+    files no manifest names, which the next open removes. The view stays the batch answer."""
+    from dbt_incremental_stream.runtime import state
+
+    def on_disk() -> set[str]:
+        return {str(p) for p in (tmp_path / "state").glob("*/_node=*")}
+
+    def named(pipe: Pipeline) -> set[str]:
+        return {b.path.removeprefix("file:") for s in pipe.store.spines.values() for b in s.batches}
+
+    monkeypatch.setattr(state, "ARROW_MERGE_BYTES", -1)
+    pipe = Pipeline(spark, str(tmp_path), max_batches=2)
+    pipe.add_source("orders", "id INT, cust INT, amount DOUBLE")
+    pipe.add_view("total", "SELECT cust, SUM(amount) AS s FROM orders GROUP BY cust")
+    for i in range(6):
+        pipe.store.settle()
+        pipe.step({"orders": [((i, i % 2, 1.0), 1)]})
+        assert all(len(s.batches) <= 3 for s in pipe.store.spines.values())
+    pipe.store.settle()
+    assert on_disk() - named(pipe), "a merge started by the last commit left its batch"
+    pipe.close()
+    again = Pipeline(spark, str(tmp_path), max_batches=2)
+    again.add_source("orders", "id INT, cust INT, amount DOUBLE")
+    again.add_view("total", "SELECT cust, SUM(amount) AS s FROM orders GROUP BY cust")
+    assert on_disk() == named(again)
+    assert sorted(map(tuple, again.snapshot("total").collect())) == [(0, 3.0), (1, 3.0)]
+    again.close()
