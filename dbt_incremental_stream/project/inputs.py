@@ -3,14 +3,19 @@
 Two kinds of source feed the models:
 
 - a *table source* — any relation Spark reads that is neither a model nor a Kafka source (a
-  dbt seed, a batch model, an external table). Its change is its contents minus what the
-  pipeline holds of it, computed when its fingerprint (files, schema, plan) moved;
+  dbt seed, a batch model, an external table). It is read again when its listing (files
+  with their sizes and modification times, columns, plan) moved. A table of Parquet or ORC
+  files, not partitioned, whose files were only added (an ``INSERT INTO``, a file dropped
+  into an external table's directory) changes by the rows of the new files, read alone;
+  any other change is its contents minus what the pipeline holds of it (a whole-table
+  comparison);
 - a *Kafka source*, read from where the last committed tick ended, to the end of the topic
   (once per :class:`Inputs`: one ``dbt run`` sees one frontier), at most ``max_records``
   records a tick. A small read is decoded in the driver into Arrow, a large one by Spark.
 
 The positions are committed with each tick, in the pipeline's notes: ``tables`` (table
-source → fingerprint) and ``offsets`` (Kafka source → partition → next offset). Before a
+source → its listing; the file list only for up to :data:`LISTED_FILES` files) and
+``offsets`` (Kafka source → partition → next offset). Before a
 tick writes any output, its offset ranges are recorded as an intent (``Store.intend``); a
 tick redone after a crash reads exactly those records again, so outputs it had already
 written are the same tick.
@@ -19,11 +24,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass, field
 from typing import AbstractSet, Any, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from py4j.protocol import Py4JError
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
@@ -34,12 +41,20 @@ from ..connectors.datasource import driver_table, kafka_frame, stops
 from ..connectors.kafka import KafkaSettings, KafkaSource, KafkaTopics, Ranges, shares
 from ..errors import ConnectorError
 from ..runtime import kernels, zsets
+from ..runtime.location import local_directory
 from ..runtime.pipeline import Pipeline
 from ..sql.relations import engine_name
 from .report import TickReport
 
 #: a source's read of at most this many offsets is decoded in the driver, not by a Spark job
 DRIVER_READ = 100_000
+#: a table source of at most this many files keeps its file list in the tick's notes, so
+#: that a later read finds the files that were added (a larger one is compared whole)
+LISTED_FILES = 5_000
+#: file formats whose added files are read alone (self-describing: no reader options)
+APPENDABLE = ("parquet", "orc")
+
+Listing = dict[str, Any]  # a table source's digest, shape and (maybe) files
 
 
 @dataclass
@@ -50,7 +65,7 @@ class Read:
     streams: list[str]  # the Kafka sources
     redone: bool  # the ranges of a tick a crash cut short, read again
     deltas: dict[str, DataFrame | pa.Table] = field(default_factory=dict)  # by the pipeline's source name
-    fingerprints: dict[str, str | None] = field(default_factory=dict)  # table sources read
+    fingerprints: dict[str, Listing | None] = field(default_factory=dict)  # table sources read
     ranges: dict[str, Ranges] = field(default_factory=dict)  # Kafka offsets read
     behind: set[str] = field(default_factory=set)  # Kafka sources with more to read
     dead: dict[str, DataFrame] = field(default_factory=dict)  # each Kafka source's dead letters
@@ -66,7 +81,7 @@ class Inputs:
 
     def __init__(self, spark: SparkSession, pipe: Pipeline, kafka: KafkaSettings | None, max_records: int | None):
         self.spark, self.kafka, self.max_records = spark, kafka, max_records
-        self.fingerprints: dict[str, str | None] = dict(pipe.notes.get("tables", {}))
+        self.fingerprints: dict[str, Listing | None] = dict(pipe.notes.get("tables", {}))
         self.offsets: dict[str, dict[int, int]] = {rel: {int(p): o for p, o in parts.items()}
                                                    for rel, parts in pipe.notes.get("offsets", {}).items()}
         self.caught_up: set[str] = set()  # Kafka sources read to their end by this instance
@@ -105,7 +120,7 @@ class Inputs:
         """The changes of every source since the committed tick (those of a crashed tick
         again, if one is to be redone). The caller releases the read after the tick."""
         read = Read(tables, [s.relation for s in streams], redone=self.replay is not None)
-        self._read_tables(pipe, read)
+        self._read_tables(pipe, read, report)
         try:
             for source in streams:
                 if source.relation not in self.caught_up:
@@ -151,16 +166,26 @@ class Inputs:
         return {**self.offsets, **{rel: {**self.offsets.get(rel, {}), **{p: e for p, (_, e) in r.items()}}
                                    for rel, r in read.ranges.items()}}
 
-    def _read_tables(self, pipe: Pipeline, read: Read) -> None:
-        """Changes of table sources whose files changed, and their new fingerprints."""
+    def _read_tables(self, pipe: Pipeline, read: Read, report: TickReport) -> None:
+        """Changes of table sources whose listing moved, and their new listings."""
         for rel in read.tables:
             table = self.table(rel)
-            fingerprint = _fingerprint(table)
-            if fingerprint is None or fingerprint != self.fingerprints.get(rel):
-                name = engine_name(rel)
-                current = table.toDF(*pipe.schema(name).fieldNames())
-                read.deltas[name] = zsets.diff(current, pipe.snapshot(name, weights=True))
-                read.fingerprints[rel] = fingerprint
+            listing = _listing(table)
+            old = self.fingerprints.get(rel)
+            if listing is not None and old is not None and _digest(old) == listing["digest"]:
+                continue
+            name = engine_name(rel)
+            names = pipe.schema(name).fieldNames()
+            added = _added(old, listing)
+            file_format = _file_format(table) if added else None
+            if added and file_format is not None:
+                rows = self.spark.read.schema(table.schema).format(file_format).load(added)
+                read.deltas[name] = rows.toDF(*names).withColumn(WEIGHT, F.lit(1).cast("bigint"))
+                report.tables[rel] = f"{len(added)} added files"
+            else:
+                read.deltas[name] = zsets.diff(table.toDF(*names), pipe.snapshot(name, weights=True))
+                report.tables[rel] = "compared whole"
+            read.fingerprints[rel] = listing
 
     def _read_stream(self, pipe: Pipeline, source: KafkaSource, read: Read, report: TickReport) -> None:
         """A Kafka source's offset ranges this tick, its changes and dead letters, and whether
@@ -250,11 +275,68 @@ def _counts(frame: DataFrame) -> tuple[int, int]:
     return got.get(True, 0), got.get(False, 0)
 
 
-def _fingerprint(table: DataFrame) -> str | None:
-    """What changes when a table's contents may have: its files and its plan. None for a
-    relation read from no files (it is compared in full every tick)."""
+def _listing(table: DataFrame) -> Listing | None:
+    """What a table source is read from: its shape (columns and plan, which do not name
+    its files), its files (with size and modification time where they are on this
+    machine), and a digest of all. None for a relation read from no files (it is compared
+    whole every tick)."""
     files = sorted(table.inputFiles())
     if not files:
         return None
-    doc = json.dumps([files, table.schema.json(), table.semanticHash()])
-    return hashlib.sha256(doc.encode()).hexdigest()
+    shape = _sha(json.dumps([table.schema.json(), table.semanticHash()]))
+    listed = [_file_stat(f) for f in files]
+    return {"digest": _sha(json.dumps([shape, listed])), "shape": shape,
+            "files": listed if len(listed) <= LISTED_FILES else None}
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _file_stat(path: str) -> list[Any]:
+    """A file as listed: its path, and its size and modification time when it is local (a
+    file rewritten under the same name changes them)."""
+    local = local_directory(path) if path.startswith("file:") else None
+    if local is None:
+        return [path]
+    try:
+        st = os.stat(local)
+    except OSError:
+        return [path]
+    return [path, st.st_size, st.st_mtime_ns]
+
+
+def _digest(listing: Listing | str) -> str:
+    """A listing's digest (a fingerprint string, as notes held it before listings)."""
+    return listing if isinstance(listing, str) else str(listing["digest"])
+
+
+def _added(old: Listing | str | None, new: Listing | None) -> list[str] | None:
+    """The files of ``new`` that ``old`` lacks, when the table is otherwise as it was
+    (same shape, every old file still there unchanged); None when it is not."""
+    if not isinstance(old, dict) or new is None or old["shape"] != new["shape"] \
+            or old.get("files") is None or new["files"] is None:
+        return None
+    before = {tuple(f) for f in old["files"]}
+    now = {tuple(f) for f in new["files"]}
+    if not before <= now:
+        return None
+    return sorted(f[0] for f in now - before)
+
+
+def _file_format(table: DataFrame) -> str | None:
+    """The format of a table read straight from files, when its added files can be read
+    alone: Parquet or ORC, not partitioned (a partition's values are in its path)."""
+    try:
+        plan = table._jdf.queryExecution().analyzed()
+        while plan.getClass().getSimpleName() == "SubqueryAlias":
+            plan = plan.child()
+        if plan.getClass().getSimpleName() != "LogicalRelation":
+            return None
+        relation = plan.relation()
+        if relation.getClass().getSimpleName() != "HadoopFsRelation" or not relation.partitionSchema().isEmpty():
+            return None
+        name = str(relation.fileFormat().shortName())
+    except Py4JError:
+        return None
+    return name if name in APPENDABLE else None

@@ -15,6 +15,7 @@ class TickReport:
     dead: dict[str, int] = field(default_factory=dict)  # records sent to the dead letters
     lag: dict[str, int] = field(default_factory=dict)  # offsets left to read after the tick
     rows_out: dict[str, int] = field(default_factory=dict)  # messages written per sink
+    tables: dict[str, str] = field(default_factory=dict)  # table sources read: how ("3 added files")
     failed: dict[str, str] = field(default_factory=dict)  # models set aside: relation → error
     redone: bool = False  # the tick a crash cut short, read again on the same offset ranges
     seconds: float = 0.0

@@ -35,6 +35,7 @@ import logging
 import os
 import re
 import shutil
+import threading
 import time
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -71,6 +72,15 @@ ARROW_MERGE_BYTES = 32 << 20
 RETIRED_GRACE_SECONDS = 60.0
 #: a spine or bucket this many times past its bound waits for the merge running aside
 STALL = 3
+
+
+def _yielding() -> None:
+    """Lower the merge thread's priority (Linux: a thread's own nice value), so that where
+    it and a tick want the same core, the tick gets it."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+    except (AttributeError, OSError):
+        pass
 
 
 def _failed(future: Future[Any], what: str) -> bool:
@@ -300,7 +310,7 @@ class StateStore:
         self._retired: dict[str, tuple[int, float]] = {}
         #: merges running beside the ticks, in one thread (pyarrow works outside the GIL):
         #: of arrangements' runs by (node, key, bucket part), of spines by node (with inputs)
-        self._aside = ThreadPoolExecutor(max_workers=1, thread_name_prefix="merge")
+        self._aside = ThreadPoolExecutor(max_workers=1, thread_name_prefix="merge", initializer=_yielding)
         self._merge_group = f"merge-{uuid.uuid4().hex[:8]}"
         self._run_merges: dict[tuple[str, tuple[str, ...], Part], Future[Merge]] = {}
         self._spine_merges: dict[str, tuple[tuple[Batch, ...], Future[Batch | None]]] = {}
