@@ -7,8 +7,8 @@ Two kinds of source feed the models:
   with their sizes and modification times, columns, plan) moved. A table of Parquet or ORC
   files, not partitioned, whose files were only added (an ``INSERT INTO``, a file dropped
   into an external table's directory) changes by the rows of the new files, read alone;
-  any other change is its contents minus what the pipeline holds of it (a whole-table
-  comparison);
+  a table the pipeline holds nothing of yet is read whole; any other change is its
+  contents minus what the pipeline holds of it (a whole-table comparison);
 - a *Kafka source*, read from where the last committed tick ended, to the end of the topic
   (once per :class:`Inputs`: one ``dbt run`` sees one frontier), at most ``max_records``
   records a tick. A small read is decoded in the driver into Arrow, a large one by Spark.
@@ -28,8 +28,10 @@ import os
 from dataclasses import dataclass, field
 from typing import AbstractSet, Any, Sequence
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from py4j.protocol import Py4JError
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession, Window
@@ -53,6 +55,8 @@ DRIVER_READ = 100_000
 LISTED_FILES = 5_000
 #: file formats whose added files are read alone (self-describing: no reader options)
 APPENDABLE = ("parquet", "orc")
+#: added Parquet files of at most this many bytes in all are read in the driver
+DRIVER_FILE_BYTES = 64 << 20
 
 Listing = dict[str, Any]  # a table source's digest, shape and (maybe) files
 
@@ -179,13 +183,36 @@ class Inputs:
             added = _added(old, listing)
             file_format = _file_format(table) if added else None
             if added and file_format is not None:
-                rows = self.spark.read.schema(table.schema).format(file_format).load(added)
-                read.deltas[name] = rows.toDF(*names).withColumn(WEIGHT, F.lit(1).cast("bigint"))
-                report.tables[rel] = f"{len(added)} added files"
+                read.deltas[name] = self._read_added(table, file_format, added, names, listing)
+                where = "in the driver" if isinstance(read.deltas[name], pa.Table) else "by Spark"
+                report.tables[rel] = f"{len(added)} added files, {where}"
+            elif not pipe.holds(name):  # nothing to compare with: all of it is new
+                read.deltas[name] = table.toDF(*names).withColumn(WEIGHT, F.lit(1).cast("bigint"))
+                report.tables[rel] = "read whole"
             else:
                 read.deltas[name] = zsets.diff(table.toDF(*names), pipe.snapshot(name, weights=True))
                 report.tables[rel] = "compared whole"
             read.fingerprints[rel] = listing
+
+    def _read_added(self, table: DataFrame, file_format: str, added: list[str], names: list[str],
+                    listing: Listing | None) -> DataFrame | pa.Table:
+        """The rows of a table source's added files, each of weight 1: read by pyarrow in
+        the driver when they are Parquet files on this machine of at most
+        :data:`DRIVER_FILE_BYTES` in all (a Spark job costs more than reading them), else
+        by Spark."""
+        sizes = {f[0]: f[1] for f in (listing or {}).get("files") or [] if len(f) == 3}
+        local = [local_directory(f) if f.startswith("file:") else None for f in added]
+        if file_format == "parquet" and all(local) and all(f in sizes for f in added) \
+                and sum(sizes[f] for f in added) <= DRIVER_FILE_BYTES:
+            try:
+                rows = pq.read_table([p for p in local if p], columns=table.columns,
+                                     coerce_int96_timestamp_unit="us")
+                rows = rows.rename_columns(names)
+                return rows.append_column(WEIGHT, pa.array(np.ones(rows.num_rows, np.int64)))
+            except (pa.ArrowException, OSError, KeyError):
+                pass  # what pyarrow does not read as Spark does, Spark reads
+        rows = self.spark.read.schema(table.schema).format(file_format).load(added)
+        return rows.toDF(*names).withColumn(WEIGHT, F.lit(1).cast("bigint"))
 
     def _read_stream(self, pipe: Pipeline, source: KafkaSource, read: Read, report: TickReport) -> None:
         """A Kafka source's offset ranges this tick, its changes and dead letters, and whether

@@ -1033,6 +1033,12 @@ class Pipeline:
         df = self.spark.createDataFrame([], zsets.with_weight(schema)) if df is None else zsets.consolidate(df)
         return df if weights else zsets.expand(df)
 
+    def holds(self, name: str) -> bool:
+        """Whether the last committed tick holds any batch of a view or a source (False:
+        its contents are surely empty)."""
+        spine = self.store.spines.get(self._contents(name)[0])
+        return bool(spine and spine.batches)
+
     def _contents(self, name: str) -> tuple[str, StructType]:
         """The state node holding a view's contents or a source's retained input, and its columns."""
         name = name.lower()

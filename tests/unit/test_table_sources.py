@@ -34,12 +34,12 @@ def test_added_files_are_read_alone_and_other_changes_whole(spark, tmp_path):
     model = Model("tsout.by_cust", "SELECT cust, COUNT(*) AS n, SUM(amount) AS s, COUNT(DISTINCT note) AS d "
                                    "FROM tsrc.orders GROUP BY cust")
     location = tmp_path / "state"
-    assert run(spark, location, model) == {"tsrc.orders": "compared whole"}  # the first read
+    assert run(spark, location, model) == {"tsrc.orders": "read whole"}  # the first read
 
     spark.createDataFrame(rows(40, 45), SCHEMA).coalesce(1).write.mode("append").saveAsTable("tsrc.orders")
-    assert run(spark, location, model) == {"tsrc.orders": "1 added files"}
+    assert run(spark, location, model) == {"tsrc.orders": "1 added files, in the driver"}
     spark.createDataFrame(rows(0, 3), SCHEMA).repartition(2).write.mode("append").saveAsTable("tsrc.orders")
-    assert run(spark, location, model) == {"tsrc.orders": "2 added files"}  # duplicates of old rows, too
+    assert run(spark, location, model) == {"tsrc.orders": "2 added files, in the driver"}  # duplicates of old rows, too
     assert run(spark, location, model) == {}  # nothing moved: nothing read
 
     table = spark.table("tsrc.orders")
@@ -64,3 +64,50 @@ def test_a_partitioned_table_is_compared_whole(spark, tmp_path):
     run(spark, location, model)
     spark.createDataFrame(rows(20, 30), SCHEMA).write.mode("append").partitionBy("cust").saveAsTable("tsrc.parted")
     assert run(spark, location, model) == {"tsrc.parted": "compared whole"}
+
+
+TYPED = "id INT, at TIMESTAMP, day DATE, price DECIMAL(30,6), x DOUBLE, s STRING"
+
+
+def typed(lo: int, hi: int) -> list[tuple]:
+    from datetime import date, datetime, timedelta
+    from decimal import Decimal
+
+    base = datetime(1901, 3, 10, 2, 30)  # before 1970 and across DST changes in New York
+    xs = [float("nan"), -0.0, 0.0, 1e308, None]
+    return [(i, base + timedelta(days=37 * i, minutes=i), date(1999, 12, 31) + timedelta(days=i),
+             Decimal(f"{i * 1234567890123}.{i:06d}"), xs[i % len(xs)], None if i % 4 == 0 else f"é{i}")
+            for i in range(lo, hi)]
+
+
+def test_added_files_read_in_the_driver_keep_spark_values(spark, tmp_path, local_new_york):
+    """Added Parquet files read by pyarrow in the driver give the values Spark reads from
+    them: instants in a non-UTC session zone (before 1970, across DST), dates, wide
+    decimals, NaN and -0.0, NULLs; the model equals batch after each run."""
+    spark.sql("CREATE DATABASE IF NOT EXISTS tsrc")
+    spark.sql("CREATE DATABASE IF NOT EXISTS tsout")
+    zone = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", "America/New_York")
+    try:
+        spark.createDataFrame(typed(0, 30), TYPED).write.mode("overwrite").format("parquet").saveAsTable("tsrc.typed")
+        model = Model("tsout.typed_by_day", "SELECT day, MAX(at) AS last, SUM(price) AS total, COUNT(x) AS n, "
+                                            "MIN(s) AS s, HOUR(MIN(at)) AS h FROM tsrc.typed GROUP BY day")
+        location = tmp_path / "state"
+        run(spark, location, model)
+        for lo in (30, 60):
+            spark.createDataFrame(typed(lo, lo + 30), TYPED).coalesce(1).write.mode("append").saveAsTable("tsrc.typed")
+            assert run(spark, location, model) == {"tsrc.typed": "1 added files, in the driver"}
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", zone)
+
+
+def test_added_orc_files_are_read_by_spark(spark, tmp_path):
+    spark.sql("CREATE DATABASE IF NOT EXISTS tsrc")
+    spark.sql("CREATE DATABASE IF NOT EXISTS tsout")
+    spark.createDataFrame(rows(0, 20), SCHEMA).write.mode("overwrite").format("orc").saveAsTable("tsrc.orc_orders")
+    model = Model("tsout.orc_sum", "SELECT note, SUM(amount) AS s, COUNT(*) AS n FROM tsrc.orc_orders GROUP BY note")
+    location = tmp_path / "state"
+    run(spark, location, model)
+    more = spark.createDataFrame(rows(20, 30), SCHEMA).coalesce(1)
+    more.write.mode("append").format("orc").saveAsTable("tsrc.orc_orders")
+    assert run(spark, location, model) == {"tsrc.orc_orders": "1 added files, by Spark"}
