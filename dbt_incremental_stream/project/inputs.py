@@ -190,7 +190,7 @@ class Inputs:
                 read.deltas[name] = table.toDF(*names).withColumn(WEIGHT, F.lit(1).cast("bigint"))
                 report.tables[rel] = "read whole"
             else:
-                read.deltas[name] = zsets.diff(table.toDF(*names), pipe.snapshot(name, weights=True))
+                read.deltas[name] = zsets.diff(table.toDF(*names), pipe.integral(name))
                 report.tables[rel] = "compared whole"
             read.fingerprints[rel] = listing
 

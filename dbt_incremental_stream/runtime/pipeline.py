@@ -1039,6 +1039,12 @@ class Pipeline:
         spine = self.store.spines.get(self._contents(name)[0])
         return bool(spine and spine.batches)
 
+    def integral(self, name: str) -> DataFrame | None:
+        """A view's or a source's contents at the last committed tick as a Z-set not yet
+        consolidated (a union of its batches, for a caller that consolidates anyway); None
+        when it holds nothing."""
+        return self.store.before(self._contents(name)[0])
+
     def _contents(self, name: str) -> tuple[str, StructType]:
         """The state node holding a view's contents or a source's retained input, and its columns."""
         name = name.lower()
