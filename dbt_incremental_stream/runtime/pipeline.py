@@ -431,14 +431,15 @@ class Pipeline:
         elif plan is not None and not self._arranged_ready(plan) and not self._first(skip):
             why = "state to build"
         elif plan is not None:
-            fetched = None if self.placement == "tasks" else self._fetch(inputs, arrow)
+            fetched, whole = ({}, False) if self.placement == "tasks" else self._fetch(inputs, arrow)
             try:
-                arranged = self._arrangements(plan, fetched, inputs, arrow)
-                if fetched is not None:
+                arranged = self._arrangements(plan, fetched if whole else None, inputs, arrow)
+                if whole:
                     return self._step_arranged(plan, arranged, fetched, clock, before_commit, started, aside, skip)
-                return self._step_tasks(plan, arranged, inputs, arrow, clock, before_commit, started, aside, skip)
+                return self._step_tasks(plan, arranged, inputs, arrow, fetched, clock, before_commit, started,
+                                        aside, skip)
             except Exception as e:  # the DataFrame path computes it, with Spark's own errors
-                if not isinstance(e, _DECLINES) and data_error(e) is None and fetched is not None:
+                if not isinstance(e, _DECLINES) and data_error(e) is None and whole:
                     raise
                 why = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
         for source, table in arrow.items():
@@ -549,21 +550,22 @@ class Pipeline:
         return out
 
     def _fetch(self, frames: Mapping[str, DataFrame | None],
-               arrow: Mapping[str, pa.Table]) -> dict[str, pa.Table] | None:
-        """Every input as an Arrow table in the driver, or None when the tick has more than
-        :data:`ARRANGED_ROWS` rows in all. A DataFrame input is sized by its rows, not by
-        Spark's size estimate (:data:`ARRANGED_BYTES`)."""
+               arrow: Mapping[str, pa.Table]) -> tuple[dict[str, pa.Table], bool]:
+        """Every input as an Arrow table in the driver, and True; or, when the tick has more
+        than :data:`ARRANGED_ROWS` rows in all, the first rows of the inputs fetched so far
+        (a rehearsal's sample, :meth:`_rehearse`), and False. A DataFrame input is sized by
+        its rows, not by Spark's size estimate (:data:`ARRANGED_BYTES`)."""
         out = dict(arrow)
         room = ARRANGED_ROWS - sum(t.num_rows for t in out.values())
         for source, df in frames.items():
             if df is None:
                 continue
             if room < 0:
-                return None
+                break
             table = (df if _estimated_bytes(df) <= ARRANGED_BYTES else df.limit(room + 1)).toArrow()
             room -= table.num_rows
             out[source] = self._conform_arrow(source, table)
-        return out if room >= 0 else None
+        return out, room >= 0
 
     def _step_arranged(self, plan: Plan, arranged: Mapping[str, dict[tuple[str, ...], Arrangement]],
                        inputs: dict[str, pa.Table], clock: datetime | None,
@@ -600,7 +602,8 @@ class Pipeline:
 
     def _step_tasks(self, plan: Plan, arrangements: Mapping[str, dict[tuple[str, ...], Arrangement]],
                     inputs: Mapping[str, DataFrame | None], arrow: Mapping[str, pa.Table],
-                    clock: datetime | None, before_commit: Callable[[int, Changes], None] | None, started: float,
+                    fetched: Mapping[str, pa.Table], clock: datetime | None,
+                    before_commit: Callable[[int, Changes], None] | None, started: float,
                     aside: AbstractSet[str], skip: Mapping[str, str]) -> Changes:
         """One tick on arrangements in Spark tasks (:mod:`.tasks`): a delta too large for
         the driver, one Spark job. A job that fails leaves files no manifest names."""
@@ -615,7 +618,7 @@ class Pipeline:
         frames = {self._catalog[n].id: df for n, df in inputs.items() if df is not None}
         tables = {self._catalog[n].id: t for n, t in arrow.items() if t.num_rows}
         assert self.store.runs is not None
-        self._rehearse(plan, arrangements, live, inputs, arrow)
+        self._rehearse(plan, arrangements, live, inputs, {**fetched, **arrow})
         tick = self.store.tick + 1
         directory = batch_dir(tick)
         ported, ops = tasks.portable(plan, live)
@@ -661,13 +664,15 @@ class Pipeline:
         return changes
 
     def _rehearse(self, plan: Plan, arrangements: Mapping[str, dict[tuple[str, ...], Arrangement]],
-                  live: Sequence[State], inputs: Mapping[str, DataFrame | None], arrow: Mapping[str, pa.Table]) -> None:
+                  live: Sequence[State], inputs: Mapping[str, DataFrame | None],
+                  held: Mapping[str, pa.Table]) -> None:
         """Run the operators in the driver as a task would (no Spark) over the first
-        :data:`REHEARSAL_ROWS` rows of each input: an operator that needs Spark declines
-        here, before the job moves the whole tick (a decline in the tasks costs the job)."""
-        sample = {n: t.slice(0, REHEARSAL_ROWS) for n, t in arrow.items()}
+        :data:`REHEARSAL_ROWS` rows of each input (of those ``held`` in Arrow, or fetched
+        now): an operator that needs Spark declines here, before the job moves the whole
+        tick (a decline in the tasks costs the job)."""
+        sample = {n: t.slice(0, REHEARSAL_ROWS) for n, t in held.items()}
         sample |= {n: self._conform_arrow(n, df.limit(REHEARSAL_ROWS).toArrow())
-                   for n, df in inputs.items() if df is not None}
+                   for n, df in inputs.items() if df is not None and n not in held}
         assert self.store.runs is not None
         run = ArrangedTick(plan, sample, arrangements, self.store.runs, None, ansi=zsets.ansi(self.spark),
                            probe_rows=None)
