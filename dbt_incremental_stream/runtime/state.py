@@ -25,6 +25,13 @@ no batch. A tick writes its batches and runs first and its manifest last (writte
 then renamed), so a crash leaves the previous manifest in force; files no manifest names
 are removed on open. Files a compaction replaced stay for :data:`RETIRED_GRACE_SECONDS`
 (and at least a tick), since a catalog query planned before the commit may still read them.
+
+Merges run beside the ticks: a commit starts the merges the committed state is due (a
+spine's newest batches past its size-tiered bound, an arrangement bucket's runs) in one
+thread, and a later commit folds in those that finished, in place of their inputs (which
+only a merge removes, so they are still there, newer batches after them). A merge writes
+only new files, named by no manifest until a commit folds it in: a crash during one, or
+a merge whose inputs went (a node dropped or rebuilt), leaves files the next open removes.
 Spark reads every batch through the same file system, so executors on a cluster and any
 client of the catalog see the same state as the driver.
 """
