@@ -11,12 +11,10 @@ Every source's integral is kept (retained input), so a view added to a pipeline 
 already ran is backfilled from history, and a process that opens the same location with
 the same sources and views resumes from the last committed tick.
 
-The time views read never goes back, so a row that every reader of its state sees only
-through temporal filters, and that lies below all their windows' lower edges, is false
-for good: it leaves that state at the tick its last window closes, and the threshold is
-recorded with the tick (meta ``expired``). A source's retained input is such a state
-only when the source is declared ``expire``: then a view added later that would still
-see a row gone from it cannot be built there, and says so.
+Rows that every reader sees only through temporal filters leave state once their last
+window closes (:mod:`.expiry`). A source's retained input is such a state only when the
+source is declared ``expire``: then a view added later that would still see a row gone
+from it cannot be built there, and says so.
 """
 from __future__ import annotations
 
@@ -31,11 +29,9 @@ from functools import partial
 from typing import AbstractSet, Any, Callable, Iterable, Iterator, Mapping, Sequence, cast
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from py4j.protocol import Py4JError
 from pyspark.errors import AnalysisException, ParseException, PySparkException
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, DecimalType, DoubleType, FloatType, StructField, StructType
 
 from ..circuit.incremental import Incrementalizer
@@ -46,10 +42,11 @@ from ..sql.compile import compile, parse
 from ..sql.rewrites.clock import uses_clock
 from ..sql.temporal import CLOCK, CLOCK_COLUMN
 from . import kernels, tasks, zsets
-from .arranged import ArrangedTick, Expiry, NotArranged, Plan, Spec
+from .arranged import ArrangedTick, NotArranged, Plan, Spec
 from .arrangement import BUILT_DDL, Arrangement, Run, buckets_for
 from .arrangement import build as build_runs
 from .evaluate import Tick, empty_tick
+from .expiry import Retention
 from .state import Batch, StateStore, batch_column, batch_dir
 
 Rows = Iterable[tuple[Sequence[Any], int]]
@@ -221,7 +218,7 @@ class Pipeline:
         self._recorded: dict[str, dict[str, str]] = self.store.meta.get("types", {})
         #: per state node, the value of the compared column below which its rows have left
         #: it (Arrow's integer form of a date, time or number)
-        self._expired: dict[str, int] = dict(self.store.meta.get("expired", {}))
+        self._retention = Retention(self.store.meta.get("expired", {}))
         #: views whose SQL failed on their input, and the views reading them: view → error.
         #: They keep their contents of the last tick they computed; every step tries to
         #: rebuild them from retained input, and one that succeeds leaves this map
@@ -452,7 +449,8 @@ class Pipeline:
         new = [s for s in states if not self.store.has(s.id)]
         built: set[str] = set()  # seeded with all input so far, this tick's included
         if new and self.store.tick > 0:
-            self._check_expired(plan, new, clock)
+            unbuilt = [(v.name, v.state) for v in self._views.values() if not self.store.has(v.state.id)]
+            self._retention.check(plan, unbuilt, {self._source_state(n).id: n for n in self._schemas}, clock)
             self._backfill(new, tick, written, skip, inputs)
             built = {s.id for s in new}
 
@@ -466,7 +464,9 @@ class Pipeline:
         try:
             frames = {s.id: self._fold(s, d) for s in states
                       if s.id not in built and (d := _state_delta(run, s)) is not None}
-            expired = self._expire_frames(plan, frames, before, clock, {s.id: s for s in states})
+            by_id = {s.id: s for s in states}
+            expired = self._retention.cut_frames(plan, frames, before, clock, list(by_id),
+                                                 lambda node, df: self._merge(by_id[node], df))
             batches = self._write(tick, frames, skip)
             for node, batch in batches.items():
                 written[node].append(batch)
@@ -499,7 +499,7 @@ class Pipeline:
         self.store.commit(tick, written, lambda node, df: self._merge(by_id[node], df), meta,
                           arrangements, lambda node, t: _merge_arrow(by_id[node], t))
         self._now = datetime.fromisoformat(meta["now"]) if meta["now"] else None
-        self._expired, self.failed = meta["expired"], meta["failed"]
+        self._retention.expired, self.failed = meta["expired"], meta["failed"]
         return outputs, committing
 
     # --- the arranged path: small ticks on indexed state ---------------------------------
@@ -579,7 +579,9 @@ class Pipeline:
         assert self.store.runs is not None
         run = ArrangedTick(plan, inputs, arranged, self.store.runs, self.spark, first=self.store.tick == 0)
         tables = {s.id: run.state_delta(s) for s in live}
-        expired = self._expire_arrow(plan, tables, clock, live)
+        by_id = {s.id: s for s in live}
+        expired = self._retention.cut_arrow(plan, tables, clock, list(by_id), self.store,
+                                            lambda node: zsets.arrow_schema(self._stored_schema(by_id[node])))
         evaluated = time.perf_counter()
         tick = self.store.tick + 1
         batches = self.store.write_arrow(tick, tables, {s.id: self._stored_schema(s) for s in states})
@@ -609,7 +611,7 @@ class Pipeline:
         the driver, one Spark job. A job that fails leaves files no manifest names."""
         if self._not_in_tasks is not None:
             raise NotArranged(self._not_in_tasks)
-        if self._thresholds(plan, clock):
+        if self._retention.thresholds(plan, clock):
             raise NotArranged("rows leave the state as the time moves")
         states = self._states()
         live = [s for s in states if s.id not in aside]
@@ -656,7 +658,7 @@ class Pipeline:
                         for node, arrs in arranged.items()}
         changes = Changes({v.name: partial(self._change, v, written.get(v.state.id, [])) for v in self._views.values()})
         outputs, committing = self._commit(tick, states, written, arrangements, changes,
-                                           self._meta(clock, dict(self._expired), skip), before_commit)
+                                           self._meta(clock, dict(self._retention.expired), skip), before_commit)
         done = time.perf_counter()
         self.last_tick = TickStats("tasks", sum(t.num_rows for t in arrow.values()),
                                    {"spark": computed - started, "outputs": committing - outputs,
@@ -678,64 +680,6 @@ class Pipeline:
                            probe_rows=None)
         for s in live:
             run.state_delta(s)
-
-    def _thresholds(self, plan: Plan | None, clock: datetime | None) -> dict[str, tuple[pa.Scalar, int]]:
-        """Per state node rows leave as the time moves: the value (and its ordinal) below
-        which a row is outside every reader's window at ``clock`` and after."""
-        out = {}
-        for node, expiry in (plan.expiry.items() if plan is not None and clock is not None else ()):
-            if (t := expiry.threshold(clock)) is not None:  # type: ignore[arg-type]
-                known = self._expired.get(node)
-                at = kernels.ordinal(t)
-                out[node] = (t, at) if known is None or at >= known else (kernels.from_ordinal(known, t.type), known)
-        return out
-
-    def _expire_arrow(self, plan: Plan, tables: dict[str, pa.Table | None], clock: datetime | None,
-                      states: list[State]) -> dict[str, int]:
-        """This tick's state deltas without the rows that left every window for good: rows
-        of the delta below the threshold (or NULL) are not stored, and stored rows between
-        the last threshold and this one are retracted, read by range from the arrangement
-        ordered by the column. Returns every node's threshold."""
-        expired = dict(self._expired)
-        by_id = {s.id: s for s in states}
-        assert self.store.runs is not None
-        for node, (t, at) in self._thresholds(plan, clock).items():
-            if node not in by_id:
-                continue  # set aside with a failed view
-            column = plan.expiry[node].column
-            delta = tables.get(node)
-            kept = None if delta is None else delta.filter(pc.fill_null(pc.greater_equal(delta.column(column), t),
-                                                                        False))
-            gone = None
-            if at != expired.get(node):
-                low = kernels.from_ordinal(expired[node], t.type) if node in expired else kernels.lowest(t.type)
-                arr = self.store.arrangements[node][(kernels.ORDERED, column)]
-                found = self.store.runs.ranges(arr, [(low, t)])
-                if found is not None:
-                    found = kernels.consolidate(found.filter(pc.less(found.column(column), t)))
-                    schema = zsets.arrow_schema(self._stored_schema(by_id[node]))
-                    gone = kernels.negate(found.select(schema.names).cast(schema)) if found.num_rows else None
-            tables[node] = kernels.concat([kept, gone])
-            expired[node] = at
-        return expired
-
-    def _expire_frames(self, plan: Plan | None, frames: dict[str, DataFrame], before: Mapping[str, DataFrame | None],
-                       clock: datetime | None, states: Mapping[str, State]) -> dict[str, int]:
-        """:meth:`_expire_arrow` on the DataFrame path: every stored row below the threshold
-        (or NULL) is retracted, whatever the last threshold was."""
-        expired = dict(self._expired)
-        for node, (t, at) in self._thresholds(plan, clock).items():
-            assert plan is not None
-            if node not in states:
-                continue  # set aside with a failed view
-            c = zsets.col(plan.expiry[node].column)
-            gone = c.isNull() | (c < F.lit(t.as_py()))
-            parts = [frames[node].where(~gone)] if node in frames else []
-            if before.get(node) is not None:
-                parts.append(before[node].where(gone).withColumn(WEIGHT, -zsets.col(WEIGHT)))  # type: ignore[union-attr]
-            frames[node] = self._merge(states[node], zsets.union(parts))  # type: ignore[arg-type]
-            expired[node] = at
-        return expired
 
     def _arrow_change(self, view: View, table: pa.Table | None) -> DataFrame:
         if table is None or table.num_rows == 0:
@@ -831,51 +775,6 @@ class Pipeline:
         if not frames:
             return self.spark.createDataFrame([], zsets.with_weight(view.schema))
         return frames[0] if len(frames) == 1 else zsets.consolidate(zsets.union(frames))  # type: ignore[arg-type]
-
-    def _check_expired(self, plan: Plan | None, new: list[State], clock: datetime | None) -> None:
-        """Refuse to build ``new`` state nodes that would read rows which have left a state
-        for good (below its recorded threshold) while they are not outside their windows."""
-        sources = {self._source_state(n).id: n for n in self._schemas}
-        for node, at in self._expired.items():
-            kept = plan is not None and node in plan.expiry and self._expiry_of(plan.expiry[node], clock) >= at
-            source = sources.get(node)
-            readers = sorted(v.name for v in self._views.values() if not self.store.has(v.state.id) and (
-                not kept and any(o.id == node for o in walk(v.state))
-                or source is not None and self._sees(plan, v.state, source, at, clock)))
-            if readers:
-                what = f"source {sources[node]!r}" if node in sources else f"state {node}"
-                raise StreamError(f"views {readers} would read rows of {what} that left the state at an earlier tick, "
-                                  f"when every view read them through a temporal filter whose window they had left; "
-                                  f"deploy these views at a new state location, "
-                                  f"which reads the sources from their start")
-
-    def _sees(self, plan: Plan | None, root: Operator, source: str, at: int, clock: datetime | None) -> bool:
-        """Whether ``root`` reads rows of ``source`` other than through a temporal filter
-        whose lower edge on the expired column is at least ``at`` (a backfill replays the
-        source's retained input through it)."""
-        node = self._source_state(source).id
-        column = plan.expiry[node].column if plan is not None and node in plan.expiry else None
-        seen: set[str] = set()
-
-        def reaches(op: Operator) -> bool:
-            if op.id in seen:
-                return False
-            seen.add(op.id)
-            if isinstance(op, Input):
-                return op.name == source
-            guard = plan.guards.get(op.id) if plan is not None else None
-            inputs = op.inputs
-            if guard is not None and guard[0] == source and guard[1].column == column \
-                    and self._expiry_of(guard[1], clock) >= at:
-                inputs = inputs[1:]  # the rows side is guarded: only the clock's is read whole
-            return any(reaches(i) for i in inputs)
-
-        return reaches(root)
-
-    @staticmethod
-    def _expiry_of(expiry: Expiry, clock: datetime | None) -> int:
-        t = expiry.threshold(clock) if clock is not None else None
-        return kernels.ordinal(t) if t is not None else -(1 << 63)
 
     def _backfill(self, new: list[State], tick: int, written: dict[str, list[Batch]], skip: Mapping[str, str],
                   inputs: Mapping[str, DataFrame | None]) -> None:
