@@ -20,6 +20,8 @@ as in Spark's bags.
 """
 from __future__ import annotations
 
+import math
+
 from decimal import Decimal
 from typing import Callable, Iterable, Sequence
 
@@ -605,9 +607,10 @@ def regroup(rows: pa.Table, keys: Sequence[str], aggs: Sequence[AggCall], schema
     """The aggregate row (weight 1) of every group in ``rows``, a consolidated Z-set in
     which a row of weight w counts w times, typed as ``schema``. Linear aggregates are
     finished from their partial sums as :func:`finish` does; MIN, MAX and
-    COUNT(DISTINCT) are Arrow's hash aggregates. None when Spark's own semantics decide:
-    SUM/AVG(DISTINCT), AVG of a DECIMAL, MIN/MAX of floats (Spark orders NaN above
-    every number, Arrow skips it)."""
+    COUNT(DISTINCT) are Arrow's hash aggregates; MAX of floats is NaN where the group has
+    one, as Spark orders NaN above every number (Arrow skips NaN unless all are: its MIN
+    is Spark's). None when Spark's own semantics decide: SUM/AVG(DISTINCT), AVG of a
+    DECIMAL."""
     live = rows.filter(pc.greater(rows.column(WEIGHT), 0))
     linear = [a for a in aggs if a.linear]
     summands = _summands(live, linear)
@@ -618,19 +621,31 @@ def regroup(rows: pa.Table, keys: Sequence[str], aggs: Sequence[AggCall], schema
             continue
         assert a.arg is not None
         x = live.column(a.arg)
-        if a.func not in _HASH_AGG or (a.func != "count" and pa.types.is_floating(x.type)):
+        if a.func not in _HASH_AGG:
             return None
         cols[a.name] = x
         specs.append((a.name, _HASH_AGG[a.func], pc.CountOptions("only_valid")) if a.func == "count"
                      else (a.name, _HASH_AGG[a.func]))
+        if a.func == "max" and pa.types.is_floating(x.type):
+            cols[_nan(a.name)] = pc.fill_null(pc.is_nan(x), False)
+            specs.append((_nan(a.name), "any"))
     out = aggregate(normal_keys(pa.table(cols), [a.name for a in aggs if a.func == "count" and not a.linear]),
                     keys, specs)
     done = finish(out, keys, linear, live.schema, ansi=ansi)
     if done is None:
         return None
     values = {a.name: (done.column(a.name) if a.linear else out.column(a.name)) for a in aggs}
+    for name in values:
+        if _nan(name) in out.column_names:
+            column = values[name]
+            values[name] = pc.if_else(out.column(_nan(name)), pa.scalar(math.nan, column.type), column)
     table = pa.table({k: done.column(k) for k in keys} | values | {WEIGHT: done.column(WEIGHT)})
     return table.cast(schema)
+
+
+def _nan(name: str) -> str:
+    """The column telling whether a float MAX's group holds a NaN."""
+    return f"__nan_{name}"
 
 
 def expand(table: pa.Table) -> pa.Table:
