@@ -78,6 +78,8 @@ def run(spark, work: Path, placement: str, args: argparse.Namespace) -> dict:
     })
     load = time.perf_counter() - t
     load_peak, load_path = sampler.peak, pipe.last_tick.path
+    if pipe.last_tick.why:
+        print(f"{placement}: the load took the {load_path} path: {pipe.last_tick.why}")
 
     rng = random.Random(3)
     next_id, gone = args.orders, set()

@@ -585,10 +585,12 @@ class ArrangedTick:
             table = table.cast(schema)
         return table if row is None else table.append_column(ROW, row)
 
-    def _spark_pass(self, table: pa.Table, f: Callable[[DataFrame], DataFrame]) -> pa.Table:
-        """``f`` applied by Spark to ``table`` (a local relation: the delta only), timed."""
+    def _spark_pass(self, table: pa.Table, f: Callable[[DataFrame], DataFrame], what: str = "an expression"
+                    ) -> pa.Table:
+        """``f`` applied by Spark to ``table`` (a local relation: the delta only), timed.
+        ``what`` needs it (named when a tick without Spark declines)."""
         if self._spark is None:
-            raise NotArranged("an expression Arrow does not compute exactly needs Spark")
+            raise NotArranged(f"{what} needs Spark: Arrow does not compute it exactly")
         started = time.perf_counter()
         out = zsets.collect_arrow(f(self._spark.createDataFrame(table)))
         self.spark_seconds += time.perf_counter() - started
@@ -596,7 +598,7 @@ class ArrangedTick:
 
     def _in_spark(self, op: Operator, table: pa.Table, f: Callable[[DataFrame], DataFrame]) -> pa.Table:
         """``op``'s rows from ``f`` applied by Spark to ``table``."""
-        return self._conform(op, self._spark_pass(table, f))
+        return self._conform(op, self._spark_pass(table, f, op.label()))
 
     def _row_wise(self, op: Operator, t: pa.Table) -> pa.Table:
         """A Map or Filter applied to ``t``, keeping a carried ``ROW`` column."""
