@@ -51,11 +51,6 @@ def buckets(pipe: Pipeline) -> dict[str, int]:
     return {",".join(k): len(a.runs) for k, a in pipe.store.arrangements.get(node, {}).items()}
 
 
-def settle(pipe: Pipeline) -> None:
-    """Let the merges running beside the ticks finish."""
-    pipe.store.settle()
-
-
 def long_run(spark, work: Path, orders: int, changes: int, ticks: int) -> dict:
     pipe = pipeline(spark, work)
     t = time.perf_counter()
@@ -79,7 +74,7 @@ def long_run(spark, work: Path, orders: int, changes: int, ticks: int) -> dict:
         splits.append(pipe.last_tick.seconds)
         paths.append(pipe.last_tick.path)
         counts.append(work_done())
-    settle(pipe)
+    pipe.store.settle()  # the merges running beside the ticks
     out = {"load": load, "times": times, "splits": splits, "paths": paths, "counts": counts,
            "buckets": buckets(pipe)}
     pipe.close()
@@ -98,7 +93,7 @@ def grow(spark, work: Path, total: int, step: int = 1_000_000) -> dict:
         pipe.step({"orders": order_table(ids, [1] * len(ids))})
         times.append(time.perf_counter() - t)
     path = pipe.last_tick.path
-    settle(pipe)
+    pipe.store.settle()
     pipe.step({"orders": order_table([], [])})  # a tick that folds in what the merges made
     out = {"start": start, "end": buckets(pipe), "times": times, "path": path}
     pipe.close()

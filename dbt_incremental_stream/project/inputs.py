@@ -187,7 +187,7 @@ class Inputs:
                 where = "in the driver" if isinstance(read.deltas[name], pa.Table) else "by Spark"
                 report.tables[rel] = f"{len(added)} added files, {where}"
             elif not pipe.holds(name):  # nothing to compare with: all of it is new
-                read.deltas[name] = table.toDF(*names).withColumn(WEIGHT, F.lit(1).cast("bigint"))
+                read.deltas[name] = zsets.inserted(table.toDF(*names))
                 report.tables[rel] = "read whole"
             else:
                 read.deltas[name] = zsets.diff(table.toDF(*names), pipe.integral(name))
@@ -200,19 +200,17 @@ class Inputs:
         the driver when they are Parquet files on this machine of at most
         :data:`DRIVER_FILE_BYTES` in all (a Spark job costs more than reading them), else
         by Spark."""
-        sizes = {f[0]: f[1] for f in (listing or {}).get("files") or [] if len(f) == 3}
-        local = [local_directory(f) if f.startswith("file:") else None for f in added]
-        if file_format == "parquet" and all(local) and all(f in sizes for f in added) \
+        sizes = {f[0]: f[1] for f in (listing or {}).get("files") or [] if len(f) == 3}  # local files only
+        if file_format == "parquet" and all(f in sizes for f in added) \
                 and sum(sizes[f] for f in added) <= DRIVER_FILE_BYTES:
             try:
-                rows = pq.read_table([p for p in local if p], columns=table.columns,
+                rows = pq.read_table([local_directory(f) for f in added], columns=table.columns,
                                      coerce_int96_timestamp_unit="us")
                 rows = rows.rename_columns(names)
                 return rows.append_column(WEIGHT, pa.array(np.ones(rows.num_rows, np.int64)))
             except (pa.ArrowException, OSError, KeyError):
                 pass  # what pyarrow does not read as Spark does, Spark reads
-        rows = self.spark.read.schema(table.schema).format(file_format).load(added)
-        return rows.toDF(*names).withColumn(WEIGHT, F.lit(1).cast("bigint"))
+        return zsets.inserted(self.spark.read.schema(table.schema).format(file_format).load(added).toDF(*names))
 
     def _read_stream(self, pipe: Pipeline, source: KafkaSource, read: Read, report: TickReport) -> None:
         """A Kafka source's offset ranges this tick, its changes and dead letters, and whether

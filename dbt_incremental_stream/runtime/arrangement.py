@@ -286,7 +286,7 @@ class RunStore:
             return arr, []
         i = arr.parts.index(done.part)
         bucket = arr.runs[i]
-        at = next((j for j in range(len(bucket)) if bucket[j:j + len(done.inputs)] == done.inputs), None)
+        at = position(bucket, done.inputs)
         if at is None:
             self.discard(done)
             return arr, []
@@ -332,6 +332,13 @@ class RunStore:
                 if rel not in live:
                     self.fs.delete_file(info.path)
                     self._cache.pop(rel, None)
+
+
+def position(items: Sequence[Any], inputs: Sequence[Any]) -> int | None:
+    """Where a merge's ``inputs`` stand, one after another, in a bucket's runs or a
+    spine's batches (None: no longer there)."""
+    n = len(inputs)
+    return next((i for i in range(len(items) - n + 1) if tuple(items[i:i + n]) == tuple(inputs)), None)
 
 
 def _sub(run: pa.Table, modulus: int, factor: int) -> np.ndarray:

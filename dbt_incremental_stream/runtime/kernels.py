@@ -21,7 +21,6 @@ as in Spark's bags.
 from __future__ import annotations
 
 import math
-
 from decimal import Decimal
 from typing import Callable, Iterable, Sequence
 

@@ -56,7 +56,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructField, StructType
 
 from ..errors import StateError
-from .arrangement import MAX_RUNS, Arrangement, Merge, Part, Run, RunStore
+from .arrangement import MAX_RUNS, Arrangement, Merge, Part, Run, RunStore, position
 from .location import local_directory
 from .zsets import arrow_schema, pack
 
@@ -564,15 +564,13 @@ class StateStore:
             if _failed(future, f"a merge of {node}'s batches"):
                 continue
             out = future.result()
-            n = len(inputs)
-            at = None if spine is None else next(
-                (i for i in range(len(spine.batches)) if tuple(spine.batches[i:i + n]) == inputs), None)
+            at = None if spine is None else position(spine.batches, inputs)
             if spine is None or at is None:
                 if out is not None:
                     self.fs.delete(out.path)
                 continue
             retired.extend(inputs)
-            spine.batches[at:at + n] = [out] if out is not None else []
+            spine.batches[at:at + len(inputs)] = [out] if out is not None else []
         return retired
 
     def _start_merges(self, tick: int, merge: Callable[[str, DataFrame], DataFrame],

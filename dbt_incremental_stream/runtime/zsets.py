@@ -468,8 +468,13 @@ def expand(df: DataFrame) -> DataFrame:
     return unit_weights(df.where(col(WEIGHT) > 0)).select(*map(col, data_columns(df)))
 
 
+def inserted(rows: DataFrame) -> DataFrame:
+    """A bag of rows as the Z-set that inserts them: each of weight 1."""
+    return rows.withColumn(WEIGHT, F.lit(1).cast(LONG))
+
+
 def diff(current: DataFrame, before: DataFrame | None) -> DataFrame:
     """The Z-set that turns ``before`` (a Z-set) into ``current`` (a bag of rows): how a
     table with no change feed is read as a source."""
-    now = current.withColumn(WEIGHT, F.lit(1).cast(LONG))
+    now = inserted(current)
     return consolidate(now if before is None else cast(DataFrame, union([now, scale(before, "-1")])))
