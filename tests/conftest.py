@@ -1,8 +1,13 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import settings
 
 from dbt_incremental_stream.runtime.session import session
+
+# no test passes or fails on a wall-clock time: hypothesis's 200 ms deadline is off
+settings.register_profile("no_deadline", deadline=None)
+settings.load_profile("no_deadline")
 
 # dbt's functional-test fixtures (project, adapter, run_dbt's profile) for tests/functional
 pytest_plugins = ["dbt.tests.fixtures.project"]

@@ -276,9 +276,9 @@ class Plan:
             self.predicates[op.id] = compiled
 
     def _window(self, op: WindowDiff) -> None:
-        """Arrow's form of a window that is one ROW_NUMBER over columns Arrow orders as
-        Spark does (not floats: Spark orders NaN above every number), kept by a predicate
-        Arrow evaluates."""
+        """Arrow's form of a window that is one ROW_NUMBER over columns, kept by a predicate
+        Arrow evaluates. Not partitioned by floats: Spark's partitions put every NaN in one
+        (``kernels.row_number`` splits them)."""
         if len(op.funcs) != 1:
             return
         name, sql = op.funcs[0]
@@ -286,10 +286,9 @@ class Plan:
         if not (isinstance(w, exp.Window) and isinstance(w.this, exp.RowNumber) and w.args.get("order")):
             return
         types = zsets.arrow_schema(self.schema(op.delta))
-        terms = [w.args.get("partition_by") or [], [o.this for o in w.args["order"].expressions]]
-        if not all(isinstance(c, exp.Column) and c.name in types.names
-                   and not pa.types.is_floating(types.field(c.name).type)
-                   for part in terms for c in part):
+        partition, terms = w.args.get("partition_by") or [], [o.this for o in w.args["order"].expressions]
+        if not all(isinstance(c, exp.Column) and c.name in types.names for c in (*partition, *terms)) \
+                or any(pa.types.is_floating(types.field(c.name).type) for c in partition):
             return
         keep = None
         if op.keep:
@@ -298,7 +297,7 @@ class Plan:
                 return
         order = tuple((o.this.name, bool(o.args.get("desc")), bool(o.args.get("nulls_first")))
                       for o in w.args["order"].expressions)
-        self.windows[op.id] = RowNumber(name, tuple(c.name for c in terms[0]), order, keep)
+        self.windows[op.id] = RowNumber(name, tuple(c.name for c in partition), order, keep)
 
     def _top(self, op: WindowDiff, side: Side) -> None:
         """A top-k over the whole input (``ORDER BY … LIMIT k``) whose first order term puts

@@ -659,15 +659,22 @@ def row_number(bag: pa.Table, partition: Sequence[str], order: Sequence[tuple[st
                name: str) -> pa.Table:
     """``bag`` with ``ROW_NUMBER() OVER (PARTITION BY partition ORDER BY order)`` in column
     ``name``; ``order`` is (column, descending, nulls first) per term. Each term sorts by
-    its NULL placement first, then by value, so every term places its NULLs as asked."""
+    its NULL placement first, then, for floats, by whether it is NaN (Spark orders NaN above
+    every number; Arrow puts it last either way), then by value, so every term places its
+    NULLs and NaNs as Spark does (-0.0 and 0.0 tie, as in Spark)."""
     keys: list[tuple[str, str]] = []
     cols = {c: bag.column(c) for c in bag.column_names}
     for i, c in enumerate(partition):
         cols[f"__pn{i}"] = pc.is_valid(bag.column(c))
         keys += [(f"__pn{i}", "ascending"), (c, "ascending")]
     for i, (c, desc, nulls_first) in enumerate(order):
+        direction = "descending" if desc else "ascending"
         cols[f"__on{i}"] = pc.is_valid(bag.column(c)) if nulls_first else pc.is_null(bag.column(c))
-        keys += [(f"__on{i}", "ascending"), (c, "descending" if desc else "ascending")]
+        keys.append((f"__on{i}", "ascending"))
+        if pa.types.is_floating(bag.schema.field(c).type):
+            cols[f"__nan{i}"] = pc.fill_null(pc.is_nan(bag.column(c)), False)
+            keys.append((f"__nan{i}", direction))
+        keys.append((c, direction))
     table = pa.table(cols)
     sorted_ = table.take(pc.sort_indices(table, sort_keys=keys))
     n = sorted_.num_rows

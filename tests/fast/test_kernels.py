@@ -2,6 +2,7 @@
 tick over random deltas, integrates back to the batch answer over all input so far."""
 from __future__ import annotations
 
+import math
 from collections import Counter, defaultdict
 from decimal import Decimal
 
@@ -273,15 +274,24 @@ def test_partials_keep_spark_types_and_exact_decimals():
 
 
 def _ordered(v, desc: bool, nulls_first: bool):
-    """A sort key placing NULL as asked, then the value ascending or descending."""
-    return (0 if (v is None) == nulls_first else 1, 0 if v is None else (-v if desc else v))
+    """A sort key placing NULL as asked, then the value ascending or descending, NaN above
+    every number (as Spark orders it)."""
+    if v is None:
+        return (0 if nulls_first else 2, 0, 0)
+    nan = v != v
+    return (1, (-nan if desc else nan), 0 if nan else (-v if desc else v))
 
 
-@given(st.lists(st.tuples(KEYS, st.one_of(st.none(), st.integers(-5, 5)), st.integers(1, 3)), max_size=25),
+@given(st.lists(st.tuples(KEYS, st.one_of(st.none(), st.integers(-5, 5), st.sampled_from([math.nan, math.inf, -math.inf,
+                                                                                           -0.5, 2.5])),
+                          st.integers(1, 3)), max_size=25),
        st.booleans(), st.booleans(), st.booleans())
 def test_row_number_numbers_each_partition_in_order(rows, partitioned, desc, nulls_first):
-    """ROW_NUMBER over the bag a Z-set stands for, against a sort in Python."""
-    t = table([(k, v, w) for k, v, w in rows])
+    """ROW_NUMBER over the bag a Z-set stands for, against a sort in Python; the value is a
+    double (NaN and infinities among them) when any row has one."""
+    floats = any(isinstance(v, float) for _, v, _ in rows)
+    rows = [(k, float(v) if floats and v is not None else v, w) for k, v, w in rows]
+    t = table(rows, SCHEMA.set(1, pa.field("v", pa.float64())) if floats else SCHEMA)
     part = ["k"] if partitioned else []
     out = kernels.row_number(kernels.expand(t), part, [("v", desc, nulls_first), ("k", False, True)], "rn")
     groups: dict = defaultdict(list)
@@ -290,8 +300,13 @@ def test_row_number_numbers_each_partition_in_order(rows, partitioned, desc, nul
     want = Counter()
     for members in groups.values():
         members.sort(key=lambda r: (_ordered(r[1], desc, nulls_first), _ordered(r[0], False, True)))
-        want.update((k, v, i + 1) for i, (k, v) in enumerate(members))
-    assert Counter((r["k"], r["v"], r["rn"]) for r in out.to_pylist()) == want
+        want.update((k, _nan(v), i + 1) for i, (k, v) in enumerate(members))
+    assert Counter((r["k"], _nan(r["v"]), r["rn"]) for r in out.to_pylist()) == want
+
+
+def _nan(v):
+    """NaN as a value that equals itself (Counters compare with ==)."""
+    return "NaN" if v != v else v
 
 
 @given(DELTAS)

@@ -76,6 +76,11 @@ NUMERIC_SHAPES: dict[str, dict[str, str]] = {
         # not: with it the order is total and the batch answer unique
         "row_number_double": "SELECT id, d, i, ROW_NUMBER() OVER (PARTITION BY d ORDER BY id, CAST(d AS STRING), i, "
                              "b, m, x) AS rn FROM a",
+        # ordered by a double: NaN above every number, both ways, NULLs where asked
+        "row_number_by_double": "SELECT id, d, i, ROW_NUMBER() OVER (PARTITION BY i ORDER BY d DESC, id, "
+                                "CAST(d AS STRING)) AS rn FROM a",
+        "top_by_float": "SELECT * FROM (SELECT id, f, ROW_NUMBER() OVER (PARTITION BY str ORDER BY f NULLS LAST, id, "
+                        "CAST(f AS STRING)) AS rn FROM a) WHERE rn <= 2",
         "order_limit_decimal": "SELECT id, x, b FROM a ORDER BY x DESC, b LIMIT 3",
         "order_limit_double": "SELECT id, d, CAST(d AS STRING) AS ds FROM a ORDER BY d DESC, id, ds LIMIT 3",
     },
@@ -109,6 +114,24 @@ def test_groups_and_partitions_keyed_by_both_zeros_or_both_nans(spark, tmp_path)
         twin.step({"t": [((1, -0.0), 1), ((2, nan), 1), ((9, 1.0), 1)]})
         twin.step({"t": [((3, 0.0), 1), ((4, -0.0), 1), ((5, -nan), 1), ((6, nan), 1)]})
         twin.step({"t": [((1, -0.0), -1), ((3, 0.0), -1), ((7, 0.0), 1), ((2, nan), -1), ((8, -nan), 1)]})
+        assert twin.arranged == 3, twin.paths
+    finally:
+        twin.close()
+
+
+def test_rows_numbered_by_a_double_on_arrangements(spark, tmp_path):
+    """ROW_NUMBER ordered by a DOUBLE runs on arrangements and numbers as Spark does: NaN
+    above +Infinity ascending and descending, NULLs where asked, -0.0 tied with 0.0."""
+    nan, inf = math.nan, math.inf
+    twin = Twin(spark, str(tmp_path), {"t": "id INT, g INT, d DOUBLE"}, {
+        "up": "SELECT id, d, ROW_NUMBER() OVER (PARTITION BY g ORDER BY d NULLS FIRST, id) AS rn FROM t",
+        "top": "SELECT * FROM (SELECT id, g, d, ROW_NUMBER() OVER (PARTITION BY g ORDER BY d DESC, id) AS rn "
+               "FROM t) WHERE rn <= 3",
+    })
+    try:
+        twin.step({"t": [((1, 1, inf), 1), ((2, 1, nan), 1), ((3, 1, None), 1), ((4, 1, -0.0), 1), ((5, 2, 1.5), 1)]})
+        twin.step({"t": [((6, 1, 0.0), 1), ((7, 1, -nan), 1), ((8, 2, -inf), 1), ((9, 2, None), 1)]})
+        twin.step({"t": [((2, 1, nan), -1), ((1, 1, inf), -1), ((10, 1, 2.0), 1), ((11, 2, nan), 1)]})
         assert twin.arranged == 3, twin.paths
     finally:
         twin.close()
