@@ -52,9 +52,9 @@ from .state import Batch, StateStore, batch_column, batch_dir
 Rows = Iterable[tuple[Sequence[Any], int]]
 #: a tick takes the arranged path when its inputs have at most this many rows in all
 ARRANGED_ROWS = 100_000
-#: a DataFrame input Spark estimates at most this large is collected whole; a larger or
-#: unbounded estimate (a DataFrame made from Python rows or an RDD) is collected through
-#: a limit, one row past the room left (a limit's exchange costs a stage)
+#: a DataFrame input Spark estimates at most this large, or made of data from the driver's
+#: memory, is collected whole; any other (a large table, an RDD over files) through a
+#: limit, one row past the room left (a limit's exchange costs a stage)
 ARRANGED_BYTES = 64 << 20
 PLACEMENTS = frozenset({"auto", "dataframe", "tasks"})
 #: rows of each input a tick for Spark tasks is first rehearsed on in the driver
@@ -117,10 +117,31 @@ def _scan_paths(batches: Sequence[Batch]) -> list[tuple[str, str]]:
     return [(b.column, b.path) for b in batches]
 
 
-def _estimated_bytes(df: DataFrame) -> int:
-    """Spark's size estimate of a DataFrame's result (exact for local data)."""
-    size = df._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()
-    return size if isinstance(size, int) else int(size.toString())
+def _collects_whole(df: DataFrame) -> bool:
+    """Whether a DataFrame input may be collected into the driver without a limit: Spark
+    estimates it at most :data:`ARRANGED_BYTES` (exact for local data), or each of its
+    leaves is an RDD parallelized from the driver's memory, which is what
+    ``spark.createDataFrame`` of Python rows makes (its estimate is unbounded)."""
+    plan = df._jdf.queryExecution().optimizedPlan()
+    size = plan.stats().sizeInBytes()
+    if (size if isinstance(size, int) else int(size.toString())) <= ARRANGED_BYTES:
+        return True
+    leaves = plan.collectLeaves()
+    for i in range(leaves.size()):
+        leaf = leaves.apply(i)
+        kind = leaf.getClass().getSimpleName()
+        if kind != "LogicalRDD":
+            if kind != "LocalRelation":
+                return False
+            continue
+        lineage = [leaf.rdd()]
+        while lineage:
+            rdd = lineage.pop()
+            deps = rdd.dependencies()
+            if deps.size() == 0 and rdd.getClass().getSimpleName() != "ParallelCollectionRDD":
+                return False
+            lineage += [deps.apply(j).rdd() for j in range(deps.size())]
+    return True
 State = Integral | Recompute  # nodes with persisted state: an integral, or a per-group recompute's output
 
 
@@ -428,7 +449,10 @@ class Pipeline:
         elif plan is not None and not self._arranged_ready(plan) and not self._first(skip):
             why = "state to build"
         elif plan is not None:
-            fetched, whole = ({}, False) if self.placement == "tasks" else self._fetch(inputs, arrow)
+            fetched, whole, complete = ({}, False, set()) if self.placement == "tasks" else self._fetch(inputs, arrow)
+            if not whole:  # what the driver holds whole goes to the tasks as Arrow, not evaluated again
+                arrow |= {n: fetched[n] for n in complete}
+                inputs |= {n: None for n in complete}
             try:
                 arranged = self._arrangements(plan, fetched if whole else None, inputs, arrow)
                 if whole:
@@ -549,23 +573,28 @@ class Pipeline:
                                                                   buckets_for(rows))
         return out
 
-    def _fetch(self, frames: Mapping[str, DataFrame | None],
-               arrow: Mapping[str, pa.Table]) -> tuple[dict[str, pa.Table], bool]:
+    def _fetch(self, frames: Mapping[str, DataFrame | None], arrow: Mapping[str, pa.Table]
+               ) -> tuple[dict[str, pa.Table], bool, set[str]]:
         """Every input as an Arrow table in the driver, and True; or, when the tick has more
         than :data:`ARRANGED_ROWS` rows in all, the first rows of the inputs fetched so far
         (a rehearsal's sample, :meth:`_rehearse`), and False. A DataFrame input is sized by
-        its rows, not by Spark's size estimate (:data:`ARRANGED_BYTES`)."""
+        its rows, not by Spark's size estimate (:func:`_collects_whole`). Last, the
+        DataFrame inputs fetched with all their rows."""
         out = dict(arrow)
         room = ARRANGED_ROWS - sum(t.num_rows for t in out.values())
+        complete = set()
         for source, df in frames.items():
             if df is None:
                 continue
             if room < 0:
                 break
-            table = (df if _estimated_bytes(df) <= ARRANGED_BYTES else df.limit(room + 1)).toArrow()
+            whole = _collects_whole(df)
+            table = (df if whole else df.limit(room + 1)).toArrow()
             room -= table.num_rows
             out[source] = self._conform_arrow(source, table)
-        return out, room >= 0
+            if whole:
+                complete.add(source)
+        return out, room >= 0, complete
 
     def _step_arranged(self, plan: Plan, arranged: Mapping[str, dict[tuple[str, ...], Arrangement]],
                        inputs: dict[str, pa.Table], clock: datetime | None,

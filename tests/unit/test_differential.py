@@ -461,7 +461,11 @@ def test_a_dataframe_delta_is_sized_by_its_rows(spark, tmp_path, monkeypatch):
     try:
         first = [(i, i % 3, float(i), 1) for i in range(10)]
         step(first, spark.createDataFrame(first, schema))
-        assert pipeline._estimated_bytes(spark.createDataFrame(first, schema).select("id")) > pipeline.ARRANGED_BYTES
+        rows = spark.createDataFrame(first, schema).select("id")  # its estimate is unbounded: it is collected whole
+        assert rows._jdf.queryExecution().optimizedPlan().stats().sizeInBytes() > pipeline.ARRANGED_BYTES
+        assert pipeline._collects_whole(rows)
+        lines = spark.createDataFrame(spark.sparkContext.textFile(str(tmp_path / "state")), "s STRING")
+        assert not pipeline._collects_whole(lines)  # an RDD over files: through a limit
         change = [(3, 0, 3.0, -1), (20, 2, 20.0, 1)]
         assert step(change, spark.createDataFrame(change, schema).select("id", "cust", "amount", "_w")) == "arranged"
         written = [(21, 1, 21.0, 1), (4, 1, 4.0, -1)]
