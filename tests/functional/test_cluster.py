@@ -1,10 +1,10 @@
 """The integration project built by the real `dbt` command, each run in its own process,
-twice (a second build catches up): in local mode, with a Hive catalog (Derby) in the
-project directory as dbt-spark's session method has it, and on a real Spark standalone
-cluster — a master and two workers started from the pyspark package on this machine,
-`master: spark://...`, Kafka read by the executors and state written by them. Both give
-the same result (the local run's correctness against DuckDB is test_integration_project's,
-in process)."""
+twice (a second build catches up), on a real Spark standalone cluster — a master and two
+workers started from the pyspark package on this machine, `master: spark://...`, Kafka
+read by the executors and state written by them, a Hive catalog (Derby) in the project
+directory as dbt-spark's session method has it — and then every model, read from that
+catalog by an application on the cluster, equals DuckDB over all input (the same project
+in local mode, in process: test_integration_project)."""
 from __future__ import annotations
 
 import json
@@ -13,7 +13,6 @@ import subprocess
 import sys
 import time
 import urllib.request
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -21,7 +20,7 @@ import pytest
 from dbt_incremental_stream.connectors.broker import free_port
 from devkit.kafka import create_topics, produce
 from devkit.shop import TOPICS, ShopEvents
-from tests.functional.test_integration_project import copy_project
+from tests.functional.test_integration_project import STREAMING, copy_project
 
 
 @pytest.fixture(scope="module")
@@ -62,45 +61,42 @@ def cluster(tmp_path_factory):
             p.wait(60)
 
 
-VIEWS = ("order_lines", "revenue_by_category", "customer_ltv", "region_revenue", "top_products", "region_report")
+CHECK_ON_CLUSTER = """
+import json
+import sys
+from dbt_incremental_stream.differential import check_project
+from dbt_incremental_stream.project import Project
+from dbt_incremental_stream.runtime.session import session
 
-
-def fingerprints(root: Path, env: dict[str, str]) -> dict[str, tuple[int, int]]:
-    """Rows and an order-free hash of each model's contents, read by `dbt show`."""
-    sql = " union all ".join(f"select '{v}' as model, count(*) as n, sum(hash(*)) as h from shop.{v}" for v in VIEWS)
-    run = subprocess.run([str(Path(sys.executable).with_name("dbt")), "show", "--inline", sql, "--output", "json",
-                          "--limit", "-1"], cwd=root, env=env, capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    doc = json.loads(run.stdout[run.stdout.index("{"):run.stdout.rindex("}") + 1])
-    return {r["model"]: (r["n"], r["h"]) for r in doc["show"]}
+project = Project(session(sys.argv[1], {"spark.sql.shuffle.partitions": "2"}, hive=True), "stream_state")
+try:
+    print(json.dumps(check_project(project)))
+finally:
+    project.close()
+"""
 
 
 @pytest.mark.slow
 def test_integration_project_on_a_standalone_cluster(cluster, tmp_path, kafka):
     create_topics(kafka, *(f"cluster.{t}" for t in TOPICS))
-    roots = {}
-    for mode in ("local", "cluster"):
-        root = roots[mode] = copy_project(tmp_path / mode)
-        sources = root / "models" / "sources.yml"
-        sources.write_text(sources.read_text().replace("topic: shop.", "topic: cluster.shop."))
-    envs = {mode: {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka, "SPARK_LOCAL_IP": "127.0.0.1",
-                   "SPARK_MASTER": cluster if mode == "cluster" else "local[2]"} for mode in roots}
+    root = copy_project(tmp_path / "cluster")
+    sources = root / "models" / "sources.yml"
+    sources.write_text(sources.read_text().replace("topic: shop.", "topic: cluster.shop."))
+    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_MASTER": cluster,
+           "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     events = ShopEvents(seed=11)
-
-    def build(mode: str) -> str:
-        run = subprocess.run([str(Path(sys.executable).with_name("dbt")), "build"], cwd=roots[mode], env=envs[mode],
+    for round_ in range(2):
+        for topic, records in events.round(orders=30).items():
+            produce(kafka, f"cluster.{topic}", records)
+        run = subprocess.run([str(Path(sys.executable).with_name("dbt")), "build"], cwd=root, env=env,
                              capture_output=True, text=True, timeout=900)
-        assert run.returncode == 0, f"{mode}: " + run.stdout[-3000:] + run.stderr[-3000:]
-        return run.stdout
-
-    with ThreadPoolExecutor(2) as pool:  # the two modes side by side: each is mostly waiting on its JVMs
-        for round_ in range(2):
-            for topic, records in events.round(orders=30).items():
-                produce(kafka, f"cluster.{topic}", records)
-            for out in pool.map(build, roots):
-                assert round_ == 0 or "UNCHANGED at tick" in out, out[-3000:]
-        local, on_cluster = pool.map(lambda mode: fingerprints(roots[mode], envs[mode]), roots)
-    assert local == on_cluster and all(n for n, _ in local.values()), (local, on_cluster)
+        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+        assert round_ == 0 or "UNCHANGED at tick" in run.stdout, run.stdout[-3000:]
+    check = subprocess.run([sys.executable, "-c", CHECK_ON_CLUSTER, cluster], cwd=root, env=env,
+                           capture_output=True, text=True, timeout=600)
+    assert check.returncode == 0, check.stdout[-3000:] + check.stderr[-3000:]
+    problems = json.loads(check.stdout.strip().splitlines()[-1])
+    assert {m.split(".")[-1] for m in problems} == STREAMING and not any(problems.values()), problems
 
 
 ARRANGED_ON_CLUSTER = """
