@@ -17,7 +17,7 @@ $(VENV)/.installed: setup.py constraints.txt
 	touch $@
 
 test: setup
-	$(PY) -m pytest -n 2 --dist loadfile --durations=30 tests
+	$(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder --durations=30 tests
 
 # the Spark-free tier: kernels, arrangements and the Kafka decoder's values (seconds)
 unit: setup

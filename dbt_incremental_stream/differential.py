@@ -31,7 +31,7 @@ import sqlglot
 from sqlglot import exp
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType, TimestampType
+from pyspark.sql.types import LongType, StructField, StructType, TimestampType
 
 from .circuit.operators import WEIGHT, quote
 from .catalog import quote_relation
@@ -150,6 +150,9 @@ class Differential:
     max_batches: int = 8
     expire: Collection[str] = ()  # sources declared ``expire`` (see Pipeline.add_source)
     placement: str = "auto"  # where the pipeline's ticks run (see Pipeline)
+    #: how each tick's changes reach the pipeline: "rows" ((values, weight) pairs) or
+    #: "dataframe" (``spark.createDataFrame`` of them with a weight column, as user code makes one)
+    form: str = "rows"
     pipeline: Pipeline = field(init=False)
     oracle: Oracle = field(init=False)
 
@@ -177,13 +180,19 @@ class Differential:
     def step(self, changes: Mapping[str, Sequence[Change]], check: bool = True, now: datetime | None = None) -> None:
         """One tick of ``changes`` on both sides; ``now`` is the time views read."""
         coerced = {s: [(self._coerce(s, r), w) for r, w in c] for s, c in changes.items()}
-        self.pipeline.step({s: c for s, c in coerced.items() if c}, now=now)
+        self.pipeline.step({s: self._handed_over(s, c) for s, c in coerced.items() if c}, now=now)
         if CLOCK in self.oracle.inputs:
             self.oracle.replace(CLOCK, [(self.pipeline.now,)])
         for source, c in coerced.items():
             self.oracle.apply(source, c)
         if check:
             self.check()
+
+    def _handed_over(self, source: str, changes: Sequence[Change]) -> Sequence[Change] | DataFrame:
+        if self.form == "rows":
+            return changes
+        schema = StructType([*self.pipeline._schemas[source].fields, StructField(WEIGHT, LongType(), False)])
+        return self.spark.createDataFrame([(*r, w) for r, w in changes], schema)
 
     def _coerce(self, source: str, row: Sequence[Any]) -> Row:
         return coerce_row(self.pipeline._schemas[source], row)

@@ -12,6 +12,21 @@ settings.load_profile("no_deadline")
 # dbt's functional-test fixtures (project, adapter, run_dbt's profile) for tests/functional
 pytest_plugins = ["dbt.tests.fixtures.project"]
 
+#: the files that take minutes (`make test` prints the slowest), longest first. `make test`
+#: hands whole files to its two workers in collection order (``--dist loadfile
+#: --no-loadscope-reorder``): these start first and the short files fill in at the end,
+#: so that the workers finish together (by default xdist sorts files by how many tests
+#: they hold, which left the one-test files that take ten minutes for last)
+LONGEST_FIRST = ("functional/test_serve_crash.py", "unit/test_twin.py", "functional/test_cluster.py",
+                 "unit/test_tpch.py", "functional/test_serve_clients.py", "unit/test_differential.py",
+                 "functional/test_streaming.py", "functional/test_integration_project.py",
+                 "functional/test_serve_redo.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {f"tests/{name}": i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable: the rest as collected
+
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory):

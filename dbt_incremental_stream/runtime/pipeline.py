@@ -30,6 +30,7 @@ from typing import AbstractSet, Any, Callable, Iterable, Iterator, Mapping, Sequ
 
 import pyarrow as pa
 from py4j.protocol import Py4JError
+from pyspark import inheritable_thread_target
 from pyspark.errors import AnalysisException, ParseException, PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import DataType, DecimalType, DoubleType, FloatType, StructField, StructType
@@ -582,19 +583,22 @@ class Pipeline:
         DataFrame inputs fetched with all their rows."""
         out = dict(arrow)
         room = ARRANGED_ROWS - sum(t.num_rows for t in out.values())
-        complete = set()
-        for source, df in frames.items():
-            if df is None:
-                continue
+        given = {source: df for source, df in frames.items() if df is not None}
+        complete = [source for source, df in given.items() if _collects_whole(df)]
+        collect = inheritable_thread_target(lambda source: given[source].toArrow())
+        # side by side: a small input's job is mostly the scheduler's latency, not work
+        with ThreadPoolExecutor(max(1, len(complete))) as pool:
+            for source, table in zip(complete, pool.map(collect, complete)):
+                room -= table.num_rows
+                out[source] = self._conform_arrow(source, table)
+        for source, df in given.items():
             if room < 0:
                 break
-            whole = _collects_whole(df)
-            table = (df if whole else df.limit(room + 1)).toArrow()
-            room -= table.num_rows
-            out[source] = self._conform_arrow(source, table)
-            if whole:
-                complete.add(source)
-        return out, room >= 0, complete
+            if source not in out:
+                table = df.limit(room + 1).toArrow()
+                room -= table.num_rows
+                out[source] = self._conform_arrow(source, table)
+        return out, room >= 0, set(complete)
 
     def _step_arranged(self, plan: Plan, arranged: Mapping[str, dict[tuple[str, ...], Arrangement]],
                        inputs: dict[str, pa.Table], clock: datetime | None,

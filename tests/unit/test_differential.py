@@ -150,12 +150,15 @@ ARRANGED = {
 @given(data=st.data())
 @SETTINGS
 def test_arranged_ticks_equal_batch(spark, tmp_path_factory, data):
-    """Joins and linear aggregates after the first tick: every tick on arrangements."""
+    """Joins and linear aggregates after the first tick: every tick on arrangements, the
+    changes handed over as rows and as DataFrames (one per source, collected side by side)
+    in turn."""
     from tests.workload import changes
 
     diff = Differential(spark, str(tmp_path_factory.mktemp("state")), SOURCES, ARRANGED, max_batches=3)
     try:
         for tick in range(4):
+            diff.form = ("rows", "dataframe")[tick % 2]
             diff.step(changes(data, diff, list(SOURCES)))
             assert tick == 0 or diff.pipeline.last_tick.path == "arranged", diff.pipeline.last_tick.why
     finally:
