@@ -585,7 +585,7 @@ class Pipeline:
         room = ARRANGED_ROWS - sum(t.num_rows for t in out.values())
         given = {source: df for source, df in frames.items() if df is not None}
         complete = [source for source, df in given.items() if _collects_whole(df)]
-        collect = inheritable_thread_target(lambda source: given[source].toArrow())
+        collect = inheritable_thread_target(self.spark)(lambda source: given[source].toArrow())
         # side by side: a small input's job is mostly the scheduler's latency, not work
         with ThreadPoolExecutor(max(1, len(complete))) as pool:
             for source, table in zip(complete, pool.map(collect, complete)):
