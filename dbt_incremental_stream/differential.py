@@ -31,7 +31,7 @@ import sqlglot
 from sqlglot import exp
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import LongType, StructField, StructType, TimestampType
+from pyspark.sql.types import StructType, TimestampType
 
 from .circuit.operators import WEIGHT, quote
 from .catalog import quote_relation
@@ -191,7 +191,7 @@ class Differential:
     def _handed_over(self, source: str, changes: Sequence[Change]) -> Sequence[Change] | DataFrame:
         if self.form == "rows":
             return changes
-        schema = StructType([*self.pipeline._schemas[source].fields, StructField(WEIGHT, LongType(), False)])
+        schema = zsets.with_weight(self.pipeline._schemas[source])
         return self.spark.createDataFrame([(*r, w) for r, w in changes], schema)
 
     def _coerce(self, source: str, row: Sequence[Any]) -> Row:

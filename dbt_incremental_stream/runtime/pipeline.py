@@ -131,10 +131,10 @@ def _collects_whole(df: DataFrame) -> bool:
     for i in range(leaves.size()):
         leaf = leaves.apply(i)
         kind = leaf.getClass().getSimpleName()
-        if kind != "LogicalRDD":
-            if kind != "LocalRelation":
-                return False
+        if kind == "LocalRelation":
             continue
+        if kind != "LogicalRDD":
+            return False
         lineage = [leaf.rdd()]
         while lineage:
             rdd = lineage.pop()
