@@ -37,14 +37,13 @@ from operator import attrgetter, itemgetter
 from typing import Any, Callable, Optional, Sequence, Union
 
 import msgspec
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import Message
 from pyspark.sql.types import (BinaryType, BooleanType, DataType, DateType, DecimalType, DoubleType, FloatType,
                                StringType, StructField, StructType, TimestampType)
 
-from ..runtime import zsets
+from ..runtime import kernels, zsets
 from .envelopes import Record, envelope_changes, field_of, source_changes
 from .formats import _FLOAT_MAX, _INTS, Bad, Decoder, converter
 from .kafka import KafkaSource, record
@@ -170,7 +169,7 @@ class ChunkDecoder:
                 arrays.append(_array([r.metadata(kind) for r in records], self._arrow.field(f.name).type, f.dataType))
         n = len(rows)
         return pa.Table.from_arrays(
-            arrays + [pa.array(weights, pa.int64()) if weights is not None else pa.array(np.ones(n, np.int64)),
+            arrays + [pa.array(weights, pa.int64()) if weights is not None else kernels.ones(n),
                       pa.array(list(map(Message.partition, msgs)), pa.int32()),
                       pa.array(list(map(Message.offset, msgs)), pa.int64()), pa.nulls(n, pa.binary()),
                       pa.nulls(n, pa.string())], schema=self._arrow)

@@ -28,7 +28,6 @@ import os
 from dataclasses import dataclass, field
 from typing import AbstractSet, Any, Sequence
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -206,8 +205,7 @@ class Inputs:
             try:
                 rows = pq.read_table([local_directory(f) for f in added], columns=table.columns,
                                      coerce_int96_timestamp_unit="us")
-                rows = rows.rename_columns(names)
-                return rows.append_column(WEIGHT, pa.array(np.ones(rows.num_rows, np.int64)))
+                return kernels.inserted(rows.rename_columns(names))
             except (pa.ArrowException, OSError, KeyError):
                 pass  # what pyarrow does not read as Spark does, Spark reads
         return zsets.inserted(self.spark.read.schema(table.schema).format(file_format).load(added).toDF(*names))

@@ -891,7 +891,7 @@ class ArrangedTick:
         out = kernels.row_number(kernels.expand(rows), spec.partition, spec.order, spec.name)
         if spec.keep is not None:
             out = out.filter(expressions.as_column(spec.keep(out), out.num_rows))
-        out = out.append_column(WEIGHT, pa.array(np.ones(out.num_rows, np.int64)))
+        out = kernels.inserted(out)
         return self._conform(op, kernels.consolidate(out))
 
     def _regroup(self, op: GroupDiff, rows: pa.Table) -> pa.Table:

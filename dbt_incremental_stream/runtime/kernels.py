@@ -153,6 +153,16 @@ def concat(tables: Iterable[pa.Table | None]) -> pa.Table | None:
     return pa.concat_tables(present, promote_options="permissive")
 
 
+def ones(n: int) -> pa.Array:
+    """A weight column of ``n`` insertions."""
+    return pa.array(np.ones(n, np.int64))
+
+
+def inserted(table: pa.Table) -> pa.Table:
+    """``table``'s rows, each inserted once (a weight column of 1)."""
+    return table.append_column(WEIGHT, ones(table.num_rows))
+
+
 def negate(table: pa.Table) -> pa.Table:
     return table.set_column(table.schema.get_field_index(WEIGHT), WEIGHT,
                             pc.negate_checked(table.column(WEIGHT)))
@@ -572,7 +582,7 @@ def finish(groups: pa.Table, keys: Sequence[str], aggs: Sequence[AggCall], kinds
         if nonfinite_columns(a)[0] in groups.column_names:
             value = _float_total(value, [groups.column(c) for c in nonfinite_columns(a)])
         out[a.name] = pc.if_else(live, value, pa.scalar(None, value.type))
-    out[WEIGHT] = pa.chunked_array([np.ones(groups.num_rows, np.int64)], pa.int64())
+    out[WEIGHT] = ones(groups.num_rows)
     table = pa.table(out)
     return table.filter(pc.not_equal(count, 0)) if keys else table
 
