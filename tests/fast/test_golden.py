@@ -4,6 +4,8 @@
   function: SQL in → the SQL that pass alone makes of it.
 - ``fixtures/planner/*.sql``: SQL in → ``explain()`` of the plan :func:`compile` makes of it
   over :data:`CATALOG`.
+- ``fixtures/circuit/*.sql``: SQL in → ``explain()`` of the view's incremental circuit (the
+  DBSP rules of ``circuit/incremental.py`` applied to that plan, its output integrated).
 
 A file is a header of ``--`` comments, then sections: ``-- name: <what it shows>``, the SQL
 (its last line ends with ``;``), then the expected output, or ``ERROR <message>`` when the
@@ -22,7 +24,8 @@ from typing import Callable
 import pytest
 import sqlglot
 
-from dbt_incremental_stream.circuit.operators import Input, explain
+from dbt_incremental_stream.circuit.incremental import Incrementalizer
+from dbt_incremental_stream.circuit.operators import Input, Integral, explain
 from dbt_incremental_stream.errors import StreamError
 from dbt_incremental_stream.sql.compile import compile
 from dbt_incremental_stream.sql.relations import DIALECT
@@ -97,3 +100,8 @@ def test_rewrite_fixtures(name):
 @pytest.mark.parametrize("path", sorted((FIXTURES / "planner").glob("*.sql")), ids=lambda p: p.stem)
 def test_plan_fixtures(path):
     _check(path, lambda sql: explain(compile(sql, CATALOG, view="v")))
+
+
+@pytest.mark.parametrize("path", sorted((FIXTURES / "circuit").glob("*.sql")), ids=lambda p: p.stem)
+def test_circuit_fixtures(path):
+    _check(path, lambda sql: explain(Integral(Incrementalizer()(compile(sql, CATALOG, view="v")))))
