@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
-from typing import Iterator
+from typing import Callable, Iterator
 
 WEIGHT = "_w"
 COUNT = "_cnt"
@@ -439,8 +439,9 @@ class _Printer:
     names: dict[str, str] = field(default_factory=dict)
 
 
-def explain(*roots: Operator) -> str:
-    """The circuit as text, one node a line, shared nodes printed once and referenced."""
+def explain(*roots: Operator, note: Callable[[Operator], str | None] | None = None) -> str:
+    """The circuit as text, one node a line, shared nodes printed once and referenced;
+    ``note`` adds what it says of a node after ``|`` on its line."""
     uses: dict[str, int] = {}
     for op in walk(*roots):
         for i in op.inputs:
@@ -456,7 +457,8 @@ def explain(*roots: Operator) -> str:
         if uses.get(op.id, 0) > 1 or isinstance(op, Integral):
             p.names[op.id] = f"#{len(p.names) + 1}"
             tag = f"{p.names[op.id]} "
-        p.lines.append(f"{pad}{tag}{op.label()}")
+        said = note(op) if note is not None else None
+        p.lines.append(f"{pad}{tag}{op.label()}" + (f"  | {said}" if said else ""))
         for i in op.inputs:
             show(i, depth + 1)
 

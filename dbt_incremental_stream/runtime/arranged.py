@@ -224,6 +224,55 @@ class Plan:
         """Keep state node ``node`` arranged by ``key``."""
         self.specs[(node, key)] = Spec(node, key, additive)
 
+    def note(self, op: Operator) -> str | None:
+        """What this plan does at ``op`` (for :func:`~.operators.explain`): the arrangements
+        of a state node, how a join or a group reads the state, what Arrow computes and what
+        Spark does instead."""
+        node = self.same.get(op.id, op.id)
+        keys = [_key_text(s) for s in self.specs.values() if s.node == node]
+        arranged = f"arranged by {', '.join(keys)}" if keys else None
+        if isinstance(op, (GroupDiff, WindowDiff)):
+            if isinstance(op, GroupDiff) and op.linear:
+                said = "partial sums of the touched groups"
+            elif op.id in self.tops:
+                top = self.tops[op.id]
+                said = f"the first {top.k} rows read from the {'top' if top.desc else 'bottom'} of {top.stored}"
+            else:
+                said = f"the touched groups' rows read by ({', '.join(group_keys(op))})"
+            if isinstance(op, WindowDiff):
+                said += ", ROW_NUMBER in Arrow" if op.id in self.windows else ", the window by Spark"
+            return said + (f"; output {arranged}" if arranged else "")
+        if arranged or isinstance(op, (Integral, Recompute)):
+            return arranged
+        if isinstance(op, Join) and op.id in self.joins:
+            j = self.joins[op.id]
+            side = "right" if j.state_right else "left"
+            said = (f"Spark probes ({j.unkeyed})" if j.unkeyed else
+                    f"the delta probes the {side} side's state by {_key_text(self._probed(j, op))}")
+            if j.probe_as:
+                said += " (the delta's keys as " + ", ".join(str(t) for t in j.probe_as if t is not None) + ")"
+            if j.computed:
+                said += ", the delta's keys computed " + ("in Arrow" if op.id in self.join_keys else "by Spark")
+            if j.residual:
+                said += ", the rest of ON " + ("in Arrow" if op.id in self.predicates else "by Spark")
+            return said
+        if isinstance(op, Temporal):
+            t = self.temporal.get(op.id)
+            return f"rows read by ranges of {t.column} as the time moves" if t is not None else None
+        if isinstance(op, Filter):
+            return "in Arrow" if op.id in self.predicates else "by Spark"
+        if isinstance(op, Map):
+            if self.renames.get(op.id) is not None:
+                return None  # columns renamed: nothing computed
+            return "in Arrow" if op.id in self.values else "by Spark"
+        return None
+
+    @staticmethod
+    def _probed(j: JoinPlan, join: Join) -> tuple[str, ...]:
+        """The key of the state side's arrangement a join probes (as :meth:`_join` needs it)."""
+        i = 1 if j.state_right else 0
+        return j.state.key([unquote(pair[i]) for pair in join.keys])
+
     def _check(self, op: Operator) -> None:
         if isinstance(op, Filter):
             self._predicate(op, op.predicate, op.input)
@@ -492,6 +541,13 @@ class Plan:
         if any(not kernels.probes_as(a, b) for a, b in mixed):
             return replace(plan, unkeyed=f"{op.label()}: keys of types {mixed} are compared by Spark")
         return plan
+
+
+def _key_text(spec: Spec | tuple[str, ...]) -> str:
+    key = spec.key if isinstance(spec, Spec) else spec
+    if key and key[0] == kernels.ORDERED:
+        return f"order of {key[1]}"
+    return f"({', '.join(key)})" + (" as sums" if isinstance(spec, Spec) and spec.additive else "")
 
 
 def _no_types(op: Operator, exprs: list[str]) -> list[pa.DataType]:

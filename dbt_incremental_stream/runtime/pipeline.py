@@ -1037,10 +1037,14 @@ class Pipeline:
         return self._views[name].schema if name in self._views else self._schemas[name]
 
     def explain(self, name: str) -> str:
-        """The view's logical plan and its incremental circuit, as text."""
+        """The view's logical plan, its incremental circuit, and how a small tick runs it:
+        on arrangements (what each node reads and where it is computed) or not, and why."""
         view = self._views[name.lower()]
+        plan = self._arranged_plan()
+        arranged = (f"-- view {view.name}: on arrangements\n{explain(view.state, note=plan.note)}" if plan is not None
+                    else f"-- view {view.name}: not on arrangements ({self._plan})")
         return (f"-- view {view.name}: plan\n{explain(view.logical)}\n"
-                f"-- view {view.name}: incremental circuit\n{explain(view.state)}")
+                f"-- view {view.name}: incremental circuit\n{explain(view.state)}\n{arranged}")
 
     @property
     def views(self) -> list[str]:
