@@ -25,7 +25,7 @@ from ..circuit.operators import WEIGHT, quote
 from ..connectors.kafka import KafkaSettings, KafkaSource
 from ..connectors.sinks import TopicWriter
 from ..runtime import zsets
-from ..runtime.pipeline import Changes
+from ..runtime.ticks import Changes
 from ..runtime.location import local_directory
 from .models import CHANGELOG_TABLE, Model
 from .report import TickReport

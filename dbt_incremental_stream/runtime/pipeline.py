@@ -21,83 +21,36 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from decimal import Decimal
 from functools import partial
-from typing import AbstractSet, Any, Callable, Iterable, Iterator, Mapping, Sequence, cast
+from typing import AbstractSet, Any, Callable, Iterable, Mapping, Sequence, cast
 
 import pyarrow as pa
 from py4j.protocol import Py4JError
-from pyspark import inheritable_thread_target
 from pyspark.errors import AnalysisException, ParseException, PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import DataType, DecimalType, DoubleType, FloatType, StructField, StructType
 
 from ..circuit.incremental import Incrementalizer
-from ..circuit.operators import (WEIGHT, Delay, GroupDiff, Input, Integral, Map, Operator, Partials, Recompute, explain,
+from ..circuit.operators import (WEIGHT, Delay, Input, Integral, Map, Operator, Partials, Recompute, explain,
                                  quote, walk)
 from ..errors import CompileError, StateError, StreamError
 from ..sql.compile import compile, parse
 from ..sql.rewrites.clock import uses_clock
 from ..sql.temporal import CLOCK, CLOCK_COLUMN
-from . import kernels, tasks, zsets
-from .arranged import ArrangedTick, NotArranged, Plan, Spec
-from .arrangement import BUILT_DDL, Arrangement, Run, buckets_for
-from .arrangement import build as build_runs
+from . import kernels, zsets
+from .arranged import NotArranged, Plan
+from .arrangement import Arrangement
 from .evaluate import Tick, empty_tick
+from .on_arrangements import ArrangedTicks
+from .ticks import Changes, State, TickStats
 from .expiry import Retention
-from .state import Batch, StateStore, batch_column, batch_dir
+from .state import Batch, StateStore
 
 Rows = Iterable[tuple[Sequence[Any], int]]
-#: a tick takes the arranged path when its inputs have at most this many rows in all
-ARRANGED_ROWS = 100_000
-#: a DataFrame input Spark estimates at most this large, or made of data from the driver's
-#: memory, is collected whole; any other (a large table, an RDD over files) through a
-#: limit, one row past the room left (a limit's exchange costs a stage)
-ARRANGED_BYTES = 64 << 20
 PLACEMENTS = frozenset({"auto", "dataframe", "tasks"})
-#: rows of each input a tick for Spark tasks is first rehearsed on in the driver
-REHEARSAL_ROWS = 1_000
-
-
-@dataclass(frozen=True)
-class TickStats:
-    """How a tick ran: ``path`` is "arranged" (kernels on indexed state) or "dataframe"
-    (Spark jobs over whole batches); ``seconds`` splits its time."""
-
-    path: str
-    input_rows: int
-    seconds: dict[str, float]
-    why: str | None = None  # why a tick took the DataFrame path
-    rows_read: int = 0  # arranged: rows of state that its joins and temporal filters read
-
-
-class Changes(Mapping[str, DataFrame]):
-    """Views' changes as DataFrames made when first read (most ticks read few of them);
-    on the arranged path also as the Arrow tables they are made from."""
-
-    def __init__(self, make: dict[str, Callable[[], DataFrame]], tables: Mapping[str, pa.Table] | None = None):
-        self._make = make
-        self._made: dict[str, DataFrame] = {}
-        self._tables = tables or {}
-
-    def __getitem__(self, name: str) -> DataFrame:
-        if name not in self._made:
-            self._made[name] = self._make[name]()
-        return self._made[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._make)
-
-    def __len__(self) -> int:
-        return len(self._make)
-
-    def in_driver(self, name: str) -> pa.Table | None:
-        """A view's change (its columns, then ``_w``) as Arrow if the tick made it on
-        arrangements, else None."""
-        return self._tables.get(name)
 
 
 def _merge_arrow(state: State, table: pa.Table) -> pa.Table:
@@ -118,32 +71,6 @@ def _scan_paths(batches: Sequence[Batch]) -> list[tuple[str, str]]:
     return [(b.column, b.path) for b in batches]
 
 
-def _collects_whole(df: DataFrame) -> bool:
-    """Whether a DataFrame input may be collected into the driver without a limit: Spark
-    estimates it at most :data:`ARRANGED_BYTES` (exact for local data), or each of its
-    leaves is an RDD parallelized from the driver's memory, which is what
-    ``spark.createDataFrame`` of Python rows makes (its estimate is unbounded)."""
-    plan = df._jdf.queryExecution().optimizedPlan()
-    size = plan.stats().sizeInBytes()
-    if (size if isinstance(size, int) else int(size.toString())) <= ARRANGED_BYTES:
-        return True
-    leaves = plan.collectLeaves()
-    for i in range(leaves.size()):
-        leaf = leaves.apply(i)
-        kind = leaf.getClass().getSimpleName()
-        if kind == "LocalRelation":
-            continue
-        if kind != "LogicalRDD":
-            return False
-        lineage = [leaf.rdd()]
-        while lineage:
-            rdd = lineage.pop()
-            deps = rdd.dependencies()
-            if deps.size() == 0 and rdd.getClass().getSimpleName() != "ParallelCollectionRDD":
-                return False
-            lineage += [deps.apply(j).rdd() for j in range(deps.size())]
-    return True
-State = Integral | Recompute  # nodes with persisted state: an integral, or a per-group recompute's output
 
 
 def data_error(e: BaseException) -> str | None:
@@ -219,7 +146,6 @@ class Pipeline:
         #: in Spark tasks), "tasks" (every tick in Spark tasks) or "dataframe" (every tick
         #: by the DataFrame evaluator: the twin of the others in the tests)
         self.placement = placement
-        self._task_parts: dict[int, list[int]] = {}  # per task count, the part values reaching each
         self.store = StateStore(spark, state_location, max_batches=max_batches)
         self._analysis = spark.newSession()  # temp views for batch semantics, apart from the user's
         self._schemas: dict[str, StructType] = {}
@@ -227,6 +153,7 @@ class Pipeline:
         self._views: dict[str, View] = {}
         self._incremental = Incrementalizer()
         self._indexes: set[tuple[str, tuple[str, ...]]] = set()  # (source, key) arranged for current_rows
+        self._arranged = ArrangedTicks(self)
         self._expiring: set[str] = set()  # sources whose retained input drops rows out of every window
         self._circuit_changed()
         #: how the last tick ran and where its time went
@@ -335,8 +262,7 @@ class Pipeline:
         self._recorded_valid: bool | None = None
         self._to_record: tuple[tuple[int, int], dict[str, dict[str, str]]] | None = None  # by what it was made of
         self._plan: Plan | NotArranged | None = None
-        #: why an operator of the circuit cannot run in Spark tasks (found by a tick that tried)
-        self._not_in_tasks: str | None = None
+        self._arranged.circuit_changed()
 
     def _recorded_types(self, kind: str) -> dict[str, str]:
         """What the last commit recorded of ``kind`` ("schemas", "exprs"), while every
@@ -447,19 +373,21 @@ class Pipeline:
         aside = self._own_states(set(skip))
         if plan is not None and self.placement == "dataframe":
             why = "placement 'dataframe'"
-        elif plan is not None and not self._arranged_ready(plan) and not self._first(skip):
+        elif plan is not None and not self._arranged.ready(plan) and not self._arranged.first(skip):
             why = "state to build"
         elif plan is not None:
-            fetched, whole, complete = ({}, False, set()) if self.placement == "tasks" else self._fetch(inputs, arrow)
+            fetched, whole, complete = (({}, False, set()) if self.placement == "tasks"
+                                        else self._arranged.fetch(inputs, arrow))
             if not whole:  # what the driver holds whole goes to the tasks as Arrow, not evaluated again
                 arrow |= {n: fetched[n] for n in complete}
                 inputs |= {n: None for n in complete}
             try:
-                arranged = self._arrangements(plan, fetched if whole else None, inputs, arrow)
+                arranged = self._arranged.arrangements(plan, fetched if whole else None, inputs, arrow)
                 if whole:
-                    return self._step_arranged(plan, arranged, fetched, clock, before_commit, started, aside, skip)
-                return self._step_tasks(plan, arranged, inputs, arrow, fetched, clock, before_commit, started,
-                                        aside, skip)
+                    return self._arranged.in_driver(plan, arranged, fetched, clock, before_commit, started, aside,
+                                                    skip)
+                return self._arranged.in_tasks(plan, arranged, inputs, arrow, fetched, clock, before_commit,
+                                               started, aside, skip)
             except Exception as e:  # the DataFrame path computes it, with Spark's own errors
                 if not isinstance(e, _DECLINES) and data_error(e) is None and whole:
                     raise
@@ -499,7 +427,7 @@ class Pipeline:
             frames = {v.name: self._change(v, written.get(v.state.id, [])) for v in self._views.values()}
             changes = Changes({name: partial(frames.__getitem__, name) for name in frames})
             arranging = time.perf_counter()
-            arrangements = self._arrange(plan, written, tick) if plan is not None else {}
+            arrangements = self._arranged.build(plan, written, tick) if plan is not None else {}
             outputs, computed = self._commit(tick, every, written, arrangements, changes,
                                              self._meta(clock, expired, skip), before_commit)
         finally:
@@ -546,210 +474,10 @@ class Pipeline:
                 self._plan = e
         return self._plan if isinstance(self._plan, Plan) else None
 
-    def _arranged_ready(self, plan: Plan) -> bool:
-        """Whether every state node exists and every arrangement the plan needs is built."""
-        return self.store.tick > 0 and not self.pending and all(
-            spec.key in self.store.arrangements.get(spec.node, {}) for spec in plan.specs.values())
-
-    def _first(self, skip: Mapping[str, str]) -> bool:
-        """Whether this is the pipeline's first tick, none of its views reading the time:
-        then the operators on arrangements build the state, with all input as the delta."""
-        return self.store.tick == 0 and not skip and CLOCK not in self._schemas
-
-    def _arrangements(self, plan: Plan, fetched: Mapping[str, pa.Table] | None,
-                      frames: Mapping[str, DataFrame | None], arrow: Mapping[str, pa.Table]
-                      ) -> dict[str, dict[tuple[str, ...], Arrangement]]:
-        """The arrangements the tick reads and appends to: the committed ones, or on the
-        first tick (:meth:`_first`) every one the plan needs, empty, with buckets for the
-        tick's input rows (a DataFrame input counted by a job)."""
-        if self.store.tick > 0:
-            return self.store.arrangements
-        if fetched is not None:
-            rows = sum(t.num_rows for t in fetched.values())
-        else:
-            rows = sum(t.num_rows for t in arrow.values()) + sum(df.count() for df in frames.values() if df is not None)
-        out: dict[str, dict[tuple[str, ...], Arrangement]] = {}
-        for spec in plan.specs.values():
-            out.setdefault(spec.node, {})[spec.key] = Arrangement(spec.node, spec.key, spec.additive,
-                                                                  buckets_for(rows))
-        return out
-
-    def _fetch(self, frames: Mapping[str, DataFrame | None], arrow: Mapping[str, pa.Table]
-               ) -> tuple[dict[str, pa.Table], bool, set[str]]:
-        """Every input as an Arrow table in the driver, and True; or, when the tick has more
-        than :data:`ARRANGED_ROWS` rows in all, the first rows of the inputs fetched so far
-        (a rehearsal's sample, :meth:`_rehearse`), and False. A DataFrame input is sized by
-        its rows, not by Spark's size estimate (:func:`_collects_whole`). Last, the
-        DataFrame inputs fetched with all their rows."""
-        out = dict(arrow)
-        room = ARRANGED_ROWS - sum(t.num_rows for t in out.values())
-        given = {source: df for source, df in frames.items() if df is not None}
-        complete = [source for source, df in given.items() if _collects_whole(df)]
-        collect = inheritable_thread_target(self.spark)(lambda source: given[source].toArrow())
-        # side by side: a small input's job is mostly the scheduler's latency, not work
-        with ThreadPoolExecutor(max(1, len(complete))) as pool:
-            for source, table in zip(complete, pool.map(collect, complete)):
-                room -= table.num_rows
-                out[source] = self._conform_arrow(source, table)
-        for source, df in given.items():
-            if room < 0:
-                break
-            if source not in out:
-                table = df.limit(room + 1).toArrow()
-                room -= table.num_rows
-                out[source] = self._conform_arrow(source, table)
-        return out, room >= 0, set(complete)
-
-    def _step_arranged(self, plan: Plan, arranged: Mapping[str, dict[tuple[str, ...], Arrangement]],
-                       inputs: dict[str, pa.Table], clock: datetime | None,
-                       before_commit: Callable[[int, Changes], None] | None, started: float,
-                       aside: AbstractSet[str], skip: Mapping[str, str]) -> Changes:
-        """One tick on arrangements: kernels in the driver over the touched keys only. The
-        state nodes ``aside`` (of the views in ``skip``) are left as they are."""
-        fetched = time.perf_counter()
-        states = self._states()
-        live = [s for s in states if s.id not in aside]
-        assert self.store.runs is not None
-        run = ArrangedTick(plan, inputs, arranged, self.store.runs, self.spark, first=self.store.tick == 0)
-        tables = {s.id: run.state_delta(s) for s in live}
-        by_id = {s.id: s for s in live}
-        expired = self._retention.cut_arrow(plan, tables, clock, list(by_id), self.store,
-                                            lambda node: zsets.arrow_schema(self._stored_schema(by_id[node])))
-        evaluated = time.perf_counter()
-        tick = self.store.tick + 1
-        batches = self.store.write_arrow(tick, tables, {s.id: self._stored_schema(s) for s in states})
-        written = {s.id: [batches[s.id]] if s.id in batches else [] for s in states}
-        runs = self.store.runs
-        arrangements = {node: {key: runs.append(arr, tick, tables.get(node)) for key, arr in arrs.items()}
-                        for node, arrs in arranged.items() if node in tables}
-        changes = Changes({v.name: partial(self._arrow_change, v, tables.get(v.state.id))
-                           for v in self._views.values()},
-                          {v.name: t for v in self._views.values() if (t := tables.get(v.state.id)) is not None})
-        outputs, committing = self._commit(tick, states, written, arrangements, changes,
-                                           self._meta(clock, expired, skip), before_commit)
-        done = time.perf_counter()
-        self.last_tick = TickStats("arranged", sum(t.num_rows for t in inputs.values()),
-                                   {"spark": fetched - started + run.spark_seconds,
-                                    "driver": evaluated - fetched - run.spark_seconds,
-                                    "write": outputs - evaluated, "outputs": committing - outputs,
-                                    "commit": done - committing}, rows_read=run.rows_read)
-        return changes
-
-    def _step_tasks(self, plan: Plan, arrangements: Mapping[str, dict[tuple[str, ...], Arrangement]],
-                    inputs: Mapping[str, DataFrame | None], arrow: Mapping[str, pa.Table],
-                    fetched: Mapping[str, pa.Table], clock: datetime | None,
-                    before_commit: Callable[[int, Changes], None] | None, started: float,
-                    aside: AbstractSet[str], skip: Mapping[str, str]) -> Changes:
-        """One tick on arrangements in Spark tasks (:mod:`.tasks`): a delta too large for
-        the driver, one Spark job. A job that fails leaves files no manifest names."""
-        if self._not_in_tasks is not None:
-            raise NotArranged(self._not_in_tasks)
-        if self._retention.thresholds(plan, clock):
-            raise NotArranged("rows leave the state as the time moves")
-        states = self._states()
-        live = [s for s in states if s.id not in aside]
-        if self.store.tick == 0 and any(isinstance(op, GroupDiff) and not op.keys for op in walk(*live)):
-            raise NotArranged("a keyless aggregate's first row (of no rows, maybe) is Spark's to give")
-        frames = {self._catalog[n].id: df for n, df in inputs.items() if df is not None}
-        tables = {self._catalog[n].id: t for n, t in arrow.items() if t.num_rows}
-        assert self.store.runs is not None
-        self._rehearse(plan, arrangements, live, inputs, {**fetched, **arrow})
-        tick = self.store.tick + 1
-        directory = batch_dir(tick)
-        ported, ops = tasks.portable(plan, live)
-        width = self.spark.sparkContext.defaultParallelism
-        if width not in self._task_parts:
-            self._task_parts[width] = tasks.spark_parts(self.spark, width)
-        arranged = {s.id: arrangements.get(s.id, {}) for s in live}
-        ctx = tasks.Context(ported, tasks.layout(plan, live), ops, arranged, self.store.runs.root, tick, directory,
-                            {self._catalog[n].id: zsets.arrow_schema(zsets.with_weight(self._schemas[n]))
-                             for n in self._schemas},
-                            self._task_parts[width], zsets.ansi(self.spark))
-        try:
-            files = tasks.run(ctx, self.spark, frames, tables, width)
-        except BaseException as e:
-            self.store.fs.delete(self.store.fs.path(directory))
-            self.store.collect_garbage()
-            why = tasks.declined(e)
-            if why is not None:  # an operator a task cannot run: so for every later tick too
-                if self.store.tick > 0:  # (a first tick declines for its own reasons too)
-                    self._not_in_tasks = why
-                raise NotArranged(why) from None
-            raise
-        computed = time.perf_counter()
-        sizes: dict[str, int] = {}
-        new: dict[str, dict[tuple[str, ...], dict[int, list[Run]]]] = {}
-        for f in files:
-            if "batch" in f:
-                sizes[f["node"]] = sizes.get(f["node"], 0) + f["bytes"]
-            else:
-                new.setdefault(f["node"], {}).setdefault(tuple(f["key"]), {}).setdefault(
-                    f["bucket"], []).append(Run(f["path"], f["rows"]))
-        written = {s.id: [Batch(self.store.fs.path(directory, f"_node={s.id}"), sizes[s.id], batch_column(s.id),
-                                self._stored_schema(s).json())] if s.id in sizes else [] for s in states}
-        arrangements = {node: {key: arr.with_runs(new.get(node, {}).get(key, {})) for key, arr in arrs.items()}
-                        for node, arrs in arranged.items()}
-        changes = Changes({v.name: partial(self._change, v, written.get(v.state.id, [])) for v in self._views.values()})
-        outputs, committing = self._commit(tick, states, written, arrangements, changes,
-                                           self._meta(clock, dict(self._retention.expired), skip), before_commit)
-        done = time.perf_counter()
-        self.last_tick = TickStats("tasks", sum(t.num_rows for t in arrow.values()),
-                                   {"spark": computed - started, "outputs": committing - outputs,
-                                    "commit": done - committing})
-        return changes
-
-    def _rehearse(self, plan: Plan, arrangements: Mapping[str, dict[tuple[str, ...], Arrangement]],
-                  live: Sequence[State], inputs: Mapping[str, DataFrame | None],
-                  held: Mapping[str, pa.Table]) -> None:
-        """Run the operators in the driver as a task would (no Spark) over the first
-        :data:`REHEARSAL_ROWS` rows of each input (of those ``held`` in Arrow, or fetched
-        now): an operator that needs Spark declines here, before the job moves the whole
-        tick (a decline in the tasks costs the job)."""
-        sample = {n: t.slice(0, REHEARSAL_ROWS) for n, t in held.items()}
-        sample |= {n: self._conform_arrow(n, df.limit(REHEARSAL_ROWS).toArrow())
-                   for n, df in inputs.items() if df is not None and n not in held}
-        assert self.store.runs is not None
-        run = ArrangedTick(plan, sample, arrangements, self.store.runs, None, ansi=zsets.ansi(self.spark),
-                           probe_rows=None)
-        for s in live:
-            run.state_delta(s)
-
     def _arrow_change(self, view: View, table: pa.Table | None) -> DataFrame:
         if table is None or table.num_rows == 0:
             return self._change(view, [])
         return self.spark.createDataFrame(table)
-
-    def _arrange(self, plan: Plan, written: dict[str, list[Batch]], tick: int
-                 ) -> dict[str, dict[tuple[str, ...], Arrangement]]:
-        """The arrangements the plan needs, with this tick's batches appended by a bulk
-        build; an arrangement not built yet is built from the node's whole spine. One
-        Spark job per arrangement, all submitted at once (small ones finish in the
-        shadow of the large one)."""
-        def build(spec: Spec) -> Arrangement:
-            arr = self.store.arrangements.get(spec.node, {}).get(spec.key)
-            batches = list(written.get(spec.node, []))
-            if arr is None:
-                spine = self.store.spines.get(spec.node)
-                batches = (list(spine.batches) if spine else []) + batches
-                size = Batch.open_many(self.spark, batches).count() if batches else 0  # from Parquet footers
-                arr = Arrangement(spec.node, spec.key, spec.additive, buckets_for(size))
-            if not batches:
-                return arr
-            frame = Batch.open_many(self.spark, batches)
-            task = partial(build_runs, self.store.fs.root, arr, tick, zsets.arrow_schema(frame.schema))
-            rows = frame.mapInArrow(task, BUILT_DDL).collect()
-            new: dict[int, list[Run]] = {}
-            for r in rows:
-                new.setdefault(r["bucket"], []).append(Run(r["path"], r["rows"]))
-            return arr.with_runs(new)
-
-        specs = list(plan.specs.values())
-        with ThreadPoolExecutor(max_workers=max(1, len(specs))) as pool:
-            built = list(pool.map(build, specs))
-        out: dict[str, dict[tuple[str, ...], Arrangement]] = {}
-        for spec, arr in zip(specs, built):
-            out.setdefault(spec.node, {})[spec.key] = arr
-        return out
 
     def _schema_of(self, op: Operator) -> StructType:
         """The Spark types of a node's rows (from a plan over empty inputs, no job)."""

@@ -441,7 +441,7 @@ def test_a_dataframe_delta_is_sized_by_its_rows(spark, tmp_path, monkeypatch):
     from files takes the arranged path in the driver when it has few rows, as the same rows
     would; past ``ARRANGED_ROWS`` rows the same operators run in Spark tasks. The view is
     right on every tick."""
-    from dbt_incremental_stream.runtime import pipeline
+    from dbt_incremental_stream.runtime import on_arrangements
 
     pipe = Pipeline(spark, str(tmp_path / "state"))
     pipe.add_source("orders", "id BIGINT, cust INT, amount DOUBLE")
@@ -465,16 +465,16 @@ def test_a_dataframe_delta_is_sized_by_its_rows(spark, tmp_path, monkeypatch):
         first = [(i, i % 3, float(i), 1) for i in range(10)]
         step(first, spark.createDataFrame(first, schema))
         rows = spark.createDataFrame(first, schema).select("id")  # its estimate is unbounded: it is collected whole
-        assert rows._jdf.queryExecution().optimizedPlan().stats().sizeInBytes() > pipeline.ARRANGED_BYTES
-        assert pipeline._collects_whole(rows)
+        assert rows._jdf.queryExecution().optimizedPlan().stats().sizeInBytes() > on_arrangements.ARRANGED_BYTES
+        assert on_arrangements.collects_whole(rows)
         lines = spark.createDataFrame(spark.sparkContext.textFile(str(tmp_path / "state")), "s STRING")
-        assert not pipeline._collects_whole(lines)  # an RDD over files: through a limit
+        assert not on_arrangements.collects_whole(lines)  # an RDD over files: through a limit
         change = [(3, 0, 3.0, -1), (20, 2, 20.0, 1)]
         assert step(change, spark.createDataFrame(change, schema).select("id", "cust", "amount", "_w")) == "arranged"
         written = [(21, 1, 21.0, 1), (4, 1, 4.0, -1)]
         spark.createDataFrame(written, schema).write.parquet(str(tmp_path / "changes"))
         assert step(written, spark.read.parquet(str(tmp_path / "changes"))) == "arranged"
-        monkeypatch.setattr(pipeline, "ARRANGED_ROWS", 2)
+        monkeypatch.setattr(on_arrangements, "ARRANGED_ROWS", 2)
         many = [(30 + i, i % 3, 0.5, 1) for i in range(3)]
         assert step(many, spark.createDataFrame(many, schema)) == "tasks"
         gone = [(30, 0, 0.5, -1)]

@@ -182,7 +182,7 @@ def test_a_tick_redone_after_a_crash_between_partition_commits_writes_each_parti
     views. On a large tick (in Spark tasks) tasks write the partitions, on a small one the
     driver."""
     from dbt_incremental_stream.connectors.sinks import AFTER_COMMIT, KafkaSink
-    from dbt_incremental_stream.runtime import pipeline
+    from dbt_incremental_stream.runtime import on_arrangements
 
     src, schema, state = f"raw_px_{path}.orders", f"px_{path}", str(tmp_path / "state")
     source_topic, totals_topic, rows_topic = f"px_{path}_in", f"px_{path}_totals", f"px_{path}_rows"
@@ -197,7 +197,7 @@ def test_a_tick_redone_after_a_crash_between_partition_commits_writes_each_parti
     project.deploy(Model(f"{schema}.rows", f"SELECT id, name, amount FROM {src}", sink=KafkaSink(rows_topic)),
                    streams=[stream])
     if path == "tasks":
-        monkeypatch.setattr(pipeline, "ARRANGED_ROWS", -1)
+        monkeypatch.setattr(on_arrangements, "ARRANGED_ROWS", -1)
     produce(kafka, source_topic, [({"id": i}, {"id": i, "name": f"n{i % 7}", "amount": float(i)}) for i in range(60)])
     assert project.advance()
     produce(kafka, source_topic, [({"id": i}, {"id": i, "name": f"n{i % 5}", "amount": i / 2}) for i in range(0, 60, 3)]
@@ -245,7 +245,7 @@ def test_a_sink_written_by_tasks_then_the_driver_writes_each_tick_once(spark, ka
     with producers of the same transactional ids, fencing the driver's) in turn: the driver
     starts its producers again and every partition holds each tick once."""
     from dbt_incremental_stream.connectors.sinks import KafkaSink
-    from dbt_incremental_stream.runtime import pipeline
+    from dbt_incremental_stream.runtime import on_arrangements
 
     src, source_topic, sink_topic = "raw_turns.orders", "turns_in", "turns_out"
     create_topics(kafka, source_topic, partitions=1)
@@ -256,7 +256,7 @@ def test_a_sink_written_by_tasks_then_the_driver_writes_each_tick_once(spark, ka
                    streams=[KafkaSource(src, source_topic, SCHEMA)])
     paths = []
     for tick, path in enumerate(["tasks", "arranged", "tasks", "arranged"]):
-        monkeypatch.setattr(pipeline, "ARRANGED_ROWS", -1 if path == "tasks" else 100_000)
+        monkeypatch.setattr(on_arrangements, "ARRANGED_ROWS", -1 if path == "tasks" else 100_000)
         produce(kafka, source_topic, [(None, {"id": i, "name": "n", "amount": 1.0})
                                       for i in range(tick * 9, tick * 9 + 9)])
         project.new_frontier()
