@@ -11,6 +11,11 @@ Every source's integral is kept (retained input), so a view added to a pipeline 
 already ran is backfilled from history, and a process that opens the same location with
 the same sources and views resumes from the last committed tick.
 
+A step runs on arrangements when the circuit has an arranged form and its state is built
+(:mod:`.on_arrangements`: in the driver, or in Spark tasks for a large tick); otherwise,
+or when that path declines, the DataFrame evaluator (:mod:`.evaluate`) computes it here.
+Either way the tick commits through :meth:`Pipeline._commit`.
+
 Rows that every reader sees only through temporal filters leave state once their last
 window closes (:mod:`.expiry`). A source's retained input is such a state only when the
 source is declared ``expire``: then a view added later that would still see a row gone
