@@ -191,7 +191,7 @@ class Differential:
     def _handed_over(self, source: str, changes: Sequence[Change]) -> Sequence[Change] | DataFrame:
         if self.form == "rows":
             return changes
-        schema = zsets.with_weight(self.pipeline._schemas[source])
+        schema = zsets.with_weight(self.pipeline.schema(source))
         return self.spark.createDataFrame([(*r, w) for r, w in changes], schema)
 
     def _coerce(self, source: str, row: Sequence[Any]) -> Row:

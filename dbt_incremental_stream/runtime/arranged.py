@@ -107,6 +107,7 @@ class JoinPlan:
     unkeyed: str | None = None  # why its state cannot be probed: a tick where its delta has rows takes Spark's job
     #: per key pair, the state key's type where the delta's key has another (:func:`kernels.as_probe`)
     probe_as: tuple[pa.DataType | None, ...] = ()
+    probed: tuple[str, ...] = ()  # the key of the state's arrangement the delta probes (when keyed)
 
 
 @dataclass(frozen=True)
@@ -248,7 +249,7 @@ class Plan:
             j = self.joins[op.id]
             side = "right" if j.state_right else "left"
             said = (f"Spark probes ({j.unkeyed})" if j.unkeyed else
-                    f"the delta probes the {side} side's state by {_key_text(self._probed(j, op))}")
+                    f"the delta probes the {side} side's state by {_key_text(j.probed)}")
             if j.probe_as:
                 said += " (the delta's keys as " + ", ".join(str(t) for t in j.probe_as if t is not None) + ")"
             if j.computed:
@@ -266,12 +267,6 @@ class Plan:
                 return None  # columns renamed: nothing computed
             return "in Arrow" if op.id in self.values else "by Spark"
         return None
-
-    @staticmethod
-    def _probed(j: JoinPlan, join: Join) -> tuple[str, ...]:
-        """The key of the state side's arrangement a join probes (as :meth:`_join` needs it)."""
-        i = 1 if j.state_right else 0
-        return j.state.key([unquote(pair[i]) for pair in join.keys])
 
     def _check(self, op: Operator) -> None:
         if isinstance(op, Filter):
@@ -523,7 +518,8 @@ class Plan:
         if not all(is_identifier(pair[i]) for pair in op.keys):  # no arrangement by a computed key (yet)
             return JoinPlan(state, right is not None, null_safe, residual, False,
                             f"{op.label()}: the key of its state side is an expression")
-        self.need(self.state_of(state.integral), state.key([unquote(pair[i]) for pair in op.keys]), False)
+        probed = state.key([unquote(pair[i]) for pair in op.keys])
+        self.need(self.state_of(state.integral), probed, False)
         computed = not all(is_identifier(pair[1 - i]) for pair in op.keys)
         delta = op.left if right is not None else op.right
         if computed:
@@ -537,7 +533,8 @@ class Plan:
         theirs = self.types(op.right if right is not None else op.left, [pair[i] for pair in op.keys])
         mixed = [(a, b) for a, b in zip(ours, theirs) if a != b]
         plan = JoinPlan(state, right is not None, null_safe, residual, computed,
-                        probe_as=tuple(b if a != b else None for a, b in zip(ours, theirs)) if mixed else ())
+                        probe_as=tuple(b if a != b else None for a, b in zip(ours, theirs)) if mixed else (),
+                        probed=probed)
         if any(not kernels.probes_as(a, b) for a, b in mixed):
             return replace(plan, unkeyed=f"{op.label()}: keys of types {mixed} are compared by Spark")
         return plan

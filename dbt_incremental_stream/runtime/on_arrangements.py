@@ -30,7 +30,6 @@ from .arranged import ArrangedTick, NotArranged, Plan, Spec
 from .arrangement import BUILT_DDL, Arrangement, Run, buckets_for
 from .arrangement import build as build_runs
 from .state import Batch, batch_column, batch_dir
-
 from .ticks import Changes, State, TickStats
 
 if TYPE_CHECKING:
@@ -46,6 +45,7 @@ ARRANGED_ROWS = 100_000
 ARRANGED_BYTES = 64 << 20
 #: rows of each input a tick for Spark tasks is first rehearsed on in the driver
 REHEARSAL_ROWS = 1_000
+
 
 def collects_whole(df: DataFrame) -> bool:
     """Whether a DataFrame input may be collected into the driver without a limit: Spark

@@ -7,6 +7,7 @@ end's and the circuit's golden files are in ``tests/fast``. Same format and
 ``UPDATE_GOLDEN=1`` as there."""
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,7 @@ SOURCES = {
 
 @pytest.mark.parametrize("path", sorted(FIXTURES.glob("*.sql")), ids=lambda p: p.stem)
 def test_arranged_plan_fixtures(spark, tmp_path, path):
-    made = iter(range(1000))
+    made = itertools.count()
 
     def output(sql: str) -> str:
         pipe = Pipeline(spark, str(tmp_path / f"state{next(made)}"))
