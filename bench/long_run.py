@@ -47,7 +47,7 @@ def customers(spark):
 
 def buckets(pipe: Pipeline) -> dict[str, int]:
     """The orders' arrangements: buckets by key."""
-    node = pipe._source_state("orders").id
+    node = pipe.circuit.source_state("orders").id
     return {",".join(k): len(a.runs) for k, a in pipe.store.arrangements.get(node, {}).items()}
 
 

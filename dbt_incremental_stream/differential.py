@@ -38,7 +38,9 @@ from .catalog import quote_relation
 from .project import CHANGELOG_COLUMNS, CHANGELOG_TABLE, Project
 from .errors import StreamError
 from .runtime import zsets
-from .runtime.pipeline import Pipeline, coerce_row, data_error
+from .runtime.circuit import coerce_row
+from .runtime.pipeline import Pipeline
+from .runtime.ticks import data_error
 from .runtime.zsets import arrow_rows, arrow_schema, expand, pack
 from .sql.relations import DIALECT, engine_name, rename
 from .sql.rewrites.clock import with_clock
@@ -162,15 +164,15 @@ class Differential:
         self.oracle = Oracle()
         for name, schema in self.sources.items():
             self.pipeline.add_source(name, schema, expire=name in self.expire)
-            self.oracle.add_source(name, self.pipeline._schemas[name])
+            self.oracle.add_source(name, self.pipeline.circuit.sources[name])
         for name, sql in self.views.items():
             self.add_view(name, sql)
 
     def add_view(self, name: str, sql: str) -> None:
         self.views = {**self.views, name: sql}
         self.pipeline.add_view(name, sql)
-        if CLOCK in self.pipeline._schemas and CLOCK not in self.oracle.inputs:
-            self.oracle.add_source(CLOCK, self.pipeline._schemas[CLOCK])
+        if CLOCK in self.pipeline.circuit.sources and CLOCK not in self.oracle.inputs:
+            self.oracle.add_source(CLOCK, self.pipeline.circuit.sources[CLOCK])
         self.oracle.add_view(name, sql)
 
     def rows(self, source: str) -> list[Row]:
@@ -195,7 +197,7 @@ class Differential:
         return self.spark.createDataFrame([(*r, w) for r, w in changes], schema)
 
     def _coerce(self, source: str, row: Sequence[Any]) -> Row:
-        return coerce_row(self.pipeline._schemas[source], row)
+        return coerce_row(self.pipeline.circuit.sources[source], row)
 
     def check(self, names: Iterable[str] | None = None) -> None:
         names = list(names or self.views)
@@ -779,7 +781,7 @@ class Twin:
             except StreamError as e:
                 self.rejected[name] = f"{placement}: {type(e).__name__}: {str(e).splitlines()[0]}"
                 return
-        if CLOCK in self.pipelines[self.fast]._schemas:
+        if self.pipelines[self.fast].reads_time:
             raise StreamError(f"view {name!r} reads the time: the twin has no clock")
         self.oracle.add_view(name, sql)
         if self.duck is not None:

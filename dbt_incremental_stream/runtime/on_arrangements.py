@@ -29,6 +29,8 @@ from . import tasks, zsets
 from .arranged import ArrangedTick, NotArranged, Plan, Spec
 from .arrangement import BUILT_DDL, Arrangement, Run, buckets_for
 from .arrangement import build as build_runs
+from .circuit import View
+from .on_dataframes import change
 from .state import Batch, batch_column, batch_dir
 from .ticks import Changes, State, TickStats
 
@@ -78,8 +80,8 @@ class ArrangedTicks:
     """The ticks of a :class:`~.pipeline.Pipeline` that run on its arrangements."""
 
     def __init__(self, pipe: Pipeline):
-        self.pipe = pipe  # its circuit, and the commit the ticks end with
-        self.spark, self.store = pipe.spark, pipe.store
+        self.pipe = pipe  # the commit the ticks end with
+        self.spark, self.store, self.circuit = pipe.spark, pipe.store, pipe.circuit
         self._task_parts: dict[int, list[int]] = {}  # per task count, the part values reaching each
         #: why an operator of the circuit cannot run in Spark tasks (found by a tick that tried)
         self._not_in_tasks: str | None = None
@@ -95,7 +97,7 @@ class ArrangedTicks:
     def first(self, skip: Mapping[str, str]) -> bool:
         """Whether this is the pipeline's first tick, none of its views reading the time:
         then the operators on arrangements build the state, with all input as the delta."""
-        return self.store.tick == 0 and not skip and CLOCK not in self.pipe._schemas
+        return self.store.tick == 0 and not skip and CLOCK not in self.circuit.sources
 
     def arrangements(self, plan: Plan, fetched: Mapping[str, pa.Table] | None,
                      frames: Mapping[str, DataFrame | None], arrow: Mapping[str, pa.Table]
@@ -131,14 +133,14 @@ class ArrangedTicks:
         with ThreadPoolExecutor(max(1, len(complete))) as pool:
             for source, table in zip(complete, pool.map(collect, complete)):
                 room -= table.num_rows
-                out[source] = self.pipe._conform_arrow(source, table)
+                out[source] = self.circuit.conform_arrow(source, table)
         for source, df in given.items():
             if room < 0:
                 break
             if source not in out:
                 table = df.limit(room + 1).toArrow()
                 room -= table.num_rows
-                out[source] = self.pipe._conform_arrow(source, table)
+                out[source] = self.circuit.conform_arrow(source, table)
         return out, room >= 0, set(complete)
 
     def in_driver(self, plan: Plan, arranged: Mapping[str, dict[tuple[str, ...], Arrangement]],
@@ -148,24 +150,25 @@ class ArrangedTicks:
         """One tick on arrangements: kernels in the driver over the touched keys only. The
         state nodes ``aside`` (of the views in ``skip``) are left as they are."""
         fetched = time.perf_counter()
-        states = self.pipe._states()
+        states = self.circuit.states()
         live = [s for s in states if s.id not in aside]
         assert self.store.runs is not None
         run = ArrangedTick(plan, inputs, arranged, self.store.runs, self.spark, first=self.store.tick == 0)
         tables = {s.id: run.state_delta(s) for s in live}
         by_id = {s.id: s for s in live}
+        stored = self.circuit.stored_schema
         expired = self.pipe._retention.cut_arrow(plan, tables, clock, list(by_id), self.store,
-                                                 lambda node: zsets.arrow_schema(self.pipe._stored_schema(by_id[node])))
+                                                 lambda node: zsets.arrow_schema(stored(by_id[node])))
         evaluated = time.perf_counter()
         tick = self.store.tick + 1
-        batches = self.store.write_arrow(tick, tables, {s.id: self.pipe._stored_schema(s) for s in states})
+        batches = self.store.write_arrow(tick, tables, {s.id: self.circuit.stored_schema(s) for s in states})
         written = {s.id: [batches[s.id]] if s.id in batches else [] for s in states}
         runs = self.store.runs
         arrangements = {node: {key: runs.append(arr, tick, tables.get(node)) for key, arr in arrs.items()}
                         for node, arrs in arranged.items() if node in tables}
-        changes = Changes({v.name: partial(self.pipe._arrow_change, v, tables.get(v.state.id))
-                           for v in self.pipe._views.values()},
-                          {v.name: t for v in self.pipe._views.values() if (t := tables.get(v.state.id)) is not None})
+        changes = Changes({v.name: partial(self._change, v, tables.get(v.state.id))
+                           for v in self.circuit.views.values()},
+                          {v.name: t for v in self.circuit.views.values() if (t := tables.get(v.state.id)) is not None})
         outputs, committing = self.pipe._commit(tick, states, written, arrangements, changes,
                                                 self.pipe._meta(clock, expired, skip), before_commit)
         done = time.perf_counter()
@@ -175,6 +178,12 @@ class ArrangedTicks:
                                          "write": outputs - evaluated, "outputs": committing - outputs,
                                          "commit": done - committing}, rows_read=run.rows_read)
         return changes
+
+    def _change(self, view: View, table: pa.Table | None) -> DataFrame:
+        """A view's change from the Arrow table a tick in the driver made of it."""
+        if table is None or table.num_rows == 0:
+            return change(self.spark, view, [])
+        return self.spark.createDataFrame(table)
 
     def in_tasks(self, plan: Plan, arrangements: Mapping[str, dict[tuple[str, ...], Arrangement]],
                  inputs: Mapping[str, DataFrame | None], arrow: Mapping[str, pa.Table],
@@ -187,12 +196,12 @@ class ArrangedTicks:
             raise NotArranged(self._not_in_tasks)
         if self.pipe._retention.thresholds(plan, clock):
             raise NotArranged("rows leave the state as the time moves")
-        states = self.pipe._states()
+        states = self.circuit.states()
         live = [s for s in states if s.id not in aside]
         if self.store.tick == 0 and any(isinstance(op, GroupDiff) and not op.keys for op in walk(*live)):
             raise NotArranged("a keyless aggregate's first row (of no rows, maybe) is Spark's to give")
-        frames = {self.pipe._catalog[n].id: df for n, df in inputs.items() if df is not None}
-        tables = {self.pipe._catalog[n].id: t for n, t in arrow.items() if t.num_rows}
+        frames = {self.circuit.catalog[n].id: df for n, df in inputs.items() if df is not None}
+        tables = {self.circuit.catalog[n].id: t for n, t in arrow.items() if t.num_rows}
         assert self.store.runs is not None
         self._rehearse(plan, arrangements, live, inputs, {**fetched, **arrow})
         tick = self.store.tick + 1
@@ -203,8 +212,8 @@ class ArrangedTicks:
             self._task_parts[width] = tasks.spark_parts(self.spark, width)
         arranged = {s.id: arrangements.get(s.id, {}) for s in live}
         ctx = tasks.Context(ported, tasks.layout(plan, live), ops, arranged, self.store.runs.root, tick, directory,
-                            {self.pipe._catalog[n].id: zsets.arrow_schema(zsets.with_weight(self.pipe._schemas[n]))
-                             for n in self.pipe._schemas},
+                            {self.circuit.catalog[n].id: zsets.arrow_schema(zsets.with_weight(self.circuit.sources[n]))
+                             for n in self.circuit.sources},
                             self._task_parts[width], zsets.ansi(self.spark))
         try:
             files = tasks.run(ctx, self.spark, frames, tables, width)
@@ -227,11 +236,11 @@ class ArrangedTicks:
                 new.setdefault(f["node"], {}).setdefault(tuple(f["key"]), {}).setdefault(
                     f["bucket"], []).append(Run(f["path"], f["rows"]))
         written = {s.id: [Batch(self.store.fs.path(directory, f"_node={s.id}"), sizes[s.id], batch_column(s.id),
-                                self.pipe._stored_schema(s).json())] if s.id in sizes else [] for s in states}
+                                self.circuit.stored_schema(s).json())] if s.id in sizes else [] for s in states}
         arrangements = {node: {key: arr.with_runs(new.get(node, {}).get(key, {})) for key, arr in arrs.items()}
                         for node, arrs in arranged.items()}
-        changes = Changes({v.name: partial(self.pipe._change, v, written.get(v.state.id, []))
-                           for v in self.pipe._views.values()})
+        changes = Changes({v.name: partial(change, self.spark, v, written.get(v.state.id, []))
+                           for v in self.circuit.views.values()})
         outputs, committing = self.pipe._commit(tick, states, written, arrangements, changes,
                                                 self.pipe._meta(clock, dict(self.pipe._retention.expired), skip),
                                                 before_commit)
@@ -249,7 +258,7 @@ class ArrangedTicks:
         now): an operator that needs Spark declines here, before the job moves the whole
         tick (a decline in the tasks costs the job)."""
         sample = {n: t.slice(0, REHEARSAL_ROWS) for n, t in held.items()}
-        sample |= {n: self.pipe._conform_arrow(n, df.limit(REHEARSAL_ROWS).toArrow())
+        sample |= {n: self.circuit.conform_arrow(n, df.limit(REHEARSAL_ROWS).toArrow())
                    for n, df in inputs.items() if df is not None and n not in held}
         assert self.store.runs is not None
         run = ArrangedTick(plan, sample, arrangements, self.store.runs, None, ansi=zsets.ansi(self.spark),

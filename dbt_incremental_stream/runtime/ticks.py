@@ -1,11 +1,14 @@
 """What a tick hands on: each view's change (:class:`Changes`) and how the tick ran
-(:class:`TickStats`), whichever path computed it."""
+(:class:`TickStats`), whichever path computed it; and the views whose SQL failed on the
+tick's data (:func:`data_error`, :class:`ViewsFailed`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable, Iterator, Mapping
 
 import pyarrow as pa
+from py4j.protocol import Py4JError
+from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame
 
 from ..circuit.operators import Integral, Recompute
@@ -49,3 +52,31 @@ class Changes(Mapping[str, DataFrame]):
         """A view's change (its columns, then ``_w``) as Arrow if the tick made it on
         arrangements, else None."""
         return self._tables.get(name)
+
+
+def data_error(e: BaseException) -> str | None:
+    """``e`` as "CONDITION: message" when it is an error of the data a view's SQL met (a
+    division by zero, an overflow, a cast of a malformed value, an index out of range,
+    ``assert_true``: SQLSTATE class 22 or P0001); None for any other error."""
+    found = [(e.getSqlState(), e.getCondition(), str(e))] if isinstance(e, PySparkException) else []
+    cause = getattr(e, "java_exception", None)  # an error Spark raised in another thread: its causes
+    for _ in range(8):
+        if cause is None:
+            break
+        try:
+            found.append((cause.getSqlState(), cause.getCondition(), cause.getMessage()))
+        except Py4JError:  # not a SparkThrowable
+            pass
+        cause = cause.getCause()
+    for state, condition, message in found:
+        if state and (state.startswith("22") or state == "P0001"):
+            return f"{condition}: {str(message).splitlines()[0]}"
+    return None
+
+
+class ViewsFailed(Exception):
+    """Views whose change could not be computed on this tick's input: view → error."""
+
+    def __init__(self, failed: dict[str, str]):
+        super().__init__(failed)
+        self.failed = failed

@@ -1,6 +1,6 @@
 """The integration project (integration_tests/) end to end: Kafka sources with append,
 upsert and debezium envelopes plus a seed, a chain of streaming models, a changelog, a
-batch model over a streaming one, generic and singular tests. Several rounds of new events,
+batch model over a streaming one, generic and singular tests. Two rounds of new events,
 each followed by `dbt build`; after each, every model equals DuckDB over all input so far.
 (The same project built by the `dbt` command in its own process: test_cluster.)"""
 from __future__ import annotations
@@ -51,7 +51,7 @@ def monkeypatch_module():
 
 def test_rounds_of_events_through_dbt_build(shop, kafka, spark):
     events = ShopEvents(seed=4)
-    for round_ in range(3):
+    for round_ in range(2):
         for topic, records in events.round().items():
             produce(kafka, topic, records)
         results = dbt(shop, "build")

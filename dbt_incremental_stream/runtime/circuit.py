@@ -1,0 +1,313 @@
+"""A pipeline's sources and views as one DBSP circuit, and what is known of its nodes.
+
+The circuit is what a pipeline runs; :class:`.Pipeline` runs it a tick at a time. Here:
+each relation's definition (a source's columns, a view's batch plan and its incremental
+form), the nodes that hold state and who reads them, a delta conformed to its source's
+columns, and the Spark types of every node's rows. Those types come from Spark's analysis
+of the circuit over empty inputs (no job) and are recorded in each commit's ``_meta``
+(:meth:`Circuit.types_to_record`), so that a new instance over the same state need not
+analyse again while its sources keep their types.
+"""
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import AbstractSet, Any, Iterable, Mapping, Sequence, cast
+
+import pyarrow as pa
+from sqlglot import exp
+from pyspark.errors import AnalysisException, ParseException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import DataType, DecimalType, DoubleType, FloatType, StructField, StructType
+
+from ..circuit.incremental import Incrementalizer
+from ..circuit.operators import WEIGHT, Delay, Input, Integral, Map, Operator, Recompute, quote, walk
+from ..errors import CompileError, StreamError
+from ..sql.compile import compile
+from . import zsets
+from .arranged import NotArranged
+from .evaluate import Tick, empty_tick
+from .ticks import State
+
+Rows = Iterable[tuple[Sequence[Any], int]]
+
+
+@dataclass(frozen=True)
+class View:
+    name: str
+    sql: str
+    logical: Operator  # the batch query as a circuit over relations
+    state: Integral  # I(Δview): the maintained contents
+    schema: StructType  # what the same SQL returns in batch
+
+
+def coerce_row(schema: StructType, row: Sequence[Any]) -> tuple[Any, ...]:
+    """Python values as the columns' types want them (floats for DECIMAL, ints for DOUBLE)."""
+    return tuple(_coerce(f.dataType, v) for f, v in zip(schema.fields, row))
+
+
+def _coerce(dtype: DataType, v: Any) -> Any:
+    if v is None:
+        return v
+    if isinstance(dtype, DecimalType) and not isinstance(v, Decimal):
+        return Decimal(str(v))
+    if isinstance(dtype, (DoubleType, FloatType)):
+        return float(v)
+    return v
+
+
+def parse_schema(name: str, schema: str | StructType) -> StructType:
+    """A source's columns from a StructType or DDL, lower-cased and nullable."""
+    if isinstance(schema, str):
+        try:
+            schema = cast(StructType, StructType.fromDDL(schema))
+        except Exception as e:  # Spark's parser raises several types here
+            raise StreamError(f"bad schema for source {name!r}: {e}") from e
+    fields = [StructField(f.name.lower(), f.dataType, True) for f in schema.fields]
+    if WEIGHT in {f.name for f in fields}:
+        raise StreamError(f"source {name!r} may not have a column named {WEIGHT}")
+    return StructType(fields)
+
+
+class Circuit:
+    """Sources and views, their operators and state nodes, and the types of every node."""
+
+    def __init__(self, spark: SparkSession, meta: Mapping[str, Any]):
+        """``meta``: the last commit's ``_meta``, whose recorded types this circuit reads."""
+        self.spark = spark
+        self._analysis = spark.newSession()  # temp views for batch semantics, apart from the user's
+        #: source → its columns
+        self.sources: dict[str, StructType] = {}
+        #: relation (source or view) → the operator that produces it
+        self.catalog: dict[str, Operator] = {}
+        self.views: dict[str, View] = {}
+        #: (source, key) kept arranged for :meth:`.Pipeline.current_rows`
+        self.indexes: set[tuple[str, tuple[str, ...]]] = set()
+        #: sources whose retained input drops rows out of every window
+        self.expiring: set[str] = set()
+        self._incremental = Incrementalizer()
+        #: node schemas and expression types the last commit recorded, and the source types
+        #: they were found with
+        self._recorded: dict[str, dict[str, str]] = meta.get("types", {})
+        self._recorded_sources: dict[str, Any] = meta.get("sources", {})
+        self.changed()
+
+    def changed(self) -> None:
+        """Forget what was derived from the circuit as it was."""
+        self._empty: Tick | None = None
+        self._schema_tick: Tick | None = None
+        self._schemas_by_node: dict[str, StructType] = {}
+        self._types_by_exprs: dict[str, str] = {}  # node id and expressions → their types' StructType JSON
+        self._recorded_valid: bool | None = None
+        self._to_record: tuple[tuple[int, int], dict[str, dict[str, str]]] | None = None  # by what it was made of
+
+    # --- definition --------------------------------------------------------------------
+
+    def add_source(self, name: str, st: StructType) -> None:
+        self.check_new(name)
+        self.sources[name] = st
+        self.catalog[name] = Input(name, tuple(st.fieldNames()))
+        self._analysis.createDataFrame([], st).createOrReplaceTempView(name)
+        self.changed()
+
+    def add_view(self, name: str, sql: str, tree: exp.Query) -> None:
+        """Plan a view from its SQL and its parse (:func:`..sql.compile.parse`); the clock source it
+        reads, if any, is already added."""
+        self.check_new(name)
+        try:
+            schema = self._analysis.sql(sql).schema  # Spark's own verdict and output types
+        except (AnalysisException, ParseException) as e:
+            raise CompileError(f"Spark rejects the SQL: {e}", view=name) from e
+        dupes = [c for c, n in Counter(f.name.lower() for f in schema).items() if n > 1]
+        if dupes:
+            raise CompileError(f"duplicate output column names {dupes}; alias them", view=name)
+        logical = compile(tree, self.catalog, view=name)
+        if len(logical.columns) != len(schema):
+            raise CompileError(f"planned {len(logical.columns)} columns, Spark sees {len(schema)}", view=name)
+        out = Map(logical, tuple((f.name, f"CAST({quote(c)} AS {f.dataType.simpleString()})")
+                                 for f, c in zip(schema, logical.columns)))
+        self.catalog[name] = out
+        self.views[name] = View(name, sql, out, Integral(self._incremental(out)), schema)
+        self._analysis.createDataFrame([], schema).createOrReplaceTempView(name)
+        self.changed()
+
+    def check_new(self, name: str) -> None:
+        """A relation may be defined once."""
+        if name in self.catalog:
+            raise StreamError(f"{name!r} is already defined")
+
+    # --- nodes -------------------------------------------------------------------------
+
+    def source_state(self, name: str) -> Integral:
+        """A source's retained input."""
+        return Integral(self.catalog[name])
+
+    def roots(self) -> Sequence[Operator]:
+        return [self.source_state(n) for n in self.sources] + [v.state for v in self.views.values()]
+
+    def states(self) -> list[State]:
+        """Every node with persisted state, inputs before consumers."""
+        same = self.same_state()
+        return [op for op in walk(*self.roots()) if isinstance(op, (Integral, Recompute)) and op.id not in same]
+
+    def same_state(self) -> dict[str, str]:
+        """Integrals of a recompute's output: the recompute's own state is that integral."""
+        return {op.id: op.input.id for op in walk(*self.roots())
+                if isinstance(op, Integral) and isinstance(op.input, Recompute)}
+
+    def shared(self) -> set[str]:
+        """Nodes read by more than one consumer within a tick: persisted once computed."""
+        uses: Counter[str] = Counter()
+        for op in walk(*self.roots()):
+            uses.update(i.id for i in op.inputs)
+        return {node for node, n in uses.items() if n > 1}
+
+    def upstream(self, name: str) -> list[str]:
+        """Views and sources the view reads, directly or through other views."""
+        ids = {op.id for op in walk(self.views[name.lower()].logical)}
+        return [n for n, op in self.catalog.items() if n != name.lower() and op.id in ids]
+
+    def own_states(self, names: set[str], keep: AbstractSet[str] | None = None) -> set[str]:
+        """State nodes that only the views ``names`` need: not the sources' retained input,
+        nor those of the views in ``keep`` (default: every other view)."""
+        if not names:
+            return set()
+        same = self.same_state()
+
+        def states(roots: Sequence[Operator]) -> set[str]:
+            return {same.get(op.id, op.id) for op in walk(*roots) if isinstance(op, (Integral, Recompute))}
+
+        keep = set(self.views) - names if keep is None else keep
+        others = states([self.views[n].state for n in keep] + [self.source_state(s) for s in self.sources])
+        return states([self.views[n].state for n in names]) - others
+
+    def with_readers(self, failed: Mapping[str, str]) -> dict[str, str]:
+        """``failed`` and every view that reads one of them, directly or through others."""
+        out = dict(failed)
+        for v in self.views.values():  # in the order added: a view's inputs come first
+            if v.name not in out:
+                bad = [n for n in self.upstream(v.name) if n in out]
+                if bad:
+                    out[v.name] = f"reads {bad[0]}, which failed"
+        return out
+
+    def schema(self, name: str) -> StructType:
+        """A view's or a source's columns."""
+        name = name.lower()
+        return self.views[name].schema if name in self.views else self.sources[name]
+
+    def contents(self, name: str) -> tuple[str, StructType]:
+        """The state node holding a view's contents or a source's retained input, and its columns."""
+        name = name.lower()
+        if name in self.views:
+            view = self.views[name]
+            return self.same_state().get(view.state.id, view.state.id), view.schema
+        if name in self.sources:
+            return self.source_state(name).id, self.sources[name]
+        raise StreamError(f"no view or source named {name!r}")
+
+    # --- a delta as its source's columns -------------------------------------------------
+
+    def rows_arrow(self, source: str, rows: Rows) -> pa.Table | None:
+        """``(row, weight)`` pairs as an Arrow table (None for nested column types)."""
+        st = zsets.with_weight(self.sources[source])
+        return zsets.arrow_rows(st, [coerce_row(st, tuple(r) + (int(w),)) for r, w in rows])
+
+    def rows_frame(self, source: str, rows: Rows) -> DataFrame:
+        """``(row, weight)`` pairs as a DataFrame."""
+        st = self.sources[source]
+        data = [coerce_row(st, r) + (int(w),) for r, w in rows]
+        return self.spark.createDataFrame(data, zsets.with_weight(st))
+
+    def conform_arrow(self, source: str, table: pa.Table | pa.RecordBatch) -> pa.Table:
+        """A source's delta as an Arrow table of its columns (by name, any case) and types."""
+        if isinstance(table, pa.RecordBatch):
+            table = pa.Table.from_batches([table])
+        table = table.rename_columns([c.lower() for c in table.column_names])
+        schema = zsets.arrow_schema(zsets.with_weight(self.sources[source]))
+        missing = [n for n in schema.names if n not in table.column_names]
+        if missing:
+            raise StreamError(f"delta for source {source!r} lacks columns {missing}")
+        return table.select(schema.names).cast(schema)
+
+    def conform(self, source: str, df: DataFrame) -> DataFrame:
+        """A source's delta as a DataFrame of its columns (by name, any case) and types."""
+        st = self.sources[source]
+        names = {c.lower(): c for c in df.columns}
+        missing = [f.name for f in st.fields if f.name not in names] + ([WEIGHT] if WEIGHT not in names else [])
+        if missing:
+            raise StreamError(f"delta for source {source!r} lacks columns {missing}")
+        return df.select(*(zsets.col(names[f.name]).cast(f.dataType).alias(f.name) for f in st.fields),
+                         zsets.col(names[WEIGHT]).cast("bigint").alias(WEIGHT))
+
+    # --- types of nodes ----------------------------------------------------------------
+
+    def typed_empty(self) -> Tick:
+        """A tick over empty inputs and state: typed empty values of every node (kept
+        until the circuit changes, its values never do)."""
+        if self._empty is None:
+            self._empty = empty_tick({n: self.spark.createDataFrame([], zsets.with_weight(s))
+                                      for n, s in self.sources.items()})
+        return self._empty
+
+    def schema_of(self, op: Operator) -> StructType:
+        """The Spark types of a node's rows (from a plan over empty inputs, no job)."""
+        found = self._schemas_by_node.get(op.id)
+        recorded = self._recorded_types("schemas").get(op.id) if found is None else None
+        if recorded is not None:
+            found = self._schemas_by_node[op.id] = StructType.fromJson(json.loads(recorded))
+        if found is None:
+            if self._schema_tick is None:
+                ops = {o.id: o for o in walk(*self.roots())}
+                empty = self.typed_empty()
+
+                def before(node: str) -> DataFrame | None:
+                    o = ops.get(node)
+                    return empty.value(o.input) if isinstance(o, Integral) else None
+
+                self._schema_tick = Tick(empty._inputs, before, lambda _: True, set())
+            if isinstance(op, Delay):
+                return self.schema_of(op.input.input)
+            value = self._schema_tick.value(op)
+            if value is None:
+                raise NotArranged(f"no type for {op.label()}")
+            found = self._schemas_by_node[op.id] = value.schema
+        return found
+
+    def types_of(self, op: Operator, exprs: list[str]) -> list[pa.DataType]:
+        """Spark's types (in Arrow) of expressions over a node's columns (analysis only, no job)."""
+        key = f"{op.id} {json.dumps(exprs)}"
+        found = self._types_by_exprs.get(key) or self._recorded_types("exprs").get(key)
+        if found is None:
+            found = self.spark.createDataFrame([], self.schema_of(op)).selectExpr(*exprs).schema.json()
+        self._types_by_exprs[key] = found
+        return list(zsets.arrow_schema(StructType.fromJson(json.loads(found))).types)
+
+    def stored_schema(self, state: State) -> StructType:
+        """The columns of a state node's rows."""
+        return self.schema_of(state if isinstance(state, Recompute) else state.input)
+
+    def _recorded_types(self, kind: str) -> dict[str, str]:
+        """What the last commit recorded of ``kind`` ("schemas", "exprs"), while every
+        source it knew has the schema it had then (an operator's id names its SQL and its
+        inputs' columns, not their types)."""
+        if self._recorded_valid is None:
+            self._recorded_valid = all(json.loads(self.sources[n].json()) == st
+                                       for n, st in self._recorded_sources.items() if n in self.sources)
+        return self._recorded.get(kind, {}) if self._recorded_valid else {}
+
+    def types_to_record(self) -> dict[str, dict[str, str]]:
+        """The schemas and expression types known of the circuit's nodes, for the next instance
+        (made again only when this instance has learnt more: most commits learn nothing)."""
+        known = (len(self._schemas_by_node), len(self._types_by_exprs))
+        if self._to_record is not None and self._to_record[0] == known:
+            return self._to_record[1]
+        live = {o.id for o in walk(*self.roots())}
+        schemas = {**self._recorded_types("schemas"), **{n: s.json() for n, s in self._schemas_by_node.items()}}
+        exprs = {**self._recorded_types("exprs"), **self._types_by_exprs}
+        recorded = {"schemas": {n: s for n, s in schemas.items() if n in live},
+                    "exprs": {k: t for k, t in exprs.items() if k.split(" ", 1)[0] in live}}
+        self._to_record = (known, recorded)
+        return recorded
