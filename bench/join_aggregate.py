@@ -12,7 +12,9 @@ baseline is what a dbt ``table`` model does: read both tables, join, aggregate, 
 result. Ticks run with the engine's tick settings (no adaptive execution); batch runs with
 adaptive execution on, each side in its best configuration. Per tick it counts the Spark
 jobs, stages and tasks (status tracker) and splits the time as the pipeline reports it
-(``Pipeline.last_tick``). Prints a table and saves bench/results/join_aggregate.png.
+(``Pipeline.last_tick``), and for a tick in Spark tasks the seconds its tasks spent reading,
+computing, shipping and writing (summed over the tasks). Prints a table and saves
+bench/results/join_aggregate.png.
 """
 from __future__ import annotations
 
@@ -107,7 +109,7 @@ def run(spark, work: Path, orders: int, changes: int, ticks: int, forms: list[st
 
     rng = random.Random(7)
     next_id, deleted = orders, set()
-    tick_times, counts, splits, paths, handed = [], [], [], [], []
+    tick_times, counts, splits, in_tasks, paths, handed = [], [], [], [], [], []
     spark_work = SparkWork(spark)
     for form in [f for _ in range(ticks) for f in forms]:
         gone = [i for i in {rng.randrange(orders) for _ in range(changes)} if i not in deleted][: changes // 2]
@@ -122,6 +124,7 @@ def run(spark, work: Path, orders: int, changes: int, ticks: int, forms: list[st
         tick_times.append(time.perf_counter() - t)
         counts.append(spark_work())
         splits.append(pipe.last_tick.seconds)
+        in_tasks.append(pipe.last_tick.in_tasks)
         paths.append(pipe.last_tick.path)
 
     # the batch baseline over the same data, as plain Parquet tables, in batch's best settings
@@ -142,8 +145,8 @@ def run(spark, work: Path, orders: int, changes: int, ticks: int, forms: list[st
     pipe.close()
     state = sum(f.stat().st_size for f in (work / "state").rglob("*") if f.is_file())
     return {"rows": orders - len(deleted) + (next_id - orders), "load": load, "ticks": tick_times,
-            "batch": batch_times, "problem": problem, "counts": counts, "splits": splits, "paths": paths,
-            "forms": handed, "state_mib": state / 2**20}
+            "batch": batch_times, "problem": problem, "counts": counts, "splits": splits, "in_tasks": in_tasks,
+            "paths": paths, "forms": handed, "state_mib": state / 2**20}
 
 
 def main() -> None:
@@ -170,14 +173,16 @@ def main() -> None:
 
     header = ["state rows", "form", "load (s)", f"tick, {args.changes} changes: median (s)", "ticks (s)",
               "batch: median (s)", "batch / tick", "jobs / stages / tasks per tick (median)",
-              "tick split, median (s)", "path", "state (MiB)", "equal to batch"]
+              "tick split, median (s)", "task seconds by phase, median", "path", "state (MiB)",
+              "equal to batch"]
 
     def of(r: dict, form: str, what: str) -> list:
         return [x for f, x in zip(r["forms"], r[what]) if f == form]
 
-    def split(r: dict, form: str) -> str:
-        splits = of(r, form, "splits")
-        return " ".join(f"{k} {statistics.median(s.get(k, 0.0) for s in splits):.3f}" for k in splits[0])
+    def split(r: dict, form: str, what: str = "splits") -> str:
+        splits = of(r, form, what)
+        keys = next((s for s in splits if s), {})
+        return " ".join(f"{k} {statistics.median(s.get(k, 0.0) for s in splits):.3f}" for k in keys) or "-"
 
     def tick(r: dict, form: str) -> float:
         return statistics.median(of(r, form, "ticks"))
@@ -186,7 +191,8 @@ def main() -> None:
               " ".join(f"{x:.2f}" for x in of(r, form, "ticks")), f"{statistics.median(r['batch']):.2f}",
               f"{statistics.median(r['batch']) / tick(r, form):.1f}x",
               " / ".join(str(int(statistics.median(c[i] for c in of(r, form, "counts")))) for i in range(3)),
-              split(r, form), ",".join(sorted(set(of(r, form, "paths")))), f"{r['state_mib']:.0f}",
+              split(r, form), split(r, form, "in_tasks"), ",".join(sorted(set(of(r, form, "paths")))),
+              f"{r['state_mib']:.0f}",
               str(r["problem"] is None)]
              for r in results for form in forms]
     widths = [max(len(h), *(len(row[i]) for row in table)) for i, h in enumerate(header)]

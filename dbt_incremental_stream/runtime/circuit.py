@@ -100,6 +100,7 @@ class Circuit:
         self._schema_tick: Tick | None = None
         self._schemas_by_node: dict[str, StructType] = {}
         self._types_by_exprs: dict[str, str] = {}  # node id and expressions → their types' StructType JSON
+        self._typed_rows: dict[str, DataFrame] = {}  # node id → no rows of its types, to analyse expressions over
         self._recorded_valid: bool | None = None
         self._to_record: tuple[tuple[int, int], dict[str, dict[str, str]]] | None = None  # by what it was made of
 
@@ -281,7 +282,9 @@ class Circuit:
         key = f"{op.id} {json.dumps(exprs)}"
         found = self._types_by_exprs.get(key) or self._recorded_types("exprs").get(key)
         if found is None:
-            found = self.spark.createDataFrame([], self.schema_of(op)).selectExpr(*exprs).schema.json()
+            if op.id not in self._typed_rows:
+                self._typed_rows[op.id] = self.spark.createDataFrame([], self.schema_of(op))
+            found = self._typed_rows[op.id].selectExpr(*exprs).schema.json()
         self._types_by_exprs[key] = found
         return list(zsets.arrow_schema(StructType.fromJson(json.loads(found))).types)
 

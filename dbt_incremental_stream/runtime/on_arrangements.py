@@ -216,7 +216,7 @@ class ArrangedTicks:
                              for n in self.circuit.sources},
                             self._task_parts[width], zsets.ansi(self.spark))
         try:
-            files = tasks.run(ctx, self.spark, frames, tables, width)
+            files, task_seconds = tasks.run(ctx, self.spark, frames, tables, width)
         except BaseException as e:
             self.store.fs.delete(self.store.fs.path(directory))
             self.store.collect_garbage()
@@ -247,7 +247,7 @@ class ArrangedTicks:
         done = time.perf_counter()
         self.pipe.last_tick = TickStats("tasks", sum(t.num_rows for t in arrow.values()),
                                         {"spark": computed - started, "outputs": committing - outputs,
-                                         "commit": done - committing})
+                                         "commit": done - committing}, in_tasks=task_seconds)
         return changes
 
     def _rehearse(self, plan: Plan, arrangements: Mapping[str, dict[tuple[str, ...], Arrangement]],

@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import uuid
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -60,6 +61,12 @@ STAGE = pa.schema([("dest", pa.int32()), ("part", pa.int32()), ("node", pa.strin
 WROTE = -1
 #: rows per shipped blob: bounds the memory of one shuffled row
 BLOB_ROWS = 1 << 16
+
+#: where a task's time goes (:func:`run_stage`): reading its input (Spark's batches, or the
+#: blobs shipped to it), computing the operators, shipping values on as blobs, writing the
+#: state deltas' files. A tick sums them over its tasks (:attr:`.TickStats.in_tasks`; a
+#: source held in Arrow has its stage 0 run in the driver, and counted with them)
+PHASES = ("read", "compute", "ship", "write")
 
 #: how a value is split among a stage's tasks: ("cols", columns) by :func:`kernels.key_hash`
 #: of those columns, ("probe", join id) by the hash of that join's probe keys
@@ -312,46 +319,72 @@ def _wrote(doc: dict[str, Any]) -> pa.RecordBatch:
                                       schema=STAGE)
 
 
+T = TypeVar("T")
+
+
+def _timed(items: Iterable[T], seconds: dict[str, float], phase: str) -> Iterator[T]:
+    """``items``, the time spent making each (not the time its consumer holds it) added
+    to ``seconds[phase]``."""
+    it = iter(items)
+    while True:
+        start = time.perf_counter()
+        item = next(it, None)
+        seconds[phase] += time.perf_counter() - start
+        if item is None:
+            return
+        yield item
+
+
 def run_stage(ctx: Context, s: int, source: str | None, batches: Iterator[pa.RecordBatch]
               ) -> Iterator[pa.RecordBatch]:
     """One task of stage ``s``: the nodes the stage computes over this task's part, shipped
     on or written. Stage 0 reads ``source``'s rows; a later stage reads the blobs shipped
-    to it and hands on the rest."""
+    to it and hands on the rest. Its last row tells where its time went (:data:`PHASES`)."""
+    seconds = dict.fromkeys(PHASES, 0.0)
     given: dict[str, list[pa.Table]] = {}
     if s == 0:
         assert source is not None
-        tables = [pa.Table.from_batches([b]) for b in batches if b.num_rows]
+        tables = [pa.Table.from_batches([b]) for b in _timed(batches, seconds, "read") if b.num_rows]
         given[source] = [t.cast(ctx.schemas[source]) for t in tables]
     else:
-        for b in batches:
+        for b in _timed(batches, seconds, "read"):
+            start = time.perf_counter()
             dest, node, data = b.column("dest").to_pylist(), b.column("node").to_pylist(), b.column("data")
             forward = [i for i, d in enumerate(dest) if d != s]
-            if forward:
-                yield b.take(pa.array(forward))
             for i, d in enumerate(dest):
                 if d == s:
                     given.setdefault(node[i], []).append(pa.ipc.open_stream(data[i].as_buffer()).read_all())
+            seconds["read"] += time.perf_counter() - start
+            if forward:
+                yield b.take(pa.array(forward))
+    start = time.perf_counter()
     store = RunStore(ctx.root)
     tick = ArrangedTick(ctx.plan, {}, ctx.arrangements, store, None, ansi=ctx.ansi, probe_rows=None)
     shipped = list(ctx.layout.ships.get(s, {})) if s else [source]
     tick.given({n: _combined(ctx.ops[n], given.get(n, [])) for n in shipped if n is not None})
+    seconds["compute"] += time.perf_counter() - start
     for dest in range(s + 1, ctx.layout.stages):
         for node, h in ctx.layout.ships.get(dest, {}).items():
             if ctx.layout.stage[node] != s or (s == 0 and node != source):
                 continue
+            start = time.perf_counter()
             value = tick.value(ctx.ops[node])
+            seconds["compute"] += time.perf_counter() - start
             if value is not None and value.num_rows:
-                yield from _blobs(dest, node, value, _hash(tick, ctx.ops, h, value), ctx.parts)
+                yield from _timed(_blobs(dest, node, value, _hash(tick, ctx.ops, h, value), ctx.parts), seconds,
+                                  "ship")
     for node in ctx.layout.writes.get(s, []):
-        yield from _write(ctx, store, tick, node)
+        start = time.perf_counter()
+        delta = tick.state_delta(ctx.ops[node])
+        seconds["compute"] += time.perf_counter() - start
+        if delta is not None and delta.num_rows:
+            yield from _timed(_write(ctx, store, node, delta), seconds, "write")
+    yield _wrote({"task": seconds})
 
 
-def _write(ctx: Context, store: RunStore, tick: ArrangedTick, node: str) -> Iterator[pa.RecordBatch]:
+def _write(ctx: Context, store: RunStore, node: str, delta: pa.Table) -> Iterator[pa.RecordBatch]:
     """This task's part of a state node's delta: a Parquet file of the tick's batch and a
     run per touched bucket of each arrangement."""
-    delta = tick.state_delta(ctx.ops[node])
-    if delta is None or delta.num_rows == 0:
-        return
     name = f"part-{uuid.uuid4().hex[:12]}.parquet"
     rel = f"{ctx.batch_dir}/_node={node}"
     written = write_batch_file(store, rel, name, batch_column(node), delta)
@@ -377,8 +410,9 @@ def spark_parts(spark: Any, tasks: int) -> list[int]:
 
 
 def run(ctx: Context, spark: SparkSession, sources: Mapping[str, DataFrame], tables: Mapping[str, pa.Table],
-        tasks: int) -> list[dict[str, Any]]:
-    """The tick as one Spark job; the files its tasks wrote. Stage 0 of a source held in
+        tasks: int) -> tuple[list[dict[str, Any]], dict[str, float]]:
+    """The tick as one Spark job: the files its tasks wrote, and the seconds its tasks
+    spent per phase (:data:`PHASES`, summed over the tasks). Stage 0 of a source held in
     Arrow (``tables``) runs here in the driver: its rows are split into blobs at once
     (through Spark, 1M rows cost seconds of conversion to rows and back to Arrow), and
     the blobs are the job's input beside the DataFrame sources' stage 0 tasks."""
@@ -391,8 +425,9 @@ def run(ctx: Context, spark: SparkSession, sources: Mapping[str, DataFrame], tab
         frame = frame.unionByName(other)
     for s in range(1, ctx.layout.stages):
         frame = frame.repartition(tasks, "part").mapInArrow(partial(run_stage, ctx, s, None), STAGE_DDL)
-    rows = frame.where(f"dest = {WROTE}").select("node").collect()
-    return [json.loads(r["node"]) for r in rows]
+    docs = [json.loads(r["node"]) for r in frame.where(f"dest = {WROTE}").select("node").collect()]
+    seconds = {phase: sum(d["task"][phase] for d in docs if "task" in d) for phase in PHASES}
+    return [d for d in docs if "task" not in d], seconds
 
 
 def declined(e: BaseException) -> str | None:

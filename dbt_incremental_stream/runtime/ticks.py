@@ -3,7 +3,7 @@
 tick's data (:func:`data_error`, :class:`ViewsFailed`)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Iterator, Mapping
 
 import pyarrow as pa
@@ -26,6 +26,9 @@ class TickStats:
     seconds: dict[str, float]
     why: str | None = None  # why a tick took the DataFrame path
     rows_read: int = 0  # arranged: rows of state that its joins and temporal filters read
+    #: in Spark tasks: the seconds its tasks spent per phase (:data:`.tasks.PHASES`), summed
+    #: over them (on two cores, up to twice the tick's time)
+    in_tasks: dict[str, float] = field(default_factory=dict)
 
 
 class Changes(Mapping[str, DataFrame]):

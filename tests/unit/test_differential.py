@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from dbt_incremental_stream.differential import Differential
 from dbt_incremental_stream.errors import StreamError
 from dbt_incremental_stream.runtime.pipeline import Pipeline
+from dbt_incremental_stream.runtime.tasks import PHASES
 from tests.workload import SOURCES, run
 
 # each example runs Spark jobs: few examples, no shrinking (a failure prints its first example);
@@ -439,8 +440,8 @@ def test_a_view_failing_on_its_input_is_set_aside_and_rebuilt_when_the_cause_goe
 def test_a_dataframe_delta_is_sized_by_its_rows(spark, tmp_path, monkeypatch):
     """A DataFrame made from Python rows (Spark's size estimate of it is unbounded) or read
     from files takes the arranged path in the driver when it has few rows, as the same rows
-    would; past ``ARRANGED_ROWS`` rows the same operators run in Spark tasks. The view is
-    right on every tick."""
+    would; past ``ARRANGED_ROWS`` rows the same operators run in Spark tasks, which report
+    where their time went. The view is right on every tick."""
     from dbt_incremental_stream.runtime import on_arrangements
 
     pipe = Pipeline(spark, str(tmp_path / "state"))
@@ -477,6 +478,8 @@ def test_a_dataframe_delta_is_sized_by_its_rows(spark, tmp_path, monkeypatch):
         monkeypatch.setattr(on_arrangements, "ARRANGED_ROWS", 2)
         many = [(30 + i, i % 3, 0.5, 1) for i in range(3)]
         assert step(many, spark.createDataFrame(many, schema)) == "tasks"
+        spent = pipe.last_tick.in_tasks  # where the tasks' time went, summed over them
+        assert set(spent) == set(PHASES) and all(t >= 0 for t in spent.values()) and spent["compute"] > 0
         gone = [(30, 0, 0.5, -1)]
         assert step(gone, spark.createDataFrame(gone, schema)) == "arranged"
     finally:
