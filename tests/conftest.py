@@ -25,8 +25,8 @@ pytest_plugins = ["dbt.tests.fixtures.project"]
 #: --no-loadscope-reorder``): these start first and the short files fill in at the end,
 #: so that the workers finish together (by default xdist sorts files by how many tests
 #: they hold, which left the one-test files that take ten minutes for last)
-LONGEST_FIRST = ("functional/test_serve_crash.py", "unit/test_twin.py", "functional/test_cluster.py",
-                 "unit/test_tpch.py", "functional/test_serve_clients.py", "unit/test_differential.py",
+LONGEST_FIRST = ("unit/test_twin.py", "unit/test_tpch.py", "functional/test_cluster.py", "unit/test_differential.py",
+                 "functional/test_serve_crash.py", "functional/test_serve_clients.py",
                  "functional/test_streaming.py", "functional/test_integration_project.py",
                  "functional/test_serve_redo.py")
 
