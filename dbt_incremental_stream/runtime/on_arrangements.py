@@ -161,7 +161,7 @@ class ArrangedTicks:
                                                  lambda node: zsets.arrow_schema(stored(by_id[node])))
         evaluated = time.perf_counter()
         tick = self.store.tick + 1
-        batches = self.store.write_arrow(tick, tables, {s.id: self.circuit.stored_schema(s) for s in states})
+        batches = self.store.write_arrow(tick, tables, {s.id: stored(s) for s in states})
         written = {s.id: [batches[s.id]] if s.id in batches else [] for s in states}
         runs = self.store.runs
         arrangements = {node: {key: runs.append(arr, tick, tables.get(node)) for key, arr in arrs.items()}
