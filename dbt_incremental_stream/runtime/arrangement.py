@@ -209,13 +209,30 @@ class RunStore:
     def probe(self, arr: Arrangement, probe: pa.Table, keys: Sequence[str], null_safe: Sequence[bool],
               extra: pa.Table | None = None) -> tuple[Any, pa.Table | None]:
         """Rows of ``arr`` (and of ``extra``, a run not yet written) matching ``probe``'s
-        ``keys``: (the probe row of each match, the matched rows)."""
+        ``keys``: (the probe row of each match, the matched rows). A bucket's runs are
+        searched for the probe rows of that bucket only, in the order of their hashes, so
+        the cost follows the probe rows, not the number of buckets and runs."""
         hashes = kernels.key_hash(probe, keys)
-        touched = set(np.unique(arr.bucket_of(hashes)).tolist())
-        runs = [self.read(r) for b in sorted(touched) for r in arr.runs[b]]
+        buckets = arr.bucket_of(hashes)
+        order = np.lexsort((hashes, buckets))
+        bounds = np.searchsorted(buckets[order], np.arange(len(arr.runs) + 1))
+        rows: list[np.ndarray] = []
+        found: list[pa.Table] = []
+
+        def look(runs: list[pa.Table], subset: np.ndarray) -> None:
+            p, m = kernels.probe(runs, probe, keys, arr.key, null_safe, hashes, subset)
+            if m is not None:
+                rows.append(p)
+                found.append(m)
+
+        for b, runs in enumerate(arr.runs):
+            if runs and bounds[b] < bounds[b + 1]:
+                look([self.read(r) for r in runs], order[bounds[b]:bounds[b + 1]])
         if extra is not None:
-            runs.append(kernels.sort_run(extra, arr.key))
-        return kernels.probe(runs, probe, keys, arr.key, null_safe, hashes)
+            look([kernels.sort_run(extra, arr.key)], order)
+        if not found:
+            return np.zeros(0, np.int64), None
+        return np.concatenate(rows), pa.concat_tables(found, promote_options="permissive")
 
     def ranges(self, arr: Arrangement, regions: Sequence[tuple[pa.Scalar, pa.Scalar]],
                extra: pa.Table | None = None) -> pa.Table | None:

@@ -470,11 +470,16 @@ def _scale(t: pa.DataType) -> int:
 
 
 def probe(runs: Sequence[pa.Table], probe: pa.Table, probe_keys: Sequence[str], run_keys: Sequence[str],
-          null_safe: Sequence[bool], hashes: np.ndarray | None = None) -> tuple[np.ndarray, pa.Table | None]:
+          null_safe: Sequence[bool], hashes: np.ndarray | None = None, subset: np.ndarray | None = None
+          ) -> tuple[np.ndarray, pa.Table | None]:
     """Rows of ``runs`` whose keys equal a ``probe`` row's: (the probe row of each match,
-    the matching run rows without ``_h``). ``hashes`` are the probe rows' key hashes."""
+    the matching run rows without ``_h``). ``hashes`` are the probe rows' key hashes;
+    ``subset``: only these probe rows are looked up (best in the order of their hashes:
+    the binary searches then walk each run once)."""
     if hashes is None:
         hashes = key_hash(probe, probe_keys)
+    if subset is not None:
+        hashes = hashes[subset]
     rows: list[np.ndarray] = []
     found: list[pa.Table] = []
     for run in runs:
@@ -483,6 +488,8 @@ def probe(runs: Sequence[pa.Table], probe: pa.Table, probe_keys: Sequence[str], 
         p, r = candidates(run.column(HASH).to_numpy(), hashes)
         if not len(r):
             continue
+        if subset is not None:
+            p = subset[p]
         got = run.take(pa.array(r))
         keep = keys_equal(probe.take(pa.array(p)), probe_keys, got, run_keys, null_safe)
         rows.append(p[keep])
