@@ -210,16 +210,19 @@ class RunStore:
               extra: pa.Table | None = None) -> tuple[Any, pa.Table | None]:
         """Rows of ``arr`` (and of ``extra``, a run not yet written) matching ``probe``'s
         ``keys``: (the probe row of each match, the matched rows). A bucket's runs are
-        searched for the probe rows of that bucket only, in the order of their hashes, so
-        the cost follows the probe rows, not the number of buckets and runs."""
+        searched for the probe rows of that bucket only, so the cost follows the probe
+        rows, not the number of buckets and runs."""
         hashes = kernels.key_hash(probe, keys)
-        buckets = arr.bucket_of(hashes)
-        order = np.lexsort((hashes, buckets))
-        bounds = np.searchsorted(buckets[order], np.arange(len(arr.runs) + 1))
+        if len(arr.runs) == 1:
+            order, bounds = None, np.array([0, len(hashes)])
+        else:  # grouped by bucket (a radix sort of small ints)
+            buckets = arr.bucket_of(hashes).astype(np.int16 if len(arr.runs) <= 1 << 15 else np.int64)
+            order = np.argsort(buckets, kind="stable")
+            bounds = np.searchsorted(buckets[order], np.arange(len(arr.runs) + 1))
         rows: list[np.ndarray] = []
         found: list[pa.Table] = []
 
-        def look(runs: list[pa.Table], subset: np.ndarray) -> None:
+        def look(runs: list[pa.Table], subset: np.ndarray | None) -> None:
             p, m = kernels.probe(runs, probe, keys, arr.key, null_safe, hashes, subset)
             if m is not None:
                 rows.append(p)
@@ -227,9 +230,9 @@ class RunStore:
 
         for b, runs in enumerate(arr.runs):
             if runs and bounds[b] < bounds[b + 1]:
-                look([self.read(r) for r in runs], order[bounds[b]:bounds[b + 1]])
+                look([self.read(r) for r in runs], None if order is None else order[bounds[b]:bounds[b + 1]])
         if extra is not None:
-            look([kernels.sort_run(extra, arr.key)], order)
+            look([kernels.sort_run(extra, arr.key)], None)
         if not found:
             return np.zeros(0, np.int64), None
         return np.concatenate(rows), pa.concat_tables(found, promote_options="permissive")

@@ -474,8 +474,7 @@ def probe(runs: Sequence[pa.Table], probe: pa.Table, probe_keys: Sequence[str], 
           ) -> tuple[np.ndarray, pa.Table | None]:
     """Rows of ``runs`` whose keys equal a ``probe`` row's: (the probe row of each match,
     the matching run rows without ``_h``). ``hashes`` are the probe rows' key hashes;
-    ``subset``: only these probe rows are looked up (best in the order of their hashes:
-    the binary searches then walk each run once)."""
+    ``subset``: only these probe rows are looked up."""
     if hashes is None:
         hashes = key_hash(probe, probe_keys)
     if subset is not None:

@@ -104,17 +104,23 @@ class ArrangedTicks:
                      ) -> dict[str, dict[tuple[str, ...], Arrangement]]:
         """The arrangements the tick reads and appends to: the committed ones, or on the
         first tick (:meth:`first`) every one the plan needs, empty, with buckets for the
-        tick's input rows (a DataFrame input counted by a job)."""
+        rows of the sources its node reads this tick (a DataFrame input counted by a job):
+        a small dimension joined to a large fact keeps one bucket (a tick writes a run per
+        touched bucket, so spare buckets cost files and merges)."""
         if self.store.tick > 0:
             return self.store.arrangements
         if fetched is not None:
-            rows = sum(t.num_rows for t in fetched.values())
+            rows = {source: t.num_rows for source, t in fetched.items()}
         else:
-            rows = sum(t.num_rows for t in arrow.values()) + sum(df.count() for df in frames.values() if df is not None)
+            rows = {source: t.num_rows for source, t in arrow.items()}
+            rows.update({source: df.count() for source, df in frames.items() if df is not None})
+        given = {self.circuit.catalog[source].id: n for source, n in rows.items()}
+        nodes = {op.id: op for op in walk(*self.circuit.roots())}
         out: dict[str, dict[tuple[str, ...], Arrangement]] = {}
         for spec in plan.specs.values():
+            read = sum(given.get(op.id, 0) for op in walk(nodes[spec.node]))
             out.setdefault(spec.node, {})[spec.key] = Arrangement(spec.node, spec.key, spec.additive,
-                                                                  buckets_for(rows))
+                                                                  buckets_for(read))
         return out
 
     def fetch(self, frames: Mapping[str, DataFrame | None], arrow: Mapping[str, pa.Table]
