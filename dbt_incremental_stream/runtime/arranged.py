@@ -890,13 +890,18 @@ class ArrangedTick:
         assert isinstance(before, Delay)
         _, old = self._runs.probe(self._arr[before.input.id][op.keys], dp, keys, safe)
         groups = kernels.group_sums(kernels.concat([old, dp.cast(old.schema) if old is not None else dp]), keys)
+        return self._retract(op, dp, self._finished(op, groups))
+
+    def _finished(self, op: GroupDiff, groups: pa.Table) -> pa.Table:
+        """A linear aggregate's rows from its groups' partial sums."""
+        keys = list(op.keys)
         rows = self.plan.schema(op.delta.input)  # type: ignore[attr-defined]
         new = kernels.finish(groups, keys, op.aggs, zsets.arrow_schema(rows), ansi=self.ansi)
         if new is None:
             types = zsets.arg_types(rows, op.aggs)
             new = self._in_spark(op, groups, lambda df: zsets.finish(df, keys, op.aggs, types)).select(
                 list(op.columns) + [WEIGHT])
-        return self._retract(op, dp, self._conform(op, new))
+        return self._conform(op, new)
 
     @_eval.register
     def _(self, op: WindowDiff) -> pa.Table | None:
@@ -972,8 +977,12 @@ class ArrangedTick:
 
     def _no_rows(self, op: GroupDiff | WindowDiff) -> pa.Table | None:
         """No change of an operator whose input did not change: but on the first tick a
-        keyless aggregate over no rows has its one row (COUNT 0, SUM NULL), Spark's to give."""
+        keyless aggregate over no rows has its one row (COUNT 0, SUM NULL): a linear one's
+        from partial sums of no rows (all NULL), another's is Spark's to give."""
         if self.first and isinstance(op, GroupDiff) and not op.keys:
+            if op.linear:
+                none = self.arrow_schema(op.delta)
+                return self._finished(op, pa.table({f.name: pa.nulls(1, f.type) for f in none}, schema=none))
             raise NotArranged(f"{op.label()}: the one row of an aggregate over no rows")
         return None
 
