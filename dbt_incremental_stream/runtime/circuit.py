@@ -277,11 +277,11 @@ class Circuit:
                 ops = {o.id: o for o in walk(*self.roots())}
                 empty = self.typed_empty()
 
-                def before(node: str) -> DataFrame | None:
+                def before(node: str) -> DataFrame | None:  # an integral has its input's types
                     o = ops.get(node)
-                    return empty.value(o.input) if isinstance(o, Integral) else None
+                    return tick.value(o.input) if isinstance(o, Integral) else None
 
-                self._schema_tick = _TypesTick(empty._inputs, before, lambda _: True, set())
+                tick = self._schema_tick = _TypesTick(empty._inputs, before, lambda _: True, set())
             if isinstance(op, Delay):
                 return self.schema_of(op.input.input)
             value = self._schema_tick.value(op)
