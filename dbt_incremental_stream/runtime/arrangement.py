@@ -213,29 +213,22 @@ class RunStore:
         searched for the probe rows of that bucket only, so the cost follows the probe
         rows, not the number of buckets and runs."""
         hashes = kernels.key_hash(probe, keys)
+        runs: list[pa.Table] = []
+        subsets: list[np.ndarray | None] = []
         if len(arr.runs) == 1:
-            order, bounds = None, np.array([0, len(hashes)])
+            runs, subsets = [self.read(r) for r in arr.runs[0]], [None] * len(arr.runs[0])
         else:  # grouped by bucket (a radix sort of small ints)
             buckets = arr.bucket_of(hashes).astype(np.int16 if len(arr.runs) <= 1 << 15 else np.int64)
             order = np.argsort(buckets, kind="stable")
             bounds = np.searchsorted(buckets[order], np.arange(len(arr.runs) + 1))
-        rows: list[np.ndarray] = []
-        found: list[pa.Table] = []
-
-        def look(runs: list[pa.Table], subset: np.ndarray | None) -> None:
-            p, m = kernels.probe(runs, probe, keys, arr.key, null_safe, hashes, subset)
-            if m is not None:
-                rows.append(p)
-                found.append(m)
-
-        for b, runs in enumerate(arr.runs):
-            if runs and bounds[b] < bounds[b + 1]:
-                look([self.read(r) for r in runs], None if order is None else order[bounds[b]:bounds[b + 1]])
+            for b, bucket in enumerate(arr.runs):
+                if bounds[b] < bounds[b + 1]:
+                    runs += [self.read(r) for r in bucket]
+                    subsets += [order[bounds[b]:bounds[b + 1]]] * len(bucket)
         if extra is not None:
-            look([kernels.sort_run(extra, arr.key)], None)
-        if not found:
-            return np.zeros(0, np.int64), None
-        return np.concatenate(rows), pa.concat_tables(found, promote_options="permissive")
+            runs.append(kernels.sort_run(extra, arr.key))
+            subsets.append(None)
+        return kernels.probe(runs, probe, keys, arr.key, null_safe, hashes, subsets)
 
     def ranges(self, arr: Arrangement, regions: Sequence[tuple[pa.Scalar, pa.Scalar]],
                extra: pa.Table | None = None) -> pa.Table | None:

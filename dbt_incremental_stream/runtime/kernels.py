@@ -470,21 +470,20 @@ def _scale(t: pa.DataType) -> int:
 
 
 def probe(runs: Sequence[pa.Table], probe: pa.Table, probe_keys: Sequence[str], run_keys: Sequence[str],
-          null_safe: Sequence[bool], hashes: np.ndarray | None = None, subset: np.ndarray | None = None
-          ) -> tuple[np.ndarray, pa.Table | None]:
+          null_safe: Sequence[bool], hashes: np.ndarray | None = None,
+          subsets: Sequence[np.ndarray | None] | None = None) -> tuple[np.ndarray, pa.Table | None]:
     """Rows of ``runs`` whose keys equal a ``probe`` row's: (the probe row of each match,
     the matching run rows without ``_h``). ``hashes`` are the probe rows' key hashes;
-    ``subset``: only these probe rows are looked up."""
+    ``subsets``: per run, the probe rows looked up in it (None: every row)."""
     if hashes is None:
         hashes = key_hash(probe, probe_keys)
-    if subset is not None:
-        hashes = hashes[subset]
     rows: list[np.ndarray] = []
     found: list[pa.Table] = []
-    for run in runs:
+    for n, run in enumerate(runs):
+        subset = None if subsets is None else subsets[n]
         if run.num_rows == 0:
             continue
-        p, r = candidates(run.column(HASH).to_numpy(), hashes)
+        p, r = candidates(run.column(HASH).to_numpy(), hashes if subset is None else hashes[subset])
         if not len(r):
             continue
         if subset is not None:
