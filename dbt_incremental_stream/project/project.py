@@ -189,6 +189,7 @@ class Project:
                     tick, self.models, changes, self.streams, read.dead, report))
                 assert self.pipe.last_tick is not None  # set by every step that returns
                 report.split.update(self.pipe.last_tick.seconds)
+                report.path, report.why = self.pipe.last_tick.path, self.pipe.last_tick.why
                 report.failed = self.failed
                 report.seconds = time.monotonic() - started
                 self.last = report

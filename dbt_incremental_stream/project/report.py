@@ -22,3 +22,5 @@ class TickReport:
     #: where the time went: read (Kafka and table sources), the pipeline's own split
     #: (spark, driver, write, commit), outputs (sinks, changelogs, dead letters), publish
     split: dict[str, float] = field(default_factory=dict)
+    path: str = ""  # where the pipeline ran it: "arranged" (driver), "tasks" or "dataframe"
+    why: str | None = None  # why it did not run on arrangements in the driver

@@ -9,13 +9,16 @@ there, before the job) and then runs as one Spark job. Either way the tick's sta
 batches and arrangement runs are written before the pipeline commits it
 (:meth:`~.pipeline.Pipeline._commit`), so a tick that fails leaves files no manifest
 names. The first tick of a pipeline builds its state the same way, with all input as the
-delta; :meth:`ArrangedTicks.build` builds arrangements in bulk from batches the DataFrame
+delta, and so does a later tick for the state nodes of a view added or redefined since,
+with all retained input and the tick's delta as theirs (:meth:`ArrangedTicks.missing`);
+:meth:`ArrangedTicks.build` builds arrangements in bulk from batches the DataFrame
 evaluator wrote.
 """
 from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, AbstractSet, Callable, Mapping, Sequence
 
@@ -47,6 +50,8 @@ ARRANGED_ROWS = 100_000
 ARRANGED_BYTES = 64 << 20
 #: rows of each input a tick for Spark tasks is first rehearsed on in the driver
 REHEARSAL_ROWS = 1_000
+#: batches of at most this many bytes in all are arranged in the driver, not by a Spark job
+SMALL_BUILD_BYTES = 8 << 20
 
 
 def collects_whole(df: DataFrame) -> bool:
@@ -76,6 +81,19 @@ def collects_whole(df: DataFrame) -> bool:
     return True
 
 
+@dataclass
+class Built:
+    """State nodes a tick built from all retained input (a view added or redefined since
+    the last commit): their batches and arrangements, written but not committed, and
+    their deltas as the driver holds them (when built there)."""
+
+    written: dict[str, list[Batch]]
+    arrangements: dict[str, dict[tuple[str, ...], Arrangement]]
+    tables: dict[str, pa.Table | None]
+    in_tasks: dict[str, float] = field(default_factory=dict)  # as :attr:`.TickStats.in_tasks`
+    seconds: float = 0.0
+
+
 class ArrangedTicks:
     """The ticks of a :class:`~.pipeline.Pipeline` that run on its arrangements."""
 
@@ -94,19 +112,19 @@ class ArrangedTicks:
         return self.store.tick > 0 and not self.pipe.pending and all(
             spec.key in self.store.arrangements.get(spec.node, {}) for spec in plan.specs.values())
 
-    def first(self, skip: Mapping[str, str]) -> bool:
-        """Whether this is the pipeline's first tick, none of its views reading the time:
-        then the operators on arrangements build the state, with all input as the delta."""
-        return self.store.tick == 0 and not skip and CLOCK not in self.circuit.sources
+    def builds(self, skip: Mapping[str, str]) -> bool:
+        """Whether the operators on arrangements build the state the tick lacks, none of
+        the views reading the time: on the pipeline's first tick with all input as the
+        delta (no view set aside), on a later one (:meth:`missing`) with all retained input
+        as the delta of a new view's state."""
+        return CLOCK not in self.circuit.sources and (self.store.tick > 0 or not skip)
 
     def arrangements(self, plan: Plan, fetched: Mapping[str, pa.Table] | None,
                      frames: Mapping[str, DataFrame | None], arrow: Mapping[str, pa.Table]
                      ) -> dict[str, dict[tuple[str, ...], Arrangement]]:
         """The arrangements the tick reads and appends to: the committed ones, or on the
-        first tick (:meth:`first`) every one the plan needs, empty, with buckets for the
-        rows of the sources its node reads this tick (a DataFrame input counted by a job):
-        a small dimension joined to a large fact keeps one bucket (a tick writes a run per
-        touched bucket, so spare buckets cost files and merges)."""
+        first tick (:meth:`first`) every one the plan needs, empty (:meth:`_empty`), sized
+        by this tick's input (a DataFrame input counted by a job)."""
         if self.store.tick > 0:
             return self.store.arrangements
         if fetched is not None:
@@ -114,6 +132,13 @@ class ArrangedTicks:
         else:
             rows = {source: t.num_rows for source, t in arrow.items()}
             rows.update({source: df.count() for source, df in frames.items() if df is not None})
+        return self._empty(plan, rows)
+
+    def _empty(self, plan: Plan, rows: Mapping[str, int]) -> dict[str, dict[tuple[str, ...], Arrangement]]:
+        """Every arrangement the plan needs, empty, with buckets for the ``rows`` (per
+        source) of the sources its node reads: a small dimension joined to a large fact
+        keeps one bucket (a tick writes a run per touched bucket, so spare buckets cost
+        files and merges)."""
         given = {self.circuit.catalog[source].id: n for source, n in rows.items()}
         nodes = {op.id: op for op in walk(*self.circuit.roots())}
         out: dict[str, dict[tuple[str, ...], Arrangement]] = {}
@@ -122,6 +147,82 @@ class ArrangedTicks:
             out.setdefault(spec.node, {})[spec.key] = Arrangement(spec.node, spec.key, spec.additive,
                                                                   buckets_for(read))
         return out
+
+    def missing(self, plan: Plan, arranged: Mapping[str, dict[tuple[str, ...], Arrangement]], aside: AbstractSet[str],
+                frames: Mapping[str, DataFrame | None], arrow: Mapping[str, pa.Table],
+                fetched: Mapping[str, pa.Table], whole: bool, clock: datetime | None
+                ) -> tuple[dict[str, dict[tuple[str, ...], Arrangement]], Built | None]:
+        """What the last commit lacks, built on arrangements after the first tick: an
+        arrangement a new view needs of a node already kept (from that node's batches),
+        and the state nodes of views added or redefined since (not ``aside``), from all
+        the retained input and this tick's delta, as a pipeline's first tick builds its
+        state (:meth:`backfill`). The arrangements the rest of the tick reads, and what
+        was built."""
+        if self.store.tick == 0:
+            return dict(arranged), None
+        started = time.perf_counter()
+        tick = self.store.tick + 1
+        new = [s for s in self.circuit.states() if s.id not in aside and not self.store.has(s.id)]
+        fresh = {s.id for s in new}
+        out = {node: dict(arrs) for node, arrs in arranged.items()}
+        lacking = [spec for spec in plan.specs.values() if spec.node not in fresh and spec.node not in aside
+                   and spec.key not in out.get(spec.node, {})]
+        for spec, arr in zip(lacking, self._of_batches(lacking, {}, tick)):
+            out.setdefault(spec.node, {})[spec.key] = arr
+        built = self.backfill(plan, new, frames, arrow, fetched, whole, clock, tick) if new else None
+        if built is not None:
+            built.seconds = time.perf_counter() - started
+        return out, built
+
+    def backfill(self, plan: Plan, new: Sequence[State], frames: Mapping[str, DataFrame | None],
+                 arrow: Mapping[str, pa.Table], fetched: Mapping[str, pa.Table], whole: bool,
+                 clock: datetime | None, tick: int) -> Built:
+        """The ``new`` state nodes seeded with all retained input and this tick's delta as
+        one delta, from empty state (a row this tick deletes is never computed on): in the
+        driver when that input is small and the tick's is held there whole (``whole``:
+        ``fetched``), else in Spark tasks."""
+        c = self.circuit
+        unbuilt = [(v.name, v.state) for v in c.views.values() if not self.store.has(v.state.id)]
+        self.pipe._retention.check(plan, unbuilt, {c.source_state(n).id: n for n in c.sources}, clock)
+        by_input = {c.catalog[n].id: n for n in c.sources}
+        read = sorted({by_input[op.id] for op in walk(*new) if op.id in by_input})
+        spines = {n: list(s.batches) if (s := self.store.spines.get(c.source_state(n).id)) else [] for n in read}
+        given: dict[str, DataFrame] = {}
+        if self.pipe.placement != "tasks" and whole and sum(b.bytes for n in read for b in spines[n]) <= ARRANGED_BYTES:
+            held = {n: self._history(n, spines[n], fetched.get(n)) for n in read}
+            if sum(t.num_rows for t in held.values()) <= ARRANGED_ROWS:
+                empty = self._empty(plan, {n: t.num_rows for n, t in held.items()})
+                assert self.store.runs is not None
+                run = ArrangedTick(plan, held, empty, self.store.runs, self.spark, first=True)
+                tables = {s.id: run.state_delta(s) for s in new}
+                batches = self.store.write_arrow(tick, tables, {s.id: c.stored_schema(s) for s in new})
+                return Built({s.id: [batches[s.id]] if s.id in batches else [] for s in new},
+                             {s.id: {key: self.store.runs.append(arr, tick, tables.get(s.id))
+                                     for key, arr in empty.get(s.id, {}).items()} for s in new},
+                             tables)
+        else:  # the retained input as Spark reads it, beside this tick's delta
+            deltas = fetched if whole else arrow
+            held = {n: deltas[n] for n in read if n in deltas and deltas[n].num_rows}
+            for n in read:
+                parts = ([Batch.open_many(self.spark, spines[n])] if spines[n] else []) + (
+                    [df] if not whole and (df := frames.get(n)) is not None else [])
+                if parts:
+                    given[n] = parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
+        rows = {n: 0 for n in read}
+        for n, t in held.items():
+            rows[n] += t.num_rows
+        for n, df in given.items():
+            rows[n] += df.count()
+        empty = self._empty(plan, rows)
+        written, arrangements, seconds = self._job(plan, empty, list(new), given, held, tick, first=True)
+        return Built(written, arrangements, {}, in_tasks=seconds)
+
+    def _history(self, source: str, batches: list[Batch], delta: pa.Table | None) -> pa.Table:
+        """A source's retained input (its batches) and this tick's ``delta`` as one table."""
+        parts = ([self.store.read_arrow(batches)] if batches else []) + ([delta] if delta is not None else [])
+        if not parts:
+            return zsets.arrow_schema(zsets.with_weight(self.circuit.sources[source])).empty_table()
+        return pa.concat_tables([self.circuit.conform_arrow(source, t) for t in parts])
 
     def fetch(self, frames: Mapping[str, DataFrame | None], arrow: Mapping[str, pa.Table]
               ) -> tuple[dict[str, pa.Table], bool, set[str]]:
@@ -152,12 +253,14 @@ class ArrangedTicks:
     def in_driver(self, plan: Plan, arranged: Mapping[str, dict[tuple[str, ...], Arrangement]],
                   inputs: dict[str, pa.Table], clock: datetime | None,
                   before_commit: Callable[[int, Changes], None] | None, started: float,
-                  aside: AbstractSet[str], skip: Mapping[str, str]) -> Changes:
+                  aside: AbstractSet[str], skip: Mapping[str, str], built: Built | None = None) -> Changes:
         """One tick on arrangements: kernels in the driver over the touched keys only. The
-        state nodes ``aside`` (of the views in ``skip``) are left as they are."""
+        state nodes ``aside`` (of the views in ``skip``) are left as they are; those
+        ``built`` this tick are committed as they were built."""
         fetched = time.perf_counter()
         states = self.circuit.states()
-        live = [s for s in states if s.id not in aside]
+        done_before = built.written if built is not None else {}
+        live = [s for s in states if s.id not in aside and s.id not in done_before]
         assert self.store.runs is not None
         run = ArrangedTick(plan, inputs, arranged, self.store.runs, self.spark, first=self.store.tick == 0)
         tables = {s.id: run.state_delta(s) for s in live}
@@ -172,67 +275,109 @@ class ArrangedTicks:
         runs = self.store.runs
         arrangements = {node: {key: runs.append(arr, tick, tables.get(node)) for key, arr in arrs.items()}
                         for node, arrs in arranged.items() if node in tables}
-        changes = Changes({v.name: partial(self._change, v, tables.get(v.state.id))
-                           for v in self.circuit.views.values()},
-                          {v.name: t for v in self.circuit.views.values() if (t := tables.get(v.state.id)) is not None})
+        if built is not None:
+            written |= built.written
+            arrangements |= built.arrangements
+            tables |= built.tables
+        changes = self._changes(tables, written)
         outputs, committing = self.pipe._commit(tick, states, written, arrangements, changes,
                                                 self.pipe._meta(clock, expired, skip), before_commit)
         done = time.perf_counter()
+        building = built.seconds if built is not None else 0.0
         self.pipe.last_tick = TickStats("arranged", sum(t.num_rows for t in inputs.values()),
-                                        {"spark": fetched - started + run.spark_seconds,
+                                        {"spark": fetched - started - building + run.spark_seconds,
+                                         **({"build": building} if built is not None else {}),
                                          "driver": evaluated - fetched - run.spark_seconds,
                                          "write": outputs - evaluated, "outputs": committing - outputs,
-                                         "commit": done - committing}, rows_read=run.rows_read)
+                                         "commit": done - committing}, rows_read=run.rows_read,
+                                        in_tasks=built.in_tasks if built is not None else {})
         return changes
 
-    def _change(self, view: View, table: pa.Table | None) -> DataFrame:
-        """A view's change from the Arrow table a tick in the driver made of it."""
-        if table is None or table.num_rows == 0:
-            return change(self.spark, view, [])
-        return self.spark.createDataFrame(table)
+    def _changes(self, tables: Mapping[str, pa.Table | None], written: Mapping[str, list[Batch]]) -> Changes:
+        """The views' changes: from the Arrow tables the driver made of their deltas, else
+        from the batches the tick wrote of them."""
+        def change_of(view: View) -> DataFrame:
+            table = tables.get(view.state.id)
+            if table is not None and table.num_rows:
+                return self.spark.createDataFrame(table)
+            return change(self.spark, view, written.get(view.state.id, []) if table is None else [])
+
+        views = self.circuit.views.values()
+        return Changes({v.name: partial(change_of, v) for v in views},
+                       {v.name: t for v in views if (t := tables.get(v.state.id)) is not None})
 
     def in_tasks(self, plan: Plan, arrangements: Mapping[str, dict[tuple[str, ...], Arrangement]],
                  inputs: Mapping[str, DataFrame | None], arrow: Mapping[str, pa.Table],
                  fetched: Mapping[str, pa.Table], clock: datetime | None,
                  before_commit: Callable[[int, Changes], None] | None, started: float,
-                 aside: AbstractSet[str], skip: Mapping[str, str]) -> Changes:
+                 aside: AbstractSet[str], skip: Mapping[str, str], built: Built | None = None) -> Changes:
         """One tick on arrangements in Spark tasks (:mod:`.tasks`): a delta too large for
-        the driver, one Spark job. A job that fails leaves files no manifest names."""
+        the driver, one Spark job (:meth:`_job`). The state nodes ``aside`` are left as
+        they are; those ``built`` this tick are committed as they were built."""
         if self._not_in_tasks is not None:
             raise NotArranged(self._not_in_tasks)
         if self.pipe._retention.thresholds(plan, clock):
             raise NotArranged("rows leave the state as the time moves")
         states = self.circuit.states()
-        live = [s for s in states if s.id not in aside]
-        if self.store.tick == 0 and any(isinstance(op, GroupDiff) and not op.keys for op in walk(*live)):
-            raise NotArranged("a keyless aggregate's first row (of no rows, maybe) is Spark's to give")
-        frames = {self.circuit.catalog[n].id: df for n, df in inputs.items() if df is not None}
-        tables = {self.circuit.catalog[n].id: t for n, t in arrow.items() if t.num_rows}
-        assert self.store.runs is not None
-        self._rehearse(plan, arrangements, live, inputs, {**fetched, **arrow})
+        done_before = built.written if built is not None else {}
+        live = [s for s in states if s.id not in aside and s.id not in done_before]
         tick = self.store.tick + 1
+        written, arranged, task_seconds = self._job(plan, arrangements, live, inputs, arrow, tick,
+                                                    first=self.store.tick == 0, sampled=fetched)
+        computed = time.perf_counter()
+        written = {s.id: written.get(s.id, []) for s in states}
+        tables: dict[str, pa.Table | None] = {}
+        if built is not None:
+            written |= built.written
+            arranged |= built.arrangements
+            tables = dict(built.tables)
+            task_seconds = {p: task_seconds.get(p, 0.0) + built.in_tasks.get(p, 0.0) for p in tasks.PHASES}
+        changes = self._changes(tables, written)
+        outputs, committing = self.pipe._commit(tick, states, written, arranged, changes,
+                                                self.pipe._meta(clock, dict(self.pipe._retention.expired), skip),
+                                                before_commit)
+        done = time.perf_counter()
+        self.pipe.last_tick = TickStats("tasks", sum(t.num_rows for t in arrow.values()),
+                                        {"spark": computed - started, "outputs": committing - outputs,
+                                         "commit": done - committing}, in_tasks=task_seconds)
+        return changes
+
+    def _job(self, plan: Plan, arrangements: Mapping[str, dict[tuple[str, ...], Arrangement]],
+             live: Sequence[State], frames: Mapping[str, DataFrame | None], held: Mapping[str, pa.Table],
+             tick: int, first: bool, sampled: Mapping[str, pa.Table] | None = None
+             ) -> tuple[dict[str, list[Batch]], dict[str, dict[tuple[str, ...], Arrangement]], dict[str, float]]:
+        """The deltas of the ``live`` state nodes over the sources' rows (by source: in
+        ``frames`` for Spark, ``held`` in the driver, or both) as one Spark job
+        (:mod:`.tasks`), first rehearsed (:meth:`_rehearse`, on ``sampled`` rows too): the
+        batches and arrangement runs it wrote (not committed), and its tasks' seconds per
+        phase. A job that fails leaves files no manifest names."""
+        if first and any(isinstance(op, GroupDiff) and not op.keys for op in walk(*live)):
+            raise NotArranged("a keyless aggregate's first row (of no rows, maybe) is Spark's to give")
+        given = {n: df for n, df in frames.items() if df is not None}
+        assert self.store.runs is not None
+        self._rehearse(plan, arrangements, live, given, {**(sampled or {}), **held})
         directory = batch_dir(tick)
         ported, ops = tasks.portable(plan, live)
         width = self.spark.sparkContext.defaultParallelism
         if width not in self._task_parts:
             self._task_parts[width] = tasks.spark_parts(self.spark, width)
-        arranged = {s.id: arrangements.get(s.id, {}) for s in live}
-        ctx = tasks.Context(ported, tasks.layout(plan, live), ops, arranged, self.store.runs.root, tick, directory,
-                            {self.circuit.catalog[n].id: zsets.arrow_schema(zsets.with_weight(self.circuit.sources[n]))
-                             for n in self.circuit.sources},
+        c = self.circuit
+        ctx = tasks.Context(ported, tasks.layout(plan, live), ops, dict(arrangements), self.store.runs.root, tick,
+                            directory,
+                            {c.catalog[n].id: zsets.arrow_schema(zsets.with_weight(c.sources[n])) for n in c.sources},
                             self._task_parts[width], zsets.ansi(self.spark))
         try:
-            files, task_seconds = tasks.run(ctx, self.spark, frames, tables, width)
+            files, seconds = tasks.run(ctx, self.spark, {c.catalog[n].id: df for n, df in given.items()},
+                                       {c.catalog[n].id: t for n, t in held.items() if t.num_rows}, width)
         except BaseException as e:
             self.store.fs.delete(self.store.fs.path(directory))
             self.store.collect_garbage()
             why = tasks.declined(e)
             if why is not None:  # an operator a task cannot run: so for every later tick too
-                if self.store.tick > 0:  # (a first tick declines for its own reasons too)
+                if not first:  # (a first tick declines for its own reasons too)
                     self._not_in_tasks = why
                 raise NotArranged(why) from None
             raise
-        computed = time.perf_counter()
         sizes: dict[str, int] = {}
         new: dict[str, dict[tuple[str, ...], dict[int, list[Run]]]] = {}
         for f in files:
@@ -242,30 +387,19 @@ class ArrangedTicks:
                 new.setdefault(f["node"], {}).setdefault(tuple(f["key"]), {}).setdefault(
                     f["bucket"], []).append(Run(f["path"], f["rows"]))
         written = {s.id: [Batch(self.store.fs.path(directory, f"_node={s.id}"), sizes[s.id], batch_column(s.id),
-                                self.circuit.stored_schema(s).json())] if s.id in sizes else [] for s in states}
-        arrangements = {node: {key: arr.with_runs(new.get(node, {}).get(key, {})) for key, arr in arrs.items()}
-                        for node, arrs in arranged.items()}
-        changes = Changes({v.name: partial(change, self.spark, v, written.get(v.state.id, []))
-                           for v in self.circuit.views.values()})
-        outputs, committing = self.pipe._commit(tick, states, written, arrangements, changes,
-                                                self.pipe._meta(clock, dict(self.pipe._retention.expired), skip),
-                                                before_commit)
-        done = time.perf_counter()
-        self.pipe.last_tick = TickStats("tasks", sum(t.num_rows for t in arrow.values()),
-                                        {"spark": computed - started, "outputs": committing - outputs,
-                                         "commit": done - committing}, in_tasks=task_seconds)
-        return changes
+                                c.stored_schema(s).json())] if s.id in sizes else [] for s in live}
+        return written, {s.id: {key: arr.with_runs(new.get(s.id, {}).get(key, {}))
+                                for key, arr in arrangements.get(s.id, {}).items()} for s in live}, seconds
 
     def _rehearse(self, plan: Plan, arrangements: Mapping[str, dict[tuple[str, ...], Arrangement]],
-                  live: Sequence[State], inputs: Mapping[str, DataFrame | None],
-                  held: Mapping[str, pa.Table]) -> None:
+                  live: Sequence[State], frames: Mapping[str, DataFrame], held: Mapping[str, pa.Table]) -> None:
         """Run the operators in the driver as a task would (no Spark) over the first
-        :data:`REHEARSAL_ROWS` rows of each input (of those ``held`` in Arrow, or fetched
-        now): an operator that needs Spark declines here, before the job moves the whole
-        tick (a decline in the tasks costs the job)."""
+        :data:`REHEARSAL_ROWS` rows of each source (of those ``held`` in Arrow, or of its
+        DataFrame, fetched now): an operator that needs Spark declines here, before the
+        job moves the whole tick (a decline in the tasks costs the job)."""
         sample = {n: t.slice(0, REHEARSAL_ROWS) for n, t in held.items()}
         sample |= {n: self.circuit.conform_arrow(n, df.limit(REHEARSAL_ROWS).toArrow())
-                   for n, df in inputs.items() if df is not None and n not in held}
+                   for n, df in frames.items() if n not in held}
         assert self.store.runs is not None
         run = ArrangedTick(plan, sample, arrangements, self.store.runs, None, ansi=zsets.ansi(self.spark),
                            probe_rows=None)
@@ -275,19 +409,32 @@ class ArrangedTicks:
     def build(self, plan: Plan, written: dict[str, list[Batch]], tick: int
               ) -> dict[str, dict[tuple[str, ...], Arrangement]]:
         """The arrangements the plan needs, with this tick's batches appended by a bulk
-        build; an arrangement not built yet is built from the node's whole spine. One
-        Spark job per arrangement, all submitted at once (small ones finish in the
-        shadow of the large one)."""
+        build (:meth:`_of_batches`)."""
+        specs = list(plan.specs.values())
+        out: dict[str, dict[tuple[str, ...], Arrangement]] = {}
+        for spec, arr in zip(specs, self._of_batches(specs, written, tick)):
+            out.setdefault(spec.node, {})[spec.key] = arr
+        return out
+
+    def _of_batches(self, specs: Sequence[Spec], written: Mapping[str, list[Batch]], tick: int) -> list[Arrangement]:
+        """The arrangements ``specs``, with the batches ``written`` this tick appended; one
+        not built yet is built from the node's whole spine. In the driver when the batches
+        are small, else one Spark job per arrangement, all submitted at once (small ones
+        finish in the shadow of the large one)."""
         def one(spec: Spec) -> Arrangement:
             arr = self.store.arrangements.get(spec.node, {}).get(spec.key)
             batches = list(written.get(spec.node, []))
             if arr is None:
                 spine = self.store.spines.get(spec.node)
                 batches = (list(spine.batches) if spine else []) + batches
-                size = Batch.open_many(self.spark, batches).count() if batches else 0  # from Parquet footers
+            if self.store.runs is not None and sum(b.bytes for b in batches) <= SMALL_BUILD_BYTES:
+                table = self.store.read_arrow(batches) if batches else None
+                if arr is None:
+                    arr = Arrangement(spec.node, spec.key, spec.additive, buckets_for(table.num_rows if table else 0))
+                return self.store.runs.append(arr, tick, table)
+            if arr is None:
+                size = Batch.open_many(self.spark, batches).count()  # from Parquet footers
                 arr = Arrangement(spec.node, spec.key, spec.additive, buckets_for(size))
-            if not batches:
-                return arr
             frame = Batch.open_many(self.spark, batches)
             task = partial(build_runs, self.store.fs.root, arr, tick, zsets.arrow_schema(frame.schema))
             rows = frame.mapInArrow(task, BUILT_DDL).collect()
@@ -296,10 +443,5 @@ class ArrangedTicks:
                 new.setdefault(r["bucket"], []).append(Run(r["path"], r["rows"]))
             return arr.with_runs(new)
 
-        specs = list(plan.specs.values())
         with ThreadPoolExecutor(max_workers=max(1, len(specs))) as pool:
-            built = list(pool.map(one, specs))
-        out: dict[str, dict[tuple[str, ...], Arrangement]] = {}
-        for spec, arr in zip(specs, built):
-            out.setdefault(spec.node, {})[spec.key] = arr
-        return out
+            return list(pool.map(one, specs))

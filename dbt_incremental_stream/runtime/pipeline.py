@@ -257,7 +257,7 @@ class Pipeline:
         aside = self.circuit.own_states(set(skip))
         if plan is not None and self.placement == "dataframe":
             why = "placement 'dataframe'"
-        elif plan is not None and not self._arranged.ready(plan) and not self._arranged.first(skip):
+        elif plan is not None and not self._arranged.ready(plan) and not self._arranged.builds(skip):
             why = "state to build"
         elif plan is not None:
             fetched, whole, complete = (({}, False, set()) if self.placement == "tasks"
@@ -266,12 +266,14 @@ class Pipeline:
                 arrow |= {n: fetched[n] for n in complete}
                 inputs |= {n: None for n in complete}
             try:
-                arranged = self._arranged.arrangements(plan, fetched if whole else None, inputs, arrow)
+                arranged, built = self._arranged.missing(
+                    plan, self._arranged.arrangements(plan, fetched if whole else None, inputs, arrow), aside,
+                    inputs, arrow, fetched, whole, clock)
                 if whole:
                     return self._arranged.in_driver(plan, arranged, fetched, clock, before_commit, started, aside,
-                                                    skip)
+                                                    skip, built)
                 return self._arranged.in_tasks(plan, arranged, inputs, arrow, fetched, clock, before_commit,
-                                               started, aside, skip)
+                                               started, aside, skip, built)
             except Exception as e:  # the DataFrame path computes it, with Spark's own errors
                 if not isinstance(e, _DECLINES) and data_error(e) is None and whole:
                     raise

@@ -470,7 +470,9 @@ class StateStore:
         tables = []
         for b in batches:
             fs, path = self._arrow_fs(b.path[len(self.fs.root) + 1:])
-            column = pq.read_table(path, filesystem=fs, columns=[b.column]).column(b.column)
+            # Spark writes INT96 timestamps, which pyarrow reads as nanoseconds unless told
+            column = pq.read_table(path, filesystem=fs, columns=[b.column],
+                                   coerce_int96_timestamp_unit="us").column(b.column)
             children = column.combine_chunks().flatten() if column.num_chunks else []
             tables.append(pa.Table.from_arrays(children, schema=schema) if children else schema.empty_table())
         return pa.concat_tables(t.cast(schema) for t in tables)

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from dbt_incremental_stream.differential import Differential
+from dbt_incremental_stream.differential import ARRANGED_PATH, Differential
 from dbt_incremental_stream.errors import StreamError
 from dbt_incremental_stream.runtime.pipeline import Pipeline
 from dbt_incremental_stream.runtime.tasks import PHASES
@@ -202,16 +202,27 @@ def test_tick_boundaries_do_not_matter(spark, tmp_path_factory, data):
         split.close()
 
 
-def test_view_added_later_is_backfilled(spark, tmp_path):
-    diff = Differential(spark, str(tmp_path), SOURCES, {"n": "SELECT cust, COUNT(*) AS n FROM orders GROUP BY cust"})
+@pytest.mark.parametrize("placement", ["auto", "tasks"])
+def test_view_added_later_is_backfilled(spark, tmp_path, placement):
+    """A view added to a pipeline that ran is built on arrangements (in the driver, or in
+    Spark tasks) from all retained input and the tick's delta, in the tick that adds it,
+    its joins' arrangements of the kept sources by new keys built from their batches; a
+    keyless aggregate's first row over no rows is Spark's to give in tasks."""
+    diff = Differential(spark, str(tmp_path), SOURCES, {"n": "SELECT cust, COUNT(*) AS n FROM orders GROUP BY cust"},
+                        placement=placement)
     rows = [((i, i % 3, i * 1.5, i % 4, "open"), 1) for i in range(1, 9)]
     diff.step({"orders": rows[:5], "customers": [((1, "ann", "eu"), 1), ((2, "bob", "us"), 1)]})
     diff.step({"orders": rows[5:] + [(rows[0][0], -1)]})
     diff.add_view("late", "SELECT c.region, MAX(o.amount) AS m FROM orders o JOIN customers c ON o.cust = c.id "
                           "GROUP BY c.region")
+    diff.add_view("by_status", "SELECT o.id, c.name FROM orders o JOIN customers c ON o.status = c.region")
+    diff.step({"orders": [((20, 1, 99, 1, "paid"), 1), (rows[1][0], -1)]})
+    assert diff.pipeline.last_tick.path == ARRANGED_PATH[placement], diff.pipeline.last_tick.why
     diff.add_view("late_total", "SELECT COUNT(*) AS n FROM late")
-    diff.step({"orders": [((20, 1, 99, 1, "paid"), 1)]})
     diff.step({"customers": [((1, "ann", "eu"), -1)]})
+    assert diff.pipeline.last_tick.path == ("dataframe" if placement == "tasks" else "arranged")
+    diff.step({"customers": [((3, "cy", "eu"), 1)], "orders": [((21, 3, 5, 2, "open"), 1)]})
+    assert diff.pipeline.last_tick.path == ARRANGED_PATH[placement], diff.pipeline.last_tick.why
     diff.close()
 
 

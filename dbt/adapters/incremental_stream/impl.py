@@ -118,8 +118,10 @@ class IncrementalStreamAdapter(SparkAdapter):
             raise DbtRuntimeError(f"streaming model {name}: {e}") from e
         self._pruned = True
         for report in result.pop("ticks", []):  # where each tick's time went, in dbt's debug log
-            logger.debug(f"streaming model {name}: tick {report['tick']} in {report['seconds']:.2f}s (" + ", ".join(
-                f"{part} {seconds:.2f}" for part, seconds in report["split"].items()) + ")")
+            why = f" ({report['why']})" if report["why"] else ""
+            split = ", ".join(f"{part} {seconds:.2f}" for part, seconds in report["split"].items())
+            logger.debug(f"streaming model {name}: tick {report['tick']} in {report['seconds']:.2f}s "
+                         f"on {report['path']}{why} ({split})")
         return result
 
     def _with_schema_file(self, kafka: dict[str, Any]) -> dict[str, Any]:
