@@ -14,7 +14,7 @@ import json
 from collections import Counter
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import AbstractSet, Any, Iterable, Mapping, Sequence, cast
+from typing import AbstractSet, Any, Callable, Iterable, Mapping, Sequence, cast
 
 import pyarrow as pa
 from sqlglot import exp
@@ -38,12 +38,21 @@ class _TypesTick(Tick):
     """A tick over empty inputs whose every value is an empty leaf of its types. Spark
     analyses a DataFrame's whole plan each time one is derived from it, so typing each
     node over the plan of everything upstream costs time quadratic in the circuit's depth
-    (22 TPC-H views: minutes); over leaves, each node's analysis is of one operator."""
+    (22 TPC-H views: minutes); over leaves, each node's analysis is of one operator, and
+    a node whose types are ``known`` is not analysed at all."""
+
+    def __init__(self, spark: SparkSession, inputs: Mapping[str, DataFrame | None],
+                 before: Callable[[str], DataFrame | None], known: Callable[[str], StructType | None]):
+        super().__init__(inputs, before, lambda _: True, set())
+        self._spark = spark
+        self._known = known
 
     def value(self, op: Operator) -> DataFrame | None:
         if op.id not in self._memo:
-            df = self._eval(op)
-            self._memo[op.id] = None if df is None else df.sparkSession.createDataFrame([], df.schema)
+            schema = self._known(op.id)
+            if schema is None and (df := self._eval(op)) is not None:
+                schema = df.schema
+            self._memo[op.id] = None if schema is None else self._spark.createDataFrame([], schema)
         return self._memo[op.id]
 
 
@@ -105,15 +114,18 @@ class Circuit:
         #: they were found with
         self._recorded: dict[str, dict[str, str]] = meta.get("types", {})
         self._recorded_sources: dict[str, Any] = meta.get("sources", {})
-        self.changed()
-
-    def changed(self) -> None:
-        """Forget what was derived from the circuit as it was."""
-        self._empty: Tick | None = None
-        self._schema_tick: Tick | None = None
+        #: the types found of nodes and expressions: a node's id names its SQL and its
+        #: inputs' columns, and within a circuit a source's types never change, so they
+        #: stay true as sources and views are added
         self._schemas_by_node: dict[str, StructType] = {}
         self._types_by_exprs: dict[str, str] = {}  # node id and expressions → their types' StructType JSON
         self._typed_rows: dict[str, DataFrame] = {}  # node id → no rows of its types, to analyse expressions over
+        self.changed()
+
+    def changed(self) -> None:
+        """Forget what was derived from the circuit's sources and views as they were."""
+        self._empty: Tick | None = None
+        self._schema_tick: Tick | None = None
         self._recorded_valid: bool | None = None
         self._to_record: tuple[tuple[int, int], dict[str, dict[str, str]]] | None = None  # by what it was made of
 
@@ -266,12 +278,17 @@ class Circuit:
                                       for n, s in self.sources.items()})
         return self._empty
 
+    def _known_schema(self, node: str) -> StructType | None:
+        """A node's types found before or recorded by the last commit, if they are."""
+        found = self._schemas_by_node.get(node)
+        recorded = self._recorded_types("schemas").get(node) if found is None else None
+        if recorded is not None:
+            found = self._schemas_by_node[node] = StructType.fromJson(json.loads(recorded))
+        return found
+
     def schema_of(self, op: Operator) -> StructType:
         """The Spark types of a node's rows (from a plan over empty inputs, no job)."""
-        found = self._schemas_by_node.get(op.id)
-        recorded = self._recorded_types("schemas").get(op.id) if found is None else None
-        if recorded is not None:
-            found = self._schemas_by_node[op.id] = StructType.fromJson(json.loads(recorded))
+        found = self._known_schema(op.id)
         if found is None:
             if self._schema_tick is None:
                 ops = {o.id: o for o in walk(*self.roots())}
@@ -281,7 +298,7 @@ class Circuit:
                     o = ops.get(node)
                     return tick.value(o.input) if isinstance(o, Integral) else None
 
-                tick = self._schema_tick = _TypesTick(empty._inputs, before, lambda _: True, set())
+                tick = self._schema_tick = _TypesTick(self.spark, empty._inputs, before, self._known_schema)
             if isinstance(op, Delay):
                 return self.schema_of(op.input.input)
             value = self._schema_tick.value(op)
