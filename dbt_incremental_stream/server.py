@@ -307,7 +307,7 @@ class JsonFormatter(logging.Formatter):
     """Structured logs: one JSON object per line with the record's fields."""
 
     FIELDS = ("event", "tick", "seconds", "offsets", "rows_in", "dead", "lag", "rows_out", "failed", "redone", "error",
-              "models", "sources", "signal", "url", "path", "why")
+              "models", "sources", "signal", "url", "path", "why", "split")
 
     def format(self, record: logging.LogRecord) -> str:
         doc = {"ts": datetime.fromtimestamp(record.created, timezone.utc).isoformat(), "level": record.levelname,
