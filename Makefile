@@ -40,6 +40,7 @@ demo: setup
 
 bench: setup
 	$(PY) bench/join_aggregate.py
+	$(PY) bench/backfill.py
 
 # TPC-H at scale factor 1 by default: make bench-tpch ARGS="--sf 0.1 --queries 1,3,6"
 bench-tpch: setup
