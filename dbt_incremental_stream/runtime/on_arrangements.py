@@ -93,6 +93,18 @@ class Built:
     in_tasks: dict[str, float] = field(default_factory=dict)  # as :attr:`.TickStats.in_tasks`
     seconds: float = 0.0
 
+    def into(self, written: dict[str, list[Batch]], arrangements: dict[str, dict[tuple[str, ...], Arrangement]],
+             tables: dict[str, pa.Table | None]) -> None:
+        """Add what was built to the rest of the tick's, before its commit."""
+        written |= self.written
+        arrangements |= self.arrangements
+        tables |= self.tables
+
+
+def _live(states: Sequence[State], aside: AbstractSet[str], built: Built | None) -> list[State]:
+    """The state nodes a tick computes: not set ``aside``, not ``built`` already."""
+    return [s for s in states if s.id not in aside and (built is None or s.id not in built.written)]
+
 
 class ArrangedTicks:
     """The ticks of a :class:`~.pipeline.Pipeline` that run on its arrangements."""
@@ -123,7 +135,7 @@ class ArrangedTicks:
                      frames: Mapping[str, DataFrame | None], arrow: Mapping[str, pa.Table]
                      ) -> dict[str, dict[tuple[str, ...], Arrangement]]:
         """The arrangements the tick reads and appends to: the committed ones, or on the
-        first tick (:meth:`first`) every one the plan needs, empty (:meth:`_empty`), sized
+        first tick (:meth:`builds`) every one the plan needs, empty (:meth:`_empty`), sized
         by this tick's input (a DataFrame input counted by a job)."""
         if self.store.tick > 0:
             return self.store.arrangements
@@ -259,8 +271,7 @@ class ArrangedTicks:
         ``built`` this tick are committed as they were built."""
         fetched = time.perf_counter()
         states = self.circuit.states()
-        done_before = built.written if built is not None else {}
-        live = [s for s in states if s.id not in aside and s.id not in done_before]
+        live = _live(states, aside, built)
         assert self.store.runs is not None
         run = ArrangedTick(plan, inputs, arranged, self.store.runs, self.spark, first=self.store.tick == 0)
         tables = {s.id: run.state_delta(s) for s in live}
@@ -276,9 +287,7 @@ class ArrangedTicks:
         arrangements = {node: {key: runs.append(arr, tick, tables.get(node)) for key, arr in arrs.items()}
                         for node, arrs in arranged.items() if node in tables}
         if built is not None:
-            written |= built.written
-            arrangements |= built.arrangements
-            tables |= built.tables
+            built.into(written, arrangements, tables)
         changes = self._changes(tables, written)
         outputs, committing = self.pipe._commit(tick, states, written, arrangements, changes,
                                                 self.pipe._meta(clock, expired, skip), before_commit)
@@ -319,8 +328,7 @@ class ArrangedTicks:
         if self.pipe._retention.thresholds(plan, clock):
             raise NotArranged("rows leave the state as the time moves")
         states = self.circuit.states()
-        done_before = built.written if built is not None else {}
-        live = [s for s in states if s.id not in aside and s.id not in done_before]
+        live = _live(states, aside, built)
         tick = self.store.tick + 1
         written, arranged, task_seconds = self._job(plan, arrangements, live, inputs, arrow, tick,
                                                     first=self.store.tick == 0, sampled=fetched)
@@ -328,9 +336,7 @@ class ArrangedTicks:
         written = {s.id: written.get(s.id, []) for s in states}
         tables: dict[str, pa.Table | None] = {}
         if built is not None:
-            written |= built.written
-            arranged |= built.arrangements
-            tables = dict(built.tables)
+            built.into(written, arranged, tables)
             task_seconds = {p: task_seconds.get(p, 0.0) + built.in_tasks.get(p, 0.0) for p in tasks.PHASES}
         changes = self._changes(tables, written)
         outputs, committing = self.pipe._commit(tick, states, written, arranged, changes,
@@ -427,10 +433,12 @@ class ArrangedTicks:
             if arr is None:
                 spine = self.store.spines.get(spec.node)
                 batches = (list(spine.batches) if spine else []) + batches
+            if not batches:
+                return arr if arr is not None else Arrangement(spec.node, spec.key, spec.additive, buckets_for(0))
             if self.store.runs is not None and sum(b.bytes for b in batches) <= SMALL_BUILD_BYTES:
-                table = self.store.read_arrow(batches) if batches else None
+                table = self.store.read_arrow(batches)
                 if arr is None:
-                    arr = Arrangement(spec.node, spec.key, spec.additive, buckets_for(table.num_rows if table else 0))
+                    arr = Arrangement(spec.node, spec.key, spec.additive, buckets_for(table.num_rows))
                 return self.store.runs.append(arr, tick, table)
             if arr is None:
                 size = Batch.open_many(self.spark, batches).count()  # from Parquet footers
