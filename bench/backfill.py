@@ -35,8 +35,10 @@ from bench.join_aggregate import (  # noqa: E402
     VIEW,
     SparkWork,
     configure,
+    log_plot,
     order_rows,
     order_table,
+    print_table,
 )
 from dbt_incremental_stream import Pipeline  # noqa: E402
 from dbt_incremental_stream.differential import compare  # noqa: E402
@@ -147,33 +149,12 @@ def main() -> None:
                 " / ".join(str(int(statistics.median(b["counts"][i] for b in bs))) for i in range(3)),
                 " ".join(f"{k} {statistics.median(b['split'].get(k, 0.0) for b in bs):.2f}" for k in keys),
                 ",".join(sorted({b["path"] for b in bs})), str(all(b["problem"] is None for b in bs))])
-    widths = [max(len(h), *(len(row[i]) for row in table)) for i, h in enumerate(header)]
-    print(" | ".join(h.ljust(w) for h, w in zip(header, widths)))
-    print("-+-".join("-" * w for w in widths))
-    for row in table:
-        print(" | ".join(c.ljust(w) for c, w in zip(row, widths)))
+    print_table(header, table)
 
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    xs = [r["orders"] for r in results]
-    for mode in MODES:
-        ax.plot(xs, [median(r, mode) for r in results], "o-", label=f"tick that builds the view ({mode})")
-    ax.plot(xs, [statistics.median(r["batch"]) for r in results], "s-", label="batch of the view")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("retained orders")
-    ax.set_ylabel("seconds (median, log)")
-    ax.set_title("a join + aggregate view added later, local[2]")
-    ax.legend(fontsize="small")
-    fig.tight_layout()
-    fig.savefig(out / "backfill.png", dpi=100)
-    print(f"plot: {out / 'backfill.png'}")
+    log_plot(Path(args.out) / "backfill.png", "a join + aggregate view added later, local[2]", "retained orders",
+             [r["orders"] for r in results],
+             [(f"tick that builds the view ({mode})", "o-", [median(r, mode) for r in results]) for mode in MODES]
+             + [("batch of the view", "s-", [statistics.median(r["batch"]) for r in results])])
     bad = [b["problem"] for r in results for bs in r["builds"].values() for b in bs if b["problem"] is not None]
     if bad:
         sys.exit(f"a built view differs from batch: {bad[0]}")

@@ -77,6 +77,38 @@ def handed_over(spark, form: str, table: pa.Table):
     return df.select("id", "cust", "amount", F.col("w").alias("_w"))
 
 
+def print_table(header: list[str], rows: list[list[str]]) -> None:
+    """Rows as a plain-text table, columns as wide as their widest cell."""
+    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(header)]
+    print(" | ".join(h.ljust(w) for h, w in zip(header, widths)))
+    print("-+-".join("-" * w for w in widths))
+    for row in rows:
+        print(" | ".join(c.ljust(w) for c, w in zip(row, widths)))
+
+
+def log_plot(path: Path, title: str, xlabel: str, xs: list[int], lines: list[tuple[str, str, list[float]]]) -> None:
+    """Seconds against ``xs``, both axes log, a line per (label, marker style, seconds);
+    saved at ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for label, style, ys in lines:
+        ax.plot(xs, ys, style, label=label)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("seconds (median, log)")
+    ax.set_title(title)
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    print(f"plot: {path}")
+
+
 class SparkWork:
     """Jobs, stages and tasks Spark ran since the last call (from the status tracker)."""
 
@@ -195,11 +227,7 @@ def main() -> None:
               f"{r['state_mib']:.0f}",
               str(r["problem"] is None)]
              for r in results for form in forms]
-    widths = [max(len(h), *(len(row[i]) for row in table)) for i, h in enumerate(header)]
-    print(" | ".join(h.ljust(w) for h, w in zip(header, widths)))
-    print("-+-".join("-" * w for w in widths))
-    for row in table:
-        print(" | ".join(c.ljust(w) for c, w in zip(row, widths)))
+    print_table(header, table)
     for form in forms:
         if len(results) > 1:
             first, last = results[0], results[-1]
@@ -209,28 +237,11 @@ def main() -> None:
             print(f"{form} / {forms[0]} tick: " + ", ".join(
                 f"{tick(r, form) / tick(r, forms[0]):.2f} at {r['rows']:,}" for r in results))
 
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    xs = [r["rows"] for r in results]
-    for form in forms:
-        ax.plot(xs, [tick(r, form) for r in results], "o-",
-                label=f"incremental tick ({args.changes} changes as {form})")
-    ax.plot(xs, [statistics.median(r["batch"]) for r in results], "s-", label="batch recompute")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("rows of state (orders)")
-    ax.set_ylabel("seconds (median, log)")
-    ax.set_title("join + aggregate view, local[2]")
-    ax.legend(fontsize="small")
-    fig.tight_layout()
-    fig.savefig(out / "join_aggregate.png", dpi=100)
-    print(f"plot: {out / 'join_aggregate.png'}")
+    log_plot(Path(args.out) / "join_aggregate.png", "join + aggregate view, local[2]", "rows of state (orders)",
+             [r["rows"] for r in results],
+             [(f"incremental tick ({args.changes} changes as {form})", "o-", [tick(r, form) for r in results])
+              for form in forms]
+             + [("batch recompute", "s-", [statistics.median(r["batch"]) for r in results])])
     bad = [r["problem"] for r in results if r["problem"] is not None]
     if bad:
         sys.exit(f"incremental result differs from batch: {bad[0]}")
