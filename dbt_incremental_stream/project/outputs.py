@@ -42,6 +42,7 @@ class Outputs:
         self.spark, self.catalog, self.kafka = spark, catalog, kafka
         self._where = hashlib.sha256((local_directory(location) or location).encode()).hexdigest()[:12]
         self._writers: dict[str, TopicWriter] = {}
+        self._tables: set[str] = set()  # tables this instance created or found (no CREATE per tick)
         self.new_logs: set[str] = set()  # changelog tables to start over at the next tick (cleared by its commit)
 
     def writer(self, name: str) -> TopicWriter:
@@ -59,12 +60,14 @@ class Outputs:
                 continue
             if m.relation in self.new_logs:
                 self.spark.sql(f"DROP TABLE IF EXISTS {quote_relation(m.relation)}")
+                self._tables.discard(m.relation)
+            table = changes.in_driver(m.name)
             delta = changes[m.name]
             rows = delta.select(*(zsets.col(c) for c in zsets.data_columns(delta)),
                                 F.when(zsets.col(WEIGHT) > 0, "insert").otherwise("delete").alias("_op"),
                                 zsets.col(WEIGHT).alias("_weight"), F.lit(at).alias("_committed_at"),
                                 F.lit(tick).cast("bigint").alias("_tick"))
-            self._append(m.relation, rows, tick)
+            self._append(m.relation, rows, tick, empty=table is not None and table.num_rows == 0)
         for m in models.values():
             if m.sink is None:
                 continue
@@ -90,14 +93,20 @@ class Outputs:
                                    ("dbt_stream_offset", str(r.offset).encode()),
                                    ("dbt_stream_reason", r.reason.encode())]) for r in letters.collect()])
 
-    def _append(self, relation: str, rows: DataFrame, tick: int) -> None:
+    def _append(self, relation: str, rows: DataFrame, tick: int, *, empty: bool = False) -> None:
         """Append a tick's rows to a table partitioned by ``_tick``, idempotently: a tick
         redone after a crash overwrites its partition (a static partition overwrite clears
         the partition's directory, so files a crashed write left before the catalog knew
-        the partition go too) instead of adding to it."""
+        the partition go too) instead of adding to it. A tick known to have no rows
+        (``empty``) writes no partition: its redo has none either (a tick's input is fixed
+        by its intent), and an empty insert is a Spark job and a metastore call per tick."""
         table = quote_relation(self.catalog.ensure_schema(relation))
-        columns = ", ".join(f"{quote(f.name)} {f.dataType.simpleString()}" for f in rows.schema)
-        self.spark.sql(f"CREATE TABLE IF NOT EXISTS {table} ({columns}) USING parquet PARTITIONED BY (_tick)")
+        if relation not in self._tables:
+            columns = ", ".join(f"{quote(f.name)} {f.dataType.simpleString()}" for f in rows.schema)
+            self.spark.sql(f"CREATE TABLE IF NOT EXISTS {table} ({columns}) USING parquet PARTITIONED BY (_tick)")
+            self._tables.add(relation)
+        if empty:
+            return
         view = f"dbt_stream_append_{hashlib.sha1(relation.encode()).hexdigest()[:12]}"
         rows.drop("_tick").createOrReplaceTempView(view)
         try:

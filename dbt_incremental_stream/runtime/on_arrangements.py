@@ -311,9 +311,17 @@ class ArrangedTicks:
                 return self.spark.createDataFrame(table)
             return change(self.spark, view, written.get(view.state.id, []) if table is None else [])
 
+        def in_driver(view: View) -> pa.Table | None:
+            """A view's change as Arrow: None where the driver does not hold it (its state
+            was set aside, or built in tasks); empty where its state had no delta."""
+            if view.state.id not in tables:
+                return None
+            table = tables[view.state.id]
+            return table if table is not None else zsets.arrow_schema(zsets.with_weight(view.schema)).empty_table()
+
         views = self.circuit.views.values()
         return Changes({v.name: partial(change_of, v) for v in views},
-                       {v.name: t for v in views if (t := tables.get(v.state.id)) is not None})
+                       {v.name: t for v in views if (t := in_driver(v)) is not None})
 
     def in_tasks(self, plan: Plan, arrangements: Mapping[str, dict[tuple[str, ...], Arrangement]],
                  inputs: Mapping[str, DataFrame | None], arrow: Mapping[str, pa.Table],
