@@ -135,8 +135,8 @@ def consume(bootstrap, topic, partitions=1):
     return out
 
 
-def test_sinks_mirror_changes_once(spark, kafka, tmp_path):
-    from dbt_incremental_stream.connectors.sinks import KafkaSink
+def test_sinks_mirror_changes_once(spark, kafka, tmp_path, monkeypatch):
+    from dbt_incremental_stream.connectors.sinks import KafkaSink, TopicWriter
 
     create_topics(kafka, "s_in", "s_log", "s_upsert", partitions=1)
     src = "raw_sink.orders"
@@ -145,6 +145,13 @@ def test_sinks_mirror_changes_once(spark, kafka, tmp_path):
     project = Project(spark, str(tmp_path / "state"), kafka=settings)
     stream = KafkaSource(src, "s_in", SCHEMA, envelope="upsert", key=("id",))
     project.deploy(Model("k_sink.log", VIEW.format(src=src), "changelog_table", KafkaSink("s_log")), streams=[stream])
+    # the deploy's tick has no input: the changelog table exists, with no partition, and the
+    # empty change is known in the driver (no Spark job writes the sink)
+    with monkeypatch.context() as m:
+        m.setattr(TopicWriter, "write_from_tasks", lambda *a: pytest.fail("an empty change written by tasks"))
+        assert project.advance() and project.pipe.last_tick.path == "arranged"
+    assert spark.table("k_sink.log").count() == 0 and not spark.sql("SHOW PARTITIONS k_sink.log").collect()
+    project.new_frontier()
     project.deploy(Model("k_sink.totals", VIEW.format(src=src), sink=KafkaSink("s_upsert", "upsert", ("name",))),
                    streams=[stream])
     produce(kafka, "s_in", [({"id": 1}, {"id": 1, "name": "a", "amount": 1.0}),
@@ -155,6 +162,8 @@ def test_sinks_mirror_changes_once(spark, kafka, tmp_path):
     project.new_frontier()
     assert project.advance()
     want = Counter(tuple(r) for r in spark.table("k_sink.totals").collect())
+    # a partition per tick that changed the log (ticks 2 and 3; none for the deploy's tick 1)
+    assert sorted(r[0] for r in spark.sql("SHOW PARTITIONS k_sink.log").collect()) == ["_tick=2", "_tick=3"]
 
     log: Counter = Counter()
     for _, value, _ in consume(kafka, "s_log"):
