@@ -157,7 +157,8 @@ def run(spark, work: Path, orders: int, changes: int, ticks: int, forms: list[st
         counts.append(spark_work())
         splits.append(pipe.last_tick.seconds)
         in_tasks.append(pipe.last_tick.in_tasks)
-        paths.append(pipe.last_tick.path)
+        paths.append(pipe.last_tick.path if pipe.last_tick.path != "dataframe"
+                     else f"dataframe ({pipe.last_tick.why})")
 
     # the batch baseline over the same data, as plain Parquet tables, in batch's best settings
     tables = work / "tables"

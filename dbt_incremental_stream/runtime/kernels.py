@@ -175,9 +175,28 @@ def consolidate(table: pa.Table) -> pa.Table:
         total = pc.sum(table.column(WEIGHT)).as_py() or 0
         return pa.table({WEIGHT: pa.array([total] if total else [], pa.int64())})
     rows = normal_keys(table.select(cols + [WEIGHT]), cols, zero=False)
-    out = rows.group_by(cols, use_threads=False).aggregate([(WEIGHT, "sum")])
-    out = out.rename_columns([WEIGHT if c == f"{WEIGHT}_sum" else c for c in out.column_names]).select(cols + [WEIGHT])
+    try:
+        h = key_hash(rows, cols)
+    except UnsupportedKey:  # nested columns: every row through the group-by
+        out = _summed(rows, cols)
+    else:
+        # rows whose hash no other row has are alone in their group already: only rows that
+        # share a hash (equal rows, or a collision) go through the group-by, which is most of
+        # a tick's time when its delta has no duplicates
+        ordered = np.sort(h)
+        shared = ordered[1:][ordered[1:] == ordered[:-1]]
+        if shared.size:
+            mask = pa.array(np.isin(h, shared))
+            out = concat([rows.filter(pc.invert(mask)), _summed(rows.filter(mask), cols)])
+        else:
+            out = rows
     return out.filter(pc.not_equal(out.column(WEIGHT), 0))
+
+
+def _summed(rows: pa.Table, cols: list[str]) -> pa.Table:
+    """One row per distinct tuple of ``cols`` with its summed weight."""
+    out = rows.group_by(cols, use_threads=False).aggregate([(WEIGHT, "sum")])
+    return out.rename_columns([WEIGHT if c == f"{WEIGHT}_sum" else c for c in out.column_names]).select(cols + [WEIGHT])
 
 
 def sum_by(table: pa.Table, keys: Sequence[str]) -> pa.Table:
@@ -207,11 +226,16 @@ def aggregate(table: pa.Table, keys: Sequence[str], specs: Sequence[tuple]) -> p
     """``table.group_by(keys).aggregate(specs)`` as Spark groups: floating-point keys
     normalized, each output column named as its input column, and integer sums exact
     (summed as decimal(38, 0) and cast back: a sum out of its type's range raises
-    ``ArrowInvalid``). No keys: one row, of NULL sums when there are no rows."""
+    ``ArrowInvalid``). No keys: one row, of NULL sums when there are no rows. A column
+    whose largest magnitude times its row count stays in BIGINT cannot overflow a 64-bit
+    sum: it is summed as it is (a cast to decimal is most of a large tick's aggregate)."""
     summed = {s[0]: table.schema.field(s[0]).type for s in specs
               if s[1] == "sum" and pa.types.is_integer(table.schema.field(s[0]).type)}
     for c in summed:
-        table = table.set_column(table.schema.get_field_index(c), c, table.column(c).cast(_EXACT))
+        bounds = pc.min_max(table.column(c))
+        low, high = bounds["min"].as_py() or 0, bounds["max"].as_py() or 0
+        if max(-low, high) * table.num_rows >= 1 << 63:
+            table = table.set_column(table.schema.get_field_index(c), c, table.column(c).cast(_EXACT))
     out = normal_keys(table, keys).group_by(list(keys), use_threads=False).aggregate(list(specs))
     named = {f"{s[0]}_{s[1]}": s[0] for s in specs}
     out = out.rename_columns([named.get(c, c) for c in out.column_names])
@@ -326,13 +350,28 @@ def lowest(kind: pa.DataType) -> pa.Scalar:
     return from_ordinal(int(np.iinfo(width.to_pandas_dtype()).min), kind)
 
 
+#: a probe of at least this many rows searches the run in hash order (cache-friendly)
+SORTED_PROBE = 4096
+
+
 def candidates(run_hashes: np.ndarray, probe_hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(probe row, run row) pairs whose hashes are equal, by binary search in the run."""
-    lo = np.searchsorted(run_hashes, probe_hashes, "left")
-    hi = np.searchsorted(run_hashes, probe_hashes, "right")
+    """(probe row, run row) pairs whose hashes are equal. A run of distinct hashes much
+    smaller than the probe (a dimension's arrangement) is looked up in a hash table of it;
+    else the run (sorted by hash) is binary searched, by a large probe in hash order: a
+    search of random hashes in a run larger than the caches is 10x slower."""
+    n, m = len(probe_hashes), len(run_hashes)
+    if n and 4 * m <= n and not np.any(run_hashes[1:] == run_hashes[:-1]):
+        found = pc.index_in(pa.array(probe_hashes), value_set=pa.array(run_hashes))
+        at = found.fill_null(-1).to_numpy()
+        hit = np.flatnonzero(at >= 0)
+        return hit, at[hit].astype(np.int64)
+    order = np.argsort(probe_hashes, kind="stable") if n >= SORTED_PROBE else None
+    keys = probe_hashes if order is None else probe_hashes[order]
+    lo = np.searchsorted(run_hashes, keys, "left")
+    hi = np.searchsorted(run_hashes, keys, "right")
     counts = hi - lo
     total = int(counts.sum())
-    probe_rows = np.repeat(np.arange(len(probe_hashes)), counts)
+    probe_rows = np.repeat(np.arange(n) if order is None else order, counts)
     if total == 0:
         return probe_rows, np.zeros(0, np.int64)
     starts = np.repeat(lo - (np.cumsum(counts) - counts), counts)

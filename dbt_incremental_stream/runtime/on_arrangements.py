@@ -42,8 +42,12 @@ if TYPE_CHECKING:
 
     from .pipeline import Pipeline
 
-#: a tick takes the arranged path in the driver when its inputs have at most this many rows in all
-ARRANGED_ROWS = 100_000
+#: a tick takes the arranged path in the driver when its inputs have at most this many rows
+#: in all, of at most :data:`DRIVER_BYTES` as Arrow: the kernels run at about 2M rows a
+#: second there, while a Spark job costs most of a second before its tasks do any work
+#: (a local session's two cores do a tick of 1M rows about 3x faster in the driver)
+ARRANGED_ROWS = 1_000_000
+DRIVER_BYTES = 256 << 20
 #: a DataFrame input Spark estimates at most this large, or made of data from the driver's
 #: memory, is collected whole; any other (a large table, an RDD over files) through a
 #: limit, one row past the room left (a limit's exchange costs a stage)
@@ -239,8 +243,9 @@ class ArrangedTicks:
     def fetch(self, frames: Mapping[str, DataFrame | None], arrow: Mapping[str, pa.Table]
               ) -> tuple[dict[str, pa.Table], bool, set[str]]:
         """Every input as an Arrow table in the driver, and True; or, when the tick has more
-        than :data:`ARRANGED_ROWS` rows in all, the first rows of the inputs fetched so far
-        (a rehearsal's sample, :meth:`_rehearse`), and False. A DataFrame input is sized by
+        than :data:`ARRANGED_ROWS` rows in all (or more than :data:`DRIVER_BYTES`), the
+        first rows of the inputs fetched so far (a rehearsal's sample, :meth:`_rehearse`),
+        and False. A DataFrame input is sized by
         its rows, not by Spark's size estimate (:func:`collects_whole`). Last, the
         DataFrame inputs fetched with all their rows."""
         out = dict(arrow)
@@ -260,7 +265,7 @@ class ArrangedTicks:
                 table = df.limit(room + 1).toArrow()
                 room -= table.num_rows
                 out[source] = self.circuit.conform_arrow(source, table)
-        return out, room >= 0, set(complete)
+        return out, room >= 0 and sum(t.nbytes for t in out.values()) <= DRIVER_BYTES, set(complete)
 
     def in_driver(self, plan: Plan, arranged: Mapping[str, dict[tuple[str, ...], Arrangement]],
                   inputs: dict[str, pa.Table], clock: datetime | None,

@@ -71,6 +71,35 @@ def test_consolidate(rows):
     assert got.num_rows == len([w for w in want.values() if w])
 
 
+def test_consolidate_floats_and_wide_deltas():
+    """NaNs are one value and -0.0 stays apart from 0.0, whether rows meet through the
+    group-by (a shared hash) or are alone (a hash no other row has)."""
+    f = pa.table({"f": [0.0, -0.0, float("nan"), -float("nan"), 1.5, 2.5], WEIGHT: [1, 1, 1, 1, 1, -1]})
+    got = {(repr(r["f"]), r[WEIGHT]) for r in kernels.consolidate(f).to_pylist()}
+    assert got == {("0.0", 1), ("-0.0", 1), ("nan", 2), ("1.5", 1), ("2.5", -1)}
+    ids = np.arange(10_000)
+    wide = pa.table({"k": ids, WEIGHT: np.ones(10_000, np.int64)})
+    twice = kernels.consolidate(pa.concat_tables([wide, wide.slice(0, 10), kernels.negate(wide.slice(20, 5))]))
+    assert bag(twice) == Counter({(i,): 2 if i < 10 else 1 for i in range(10_000) if not 20 <= i < 25})
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 40), max_size=60), st.lists(st.integers(0, 40), max_size=300))
+def test_candidates_are_the_equal_hash_pairs(run, probe):
+    """Every strategy (a hash table of a small run, a search in hash order, a plain search)
+    gives each pair of equal hashes once."""
+    run_h, probe_h = np.sort(np.array(run, np.uint64)), np.array(probe, np.uint64)
+    where = defaultdict(list)
+    for j, h in enumerate(run_h.tolist()):
+        where[h].append(j)
+    want = [(i, j) for i, h in enumerate(probe) for j in where[h]]
+    for sorted_from in (kernels.SORTED_PROBE, 1):
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(kernels, "SORTED_PROBE", sorted_from)
+            p, r = kernels.candidates(run_h, probe_h)
+        assert sorted(zip(p.tolist(), r.tolist())) == want
+
+
 @settings(max_examples=60, deadline=None)
 @given(DELTAS, DELTAS)
 def test_join_integrates_to_batch(tmp_path_factory, left_ticks, right_ticks):
