@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, AbstractSet, Callable, Mapping, Sequence
 import pyarrow as pa
 from pyspark import inheritable_thread_target
 from pyspark.sql import DataFrame
+from pyspark.sql.types import StructType
 
 from ..circuit.operators import GroupDiff, walk
 from ..sql.temporal import CLOCK
@@ -54,6 +55,8 @@ DRIVER_BYTES = 256 << 20
 ARRANGED_BYTES = 64 << 20
 #: rows of each input a tick for Spark tasks is first rehearsed on in the driver
 REHEARSAL_ROWS = 1_000
+#: threads that write a tick's state batches and arrangement runs from the driver
+WRITERS = 4
 #: batches of at most this many bytes in all are arranged in the driver, not by a Spark job
 SMALL_BUILD_BYTES = 8 << 20
 
@@ -211,11 +214,9 @@ class ArrangedTicks:
                 assert self.store.runs is not None
                 run = ArrangedTick(plan, held, empty, self.store.runs, self.spark, first=True)
                 tables = {s.id: run.state_delta(s) for s in new}
-                batches = self.store.write_arrow(tick, tables, {s.id: c.stored_schema(s) for s in new})
-                return Built({s.id: [batches[s.id]] if s.id in batches else [] for s in new},
-                             {s.id: {key: self.store.runs.append(arr, tick, tables.get(s.id))
-                                     for key, arr in empty.get(s.id, {}).items()} for s in new},
-                             tables)
+                batches, arrangements = self._store(tick, tables, {s.id: c.stored_schema(s) for s in new},
+                                                    {s.id: empty.get(s.id, {}) for s in new})
+                return Built({s.id: [batches[s.id]] if s.id in batches else [] for s in new}, arrangements, tables)
         else:  # the retained input as Spark reads it, beside this tick's delta
             deltas = fetched if whole else arrow
             held = {n: deltas[n] for n in read if n in deltas and deltas[n].num_rows}
@@ -286,11 +287,9 @@ class ArrangedTicks:
                                                  lambda node: zsets.arrow_schema(stored(by_id[node])))
         evaluated = time.perf_counter()
         tick = self.store.tick + 1
-        batches = self.store.write_arrow(tick, tables, {s.id: stored(s) for s in states})
+        batches, arrangements = self._store(tick, tables, {s.id: stored(s) for s in states},
+                                            {node: arrs for node, arrs in arranged.items() if node in tables})
         written = {s.id: [batches[s.id]] if s.id in batches else [] for s in states}
-        runs = self.store.runs
-        arrangements = {node: {key: runs.append(arr, tick, tables.get(node)) for key, arr in arrs.items()}
-                        for node, arrs in arranged.items() if node in tables}
         if built is not None:
             built.into(written, arrangements, tables)
         changes = self._changes(tables, written)
@@ -306,6 +305,23 @@ class ArrangedTicks:
                                          "commit": done - committing}, rows_read=run.rows_read,
                                         in_tasks=built.in_tasks if built is not None else {})
         return changes
+
+    def _store(self, tick: int, tables: Mapping[str, pa.Table | None], schemas: Mapping[str, StructType],
+               arranged: Mapping[str, Mapping[tuple[str, ...], Arrangement]]
+               ) -> tuple[dict[str, Batch], dict[str, dict[tuple[str, ...], Arrangement]]]:
+        """The state nodes' deltas ``tables`` written from the driver: a batch per node
+        (:meth:`.StateStore.write_arrow`) and new runs of each of its ``arranged``
+        arrangements, side by side (encoding Parquet, hashing and sorting release the GIL:
+        most of a large tick's writing). Nothing is committed."""
+        runs = self.store.runs
+        assert runs is not None
+        with ThreadPoolExecutor(WRITERS) as pool:
+            batches = [pool.submit(self.store.write_arrow, tick, {node: t}, {node: schemas[node]})
+                       for node, t in tables.items()]
+            appended = {node: {key: pool.submit(runs.append, arr, tick, tables.get(node)) for key, arr in arrs.items()}
+                        for node, arrs in arranged.items()}
+            return ({node: b for f in batches for node, b in f.result().items()},
+                    {node: {key: f.result() for key, f in keys.items()} for node, keys in appended.items()})
 
     def _changes(self, tables: Mapping[str, pa.Table | None], written: Mapping[str, list[Batch]]) -> Changes:
         """The views' changes: from the Arrow tables the driver made of their deltas, else
