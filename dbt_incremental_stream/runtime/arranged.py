@@ -159,6 +159,16 @@ class TopPlan:
 
 
 @dataclass(frozen=True)
+class Extreme:
+    """A keyless MIN (or MAX, ``desc``) of the input's ``column`` (the integral's
+    ``stored``): read from an end of the input kept ordered by it."""
+
+    column: str
+    stored: str
+    desc: bool
+
+
+@dataclass(frozen=True)
 class RowNumber:
     """A window Arrow computes: ROW_NUMBER() OVER (PARTITION BY ``partition`` ORDER BY
     ``order``) as column ``name``, rows kept where ``keep`` holds."""
@@ -198,6 +208,7 @@ class Plan:
         self.join_keys: dict[str, list[expressions.Compiled]] = {}  # a join's computed delta keys Arrow computes
         self.temporal: dict[str, TemporalPlan] = {}  # temporal filters read by ranges of their state
         self.tops: dict[str, TopPlan] = {}  # top-k without partitions read from an ordered end
+        self.extremes: dict[str, tuple[Extreme, ...]] = {}  # keyless MIN/MAX read from ordered ends
         #: temporal filters over a source's rows with lower edges: (source, edges as an Expiry)
         self.guards: dict[str, tuple[str, Expiry]] = {}
         for op in walk(*states):
@@ -238,6 +249,9 @@ class Plan:
             elif op.id in self.tops:
                 top = self.tops[op.id]
                 said = f"the first {top.k} rows read from the {'top' if top.desc else 'bottom'} of {top.stored}"
+            elif op.id in self.extremes:
+                said = "the rows read from the " + ", ".join(
+                    f"{'top' if e.desc else 'bottom'} of {e.stored}" for e in self.extremes[op.id])
             else:
                 said = f"the touched groups' rows read by ({', '.join(group_keys(op))})"
             if isinstance(op, WindowDiff):
@@ -292,7 +306,10 @@ class Plan:
             if side is None or side.integral.key is not None:
                 raise NotArranged(f"{op.label()}: its input is not kept as rows")
             self.before[op.id] = side
-            self.need(self.state_of(side.integral), side.key(keys), False)
+            if isinstance(op, GroupDiff):
+                self._extremes(op, side)
+            if op.id not in self.extremes:  # read by its keys (the extremes are read by their values)
+                self.need(self.state_of(side.integral), side.key(keys), False)
             self.need(op.id, keys, False)
             if isinstance(op, WindowDiff):
                 self._window(op)
@@ -356,6 +373,19 @@ class Plan:
             return
         self.need(self.state_of(side.integral), (kernels.ORDERED, side.rename[column]))
         self.tops[op.id] = TopPlan(column, side.rename[column], desc, k)
+
+    def _extremes(self, op: GroupDiff, side: Side) -> None:
+        """A keyless aggregate of MIN and MAX alone, of columns whose values Arrow orders
+        exactly (integers, dates, times, decimals of up to 18 digits): each read from an
+        end of the input kept ordered by its column, not the whole input every tick."""
+        kinds = zsets.arrow_schema(self.schema(op.delta))
+        if op.keys or not all(a.func in ("min", "max") and a.arg in side.rename
+                              and kernels.orders_exactly(kinds.field(a.arg).type) for a in op.aggs):
+            return
+        found = tuple(Extreme(a.arg, side.rename[a.arg], a.func == "max") for a in op.aggs if a.arg is not None)
+        for e in found:
+            self.need(self.state_of(side.integral), (kernels.ORDERED, e.stored))
+        self.extremes[op.id] = found
 
     def _values(self, op: Map) -> None:
         """Arrow's form of a Map's expressions, when every one has one."""
@@ -880,6 +910,9 @@ class ArrangedTick:
     @_eval.register
     def _(self, op: GroupDiff) -> pa.Table | None:
         if not op.linear:
+            extremes = self.plan.extremes.get(op.id)
+            if extremes is not None:
+                return self._extremes(op, extremes)
             return self._recompute(op, partial(self._regroup, op))
         dp = self.value(op.delta)
         if dp is None or dp.num_rows == 0:
@@ -937,6 +970,40 @@ class ArrangedTick:
                 break
             want *= 4
         return self._retract(op, pa.table({ROW: [0]}), self._window(op, rows))
+
+    def _extremes(self, op: GroupDiff, extremes: Sequence[Extreme]) -> pa.Table | None:
+        """A keyless MIN/MAX from the ends of its input's ordered arrangements: per
+        aggregate the rows at or beyond a cut with this tick's rows there (:meth:`_end`),
+        aggregated together (each one's extreme is among its rows, and the others' rows are
+        rows of the input too), minus the row emitted before."""
+        delta = self.value(op.delta)
+        if delta is None or delta.num_rows == 0:
+            return self._no_rows(op)
+        side = self.plan.before[op.id]
+        rows = kernels.consolidate(kernels.concat([self._end(side, delta, e) for e in extremes]))
+        return self._retract(op, pa.table({ROW: [0]}), self._regroup(op, rows))
+
+    def _end(self, side: Side, delta: pa.Table, end: Extreme) -> pa.Table:
+        """The input's rows whose ``end.column`` is at or beyond a cut (the smallest values,
+        or the largest for MAX), with the delta's rows there: widened until one of them
+        survives this tick's change, or every row with a value is among them."""
+        arr = self._arr[self.plan.state_of(side.integral)][(kernels.ORDERED, end.stored)]
+        runs = [self._runs.read(r) for b in arr.runs for r in b]
+        want = 1 + delta.num_rows
+        while True:
+            parts, cut = kernels.beyond(runs, end.stored, end.desc, want)
+            stored = kernels.concat(parts)
+            self.rows_read += 0 if stored is None else stored.num_rows
+            if stored is not None:
+                for step in side.chain:
+                    stored = self._row_wise(step, stored)
+            near = delta if cut is None else delta.filter(
+                (pc.greater_equal if end.desc else pc.less_equal)(delta.column(end.column), cut))
+            rows = kernels.consolidate(kernels.concat([stored.cast(delta.schema) if stored is not None else None,
+                                                       near]))
+            if cut is None or pc.sum(pc.greater(rows.column(WEIGHT), 0)).as_py():
+                return rows
+            want *= 4
 
     def _window(self, op: WindowDiff, rows: pa.Table) -> pa.Table | None:
         """The window's rows over the touched partitions' ``rows``, as a consolidated Z-set."""

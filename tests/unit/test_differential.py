@@ -3,6 +3,7 @@ running the same SQL in batch after every tick."""
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 import os
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -365,6 +366,35 @@ def test_global_top_k_reads_the_end_of_an_ordered_arrangement(spark, tmp_path):
             tick = diff.pipeline.last_tick
             assert tick.path == "arranged", tick.why
             assert tick.rows_read < 200, tick.rows_read
+    finally:
+        diff.close()
+
+
+def test_keyless_min_and_max_read_the_ends_of_ordered_arrangements(spark, tmp_path):
+    """MIN and MAX over the whole input: a tick reads the rows at each end (widening while
+    deletes empty it), not every row; NULLs, duplicates, all rows deleted and back."""
+    views = {
+        "ends": "SELECT MIN(v) AS lo, MAX(v) AS hi, MAX(d) AS top_d, MIN(id) AS first FROM t",
+        "filtered": "SELECT MAX(d) AS m, MIN(v) AS n FROM t WHERE g > 3",
+    }
+    rows = [(i, (i * 37) % 1009 if i % 9 else None, i % 13, None if i % 11 == 0 else Decimal(i % 500) / 4)
+            for i in range(3000)]
+    diff = Differential(spark, str(tmp_path), {"t": "id INT, v INT, g INT, d DECIMAL(8,2)"}, views)
+    try:
+        diff.step({"t": [(r, 1) for r in rows] + [(rows[5], 1)]})
+        held = Counter(rows + [rows[5]])
+        by_v = sorted((r for r in rows if r[1] is not None), key=lambda r: r[1])
+        for change in ([(by_v[0], -1), (by_v[-1], -1)],  # both ends leave
+                       [(r, -1) for r in by_v[1:20]] + [(r, -1) for r in by_v[-20:-1]],  # many at each end
+                       [((9000, -5, 9, Decimal("99.5")), 2), ((9001, None, 5, None), 1)],  # new ends, twice
+                       [((9000, -5, 9, Decimal("99.5")), -1)]):  # one of the two copies leaves
+            diff.step({"t": change})
+            tick = diff.pipeline.last_tick
+            assert tick.path == "arranged", tick.why
+            assert tick.rows_read < 1000, tick.rows_read  # both views read all 3,000 rows before
+            held.update({r: w for r, w in change})
+        diff.step({"t": [(r, -w) for r, w in held.items() if w]})  # no rows: one row of NULLs
+        diff.step({"t": [(rows[7], 1)]})
     finally:
         diff.close()
 

@@ -63,6 +63,9 @@ NUMERIC_SHAPES: dict[str, dict[str, str]] = {
                      f"WHERE x BETWEEN -{10 ** 19} AND {10 ** 19} AND z BETWEEN -{10 ** 37} AND {10 ** 37} GROUP BY i",
         "sum_dec10": "SELECT i, SUM(m) AS s, AVG(m) AS av, SUM(k) AS sk, AVG(k) AS ak FROM a GROUP BY i",
         "group_string": "SELECT str, COUNT(*) AS n, MIN(id) AS mn, MAX(id) AS mx FROM a GROUP BY str",
+        # read from the ends of ordered arrangements (type limits, NULLs, all rows deleted)
+        "global_extremes": "SELECT MIN(b) AS mb, MAX(b) AS xb, MIN(t) AS mt, MAX(s) AS xs, MAX(m) AS xm, "
+                           "MIN(k) AS mk FROM a",
     },
     "sets": {
         "distinct_double": "SELECT DISTINCT d, f FROM a",

@@ -27,6 +27,7 @@ TIME_SHAPES: dict[str, dict[str, str]] = {
                             "GROUP BY date_trunc('DAY', ts)",
         "cast_date_group": "SELECT CAST(ts AS DATE) AS day, COUNT(*) AS n, MAX(v) AS top FROM e "
                            "GROUP BY CAST(ts AS DATE)",
+        "global_time_extremes": "SELECT MIN(ts) AS first, MAX(ts) AS last, MAX(dt) AS last_day FROM e",
     },
     "date_join": {  # alone: were its join declined, every tick of the twin's circuit would run in Spark
         "join_date_ts": "SELECT e.id, g.id AS gid, e.dt, g.ts FROM e JOIN g ON e.dt = g.ts",
