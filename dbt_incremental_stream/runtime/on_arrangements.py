@@ -53,6 +53,10 @@ DRIVER_BYTES = 256 << 20
 #: memory, is collected whole; any other (a large table, an RDD over files) through a
 #: limit, one row past the room left (a limit's exchange costs a stage)
 ARRANGED_BYTES = 64 << 20
+#: a DataFrame input Spark estimates larger than this (its files, as stored) goes to Spark
+#: tasks without a fetch through a limit first: that fetch would scan it once more only to
+#: find it too large for the driver
+FETCH_BYTES = 4 * DRIVER_BYTES
 #: rows of each input a tick for Spark tasks is first rehearsed on in the driver
 REHEARSAL_ROWS = 1_000
 #: threads that write a tick's state batches and arrangement runs from the driver
@@ -61,16 +65,21 @@ WRITERS = 4
 SMALL_BUILD_BYTES = 8 << 20
 
 
+def estimated_bytes(df: DataFrame) -> int:
+    """Spark's estimate of a DataFrame's size (exact for local data; a scan's files as
+    stored; unbounded for an RDD)."""
+    size = df._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()
+    return size if isinstance(size, int) else int(size.toString())
+
+
 def collects_whole(df: DataFrame) -> bool:
     """Whether a DataFrame input may be collected into the driver without a limit: Spark
     estimates it at most :data:`ARRANGED_BYTES` (exact for local data), or each of its
     leaves is an RDD parallelized from the driver's memory, which is what
     ``spark.createDataFrame`` of Python rows makes (its estimate is unbounded)."""
-    plan = df._jdf.queryExecution().optimizedPlan()
-    size = plan.stats().sizeInBytes()
-    if (size if isinstance(size, int) else int(size.toString())) <= ARRANGED_BYTES:
+    if estimated_bytes(df) <= ARRANGED_BYTES:
         return True
-    leaves = plan.collectLeaves()
+    leaves = df._jdf.queryExecution().optimizedPlan().collectLeaves()
     for i in range(leaves.size()):
         leaf = leaves.apply(i)
         kind = leaf.getClass().getSimpleName()
@@ -244,9 +253,9 @@ class ArrangedTicks:
     def fetch(self, frames: Mapping[str, DataFrame | None], arrow: Mapping[str, pa.Table]
               ) -> tuple[dict[str, pa.Table], bool, set[str]]:
         """Every input as an Arrow table in the driver, and True; or, when the tick has more
-        than :data:`ARRANGED_ROWS` rows in all (or more than :data:`DRIVER_BYTES`), the
-        first rows of the inputs fetched so far (a rehearsal's sample, :meth:`_rehearse`),
-        and False. A DataFrame input is sized by
+        than :data:`ARRANGED_ROWS` rows in all (or more than :data:`DRIVER_BYTES`, or an
+        input Spark estimates past :data:`FETCH_BYTES`), the first rows of the inputs
+        fetched so far (a rehearsal's sample, :meth:`_rehearse`), and False. A DataFrame input is sized by
         its rows, not by Spark's size estimate (:func:`collects_whole`). Last, the
         DataFrame inputs fetched with all their rows."""
         out = dict(arrow)
@@ -263,6 +272,9 @@ class ArrangedTicks:
             if room < 0:
                 break
             if source not in out:
+                if estimated_bytes(df) > FETCH_BYTES:
+                    room = -1
+                    break
                 table = df.limit(room + 1).toArrow()
                 room -= table.num_rows
                 out[source] = self.circuit.conform_arrow(source, table)

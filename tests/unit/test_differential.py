@@ -523,5 +523,11 @@ def test_a_dataframe_delta_is_sized_by_its_rows(spark, tmp_path, monkeypatch):
         assert set(spent) == set(PHASES) and all(t >= 0 for t in spent.values()) and spent["compute"] > 0
         gone = [(30, 0, 0.5, -1)]
         assert step(gone, spark.createDataFrame(gone, schema)) == "arranged"
+        monkeypatch.setattr(on_arrangements, "ARRANGED_ROWS", 100)
+        monkeypatch.setattr(on_arrangements, "ARRANGED_BYTES", 0)  # files estimated too large: to tasks,
+        monkeypatch.setattr(on_arrangements, "FETCH_BYTES", 0)  # without a fetch through a limit first
+        read = [(40, 2, 1.5, 1), (31, 1, 0.5, -1)]
+        spark.createDataFrame(read, schema).write.parquet(str(tmp_path / "large"))
+        assert step(read, spark.read.parquet(str(tmp_path / "large"))) == "tasks"
     finally:
         pipe.close()
