@@ -950,25 +950,9 @@ class ArrangedTick:
         delta = self.value(op.delta)
         if delta is None:
             return None
-        side = self.plan.before[op.id]
-        arr = self._arr[self.plan.state_of(side.integral)][(kernels.ORDERED, top.stored)]
-        runs = [self._runs.read(r) for b in arr.runs for r in b]
-        want = top.k + delta.num_rows
-        while True:
-            parts, cut = kernels.beyond(runs, top.stored, top.desc, want)
-            if cut is None:  # every row with a value: NULLs may rank in too
-                return self._recompute(op, partial(self._window, op))
-            near = delta.filter((pc.greater_equal if top.desc else pc.less_equal)(delta.column(top.column), cut))
-            stored = kernels.concat(parts)
-            self.rows_read += 0 if stored is None else stored.num_rows
-            if stored is not None:
-                for step in side.chain:
-                    stored = self._row_wise(step, stored)
-            rows = kernels.consolidate(kernels.concat([stored.cast(delta.schema) if stored is not None else None,
-                                                       near]))
-            if (pc.sum(pc.max_element_wise(rows.column(WEIGHT), 0)).as_py() or 0) >= top.k:
-                break
-            want *= 4
+        rows = self._end(self.plan.before[op.id], delta, top.column, top.stored, top.desc, top.k, every=False)
+        if rows is None:  # every row with a value: NULLs may rank in too
+            return self._recompute(op, partial(self._window, op))
         return self._retract(op, pa.table({ROW: [0]}), self._window(op, rows))
 
     def _extremes(self, op: GroupDiff, extremes: Sequence[Extreme]) -> pa.Table | None:
@@ -980,28 +964,32 @@ class ArrangedTick:
         if delta is None or delta.num_rows == 0:
             return self._no_rows(op)
         side = self.plan.before[op.id]
-        rows = kernels.consolidate(kernels.concat([self._end(side, delta, e) for e in extremes]))
-        return self._retract(op, pa.table({ROW: [0]}), self._regroup(op, rows))
+        ends = [self._end(side, delta, e.column, e.stored, e.desc, 1, every=True) for e in extremes]
+        return self._retract(op, pa.table({ROW: [0]}), self._regroup(op, kernels.consolidate(kernels.concat(ends))))
 
-    def _end(self, side: Side, delta: pa.Table, end: Extreme) -> pa.Table:
-        """The input's rows whose ``end.column`` is at or beyond a cut (the smallest values,
-        or the largest for MAX), with the delta's rows there: widened until one of them
-        survives this tick's change, or every row with a value is among them."""
-        arr = self._arr[self.plan.state_of(side.integral)][(kernels.ORDERED, end.stored)]
+    def _end(self, side: Side, delta: pa.Table, column: str, stored: str, desc: bool, k: int, *,
+             every: bool) -> pa.Table | None:
+        """The input's rows whose ``column`` (the integral's ``stored``, kept ordered) is at
+        or beyond a cut (the smallest values, or the largest when ``desc``), with the
+        delta's rows there, consolidated: the cut widened until ``k`` of them survive this
+        tick's change. When no run has that many rows, every row with a value if
+        ``every``, else None."""
+        arr = self._arr[self.plan.state_of(side.integral)][(kernels.ORDERED, stored)]
         runs = [self._runs.read(r) for b in arr.runs for r in b]
-        want = 1 + delta.num_rows
+        want = k + delta.num_rows
         while True:
-            parts, cut = kernels.beyond(runs, end.stored, end.desc, want)
-            stored = kernels.concat(parts)
-            self.rows_read += 0 if stored is None else stored.num_rows
-            if stored is not None:
-                for step in side.chain:
-                    stored = self._row_wise(step, stored)
+            parts, cut = kernels.beyond(runs, stored, desc, want)
+            if cut is None and not every:
+                return None
             near = delta if cut is None else delta.filter(
-                (pc.greater_equal if end.desc else pc.less_equal)(delta.column(end.column), cut))
-            rows = kernels.consolidate(kernels.concat([stored.cast(delta.schema) if stored is not None else None,
-                                                       near]))
-            if cut is None or pc.sum(pc.greater(rows.column(WEIGHT), 0)).as_py():
+                (pc.greater_equal if desc else pc.less_equal)(delta.column(column), cut))
+            kept = kernels.concat(parts)
+            self.rows_read += 0 if kept is None else kept.num_rows
+            if kept is not None:
+                for step in side.chain:
+                    kept = self._row_wise(step, kept)
+            rows = kernels.consolidate(kernels.concat([kept.cast(delta.schema) if kept is not None else None, near]))
+            if cut is None or (pc.sum(pc.max_element_wise(rows.column(WEIGHT), 0)).as_py() or 0) >= k:
                 return rows
             want *= 4
 
