@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from decimal import Decimal
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -560,30 +560,62 @@ def partials(delta: pa.Table, keys: Sequence[str], aggs: Sequence[AggCall], sche
     """Per-group sums of a delta from which every linear aggregate is finalized:
     ``_cnt`` = Σw, and per aggregate Σx·w and Σw over non-NULL x (and a float's counts of
     NaN and infinities), as Spark's ``partials`` computes them, typed as ``schema``."""
-    table = pa.table({k: delta.column(k) for k in keys} | _summands(delta, aggs))
-    return aggregate(table, keys, [(c, "sum") for c in table.column_names if c not in keys]
-                     ).select(schema.names).cast(schema)
+    summands, derived = _summands(delta, aggs)
+    table = pa.table({k: delta.column(k) for k in keys} | summands)
+    out = aggregate(table, keys, [(c, "sum") for c in summands])
+    return _derive(out, derived).select(schema.names).cast(schema)
 
 
-def _summands(delta: pa.Table, aggs: Sequence[AggCall]) -> dict[str, pa.ChunkedArray]:
+def _summands(delta: pa.Table, aggs: Sequence[AggCall]
+              ) -> tuple[dict[str, pa.ChunkedArray], dict[str, str | None]]:
     """Per row, what each partial-sum column of linear ``aggs`` sums: ``_cnt`` = w, and per
     aggregate x·w and w where x is not NULL; for a float's SUM or AVG, x·w of its finite
-    values and w where it is NaN, +Infinity, -Infinity."""
+    values and w where it is NaN, +Infinity, -Infinity. Only distinct columns are given to
+    sum; the others are ``derived`` (:func:`_derive`): the sums of a column with the same
+    summands (w where x has no NULL; SUM(x) beside AVG(x)), or zero (no NaN or infinity in
+    the delta). A group-by is per column, so this is most of a wide aggregate's cost."""
     w = delta.column(WEIGHT)
     zero = pa.scalar(0, pa.int64())
     cols: dict[str, pa.ChunkedArray] = {COUNT: w}
+    derived: dict[str, str | None] = {}
+    made: dict[tuple, str] = {}
+
+    def put(name: str, key: tuple, make: Callable[[], pa.ChunkedArray]) -> None:
+        if key in made:
+            derived[name] = made[key]
+        else:
+            made[key] = name
+            cols[name] = make()
+
     for a in aggs:
         if a.arg is None:
             continue
         names = partial_columns(a)
         x = delta.column(a.arg)
+        exact = a.func == "avg" and pa.types.is_integer(x.type)
         if a.func != "count":
-            cols[names[0]] = _times(x, w, a.func)
-        cols[names[-1]] = pc.if_else(pc.is_valid(x), w, zero)
+            put(names[0], ("times", a.arg, exact), lambda: _times(x, w, a.func))
+        if x.null_count == 0:
+            derived[names[-1]] = COUNT
+        else:
+            put(names[-1], ("valid", a.arg), lambda: pc.if_else(pc.is_valid(x), w, zero))
         if a.func != "count" and pa.types.is_floating(x.type):
             tests = (pc.is_nan(x), pc.equal(x, pa.scalar(np.inf, x.type)), pc.equal(x, pa.scalar(-np.inf, x.type)))
-            cols |= {n: pc.if_else(pc.fill_null(t, False), w, zero) for t, n in zip(tests, nonfinite_columns(a))}
-    return cols
+            for t, n in zip(tests, nonfinite_columns(a)):
+                if not pc.any(t).as_py():
+                    derived[n] = None
+                else:
+                    put(n, (n[len(a.name):], a.arg), lambda: pc.if_else(pc.fill_null(t, False), w, zero))
+    return cols, derived
+
+
+def _derive(out: pa.Table, derived: Mapping[str, str | None]) -> pa.Table:
+    """``out``, summed per group, with the ``derived`` columns of :func:`_summands`: a copy
+    of the column named, or zero (NULL where the count is: a keyless sum of no rows)."""
+    for name, like in derived.items():
+        out = out.append_column(name, out.column(like) if like is not None
+                                else pc.multiply(out.column(COUNT), pa.scalar(0, out.schema.field(COUNT).type)))
+    return out
 
 
 def _times(x: pa.ChunkedArray, w: pa.ChunkedArray, func: str) -> pa.ChunkedArray:
@@ -666,7 +698,7 @@ def regroup(rows: pa.Table, keys: Sequence[str], aggs: Sequence[AggCall], schema
     DECIMAL."""
     live = rows.filter(pc.greater(rows.column(WEIGHT), 0))
     linear = [a for a in aggs if a.linear]
-    summands = _summands(live, linear)
+    summands, derived = _summands(live, linear)
     cols: dict[str, pa.ChunkedArray] = {k: live.column(k) for k in keys} | summands
     specs: list[tuple] = [(c, "sum") for c in summands]
     for a in aggs:
@@ -682,8 +714,8 @@ def regroup(rows: pa.Table, keys: Sequence[str], aggs: Sequence[AggCall], schema
         if a.func == "max" and pa.types.is_floating(x.type):
             cols[_nan(a.name)] = pc.fill_null(pc.is_nan(x), False)
             specs.append((_nan(a.name), "any"))
-    out = aggregate(normal_keys(pa.table(cols), [a.name for a in aggs if a.func == "count" and not a.linear]),
-                    keys, specs)
+    out = _derive(aggregate(normal_keys(pa.table(cols), [a.name for a in aggs if a.func == "count" and not a.linear]),
+                            keys, specs), derived)
     done = finish(out, keys, linear, live.schema, ansi=ansi)
     if done is None:
         return None

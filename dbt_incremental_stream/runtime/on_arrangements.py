@@ -17,7 +17,7 @@ evaluator wrote.
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, AbstractSet, Callable, Mapping, Sequence
@@ -95,6 +95,16 @@ def collects_whole(df: DataFrame) -> bool:
                 return False
             lineage += [deps.apply(j).rdd() for j in range(deps.size())]
     return True
+
+
+@dataclass
+class Stored:
+    """A tick's state deltas made in the driver and written (:meth:`ArrangedTicks._store`):
+    not yet committed."""
+    tables: dict[str, pa.Table | None]
+    batches: dict[str, Batch]
+    arrangements: dict[str, dict[tuple[str, ...], Arrangement]]
+    computed: float  # perf_counter when the last delta was made: what is after is writing
 
 
 @dataclass
@@ -222,10 +232,10 @@ class ArrangedTicks:
                 empty = self._empty(plan, {n: t.num_rows for n, t in held.items()})
                 assert self.store.runs is not None
                 run = ArrangedTick(plan, held, empty, self.store.runs, self.spark, first=True)
-                tables = {s.id: run.state_delta(s) for s in new}
-                batches, arrangements = self._store(tick, tables, {s.id: c.stored_schema(s) for s in new},
-                                                    {s.id: empty.get(s.id, {}) for s in new})
-                return Built({s.id: [batches[s.id]] if s.id in batches else [] for s in new}, arrangements, tables)
+                done = self._store(tick, run, new, {s.id: c.stored_schema(s) for s in new},
+                                   {s.id: empty.get(s.id, {}) for s in new})
+                return Built({s.id: [done.batches[s.id]] if s.id in done.batches else [] for s in new},
+                             done.arrangements, done.tables)
         else:  # the retained input as Spark reads it, beside this tick's delta
             deltas = fetched if whole else arrow
             held = {n: deltas[n] for n in read if n in deltas and deltas[n].num_rows}
@@ -292,48 +302,71 @@ class ArrangedTicks:
         live = _live(states, aside, built)
         assert self.store.runs is not None
         run = ArrangedTick(plan, inputs, arranged, self.store.runs, self.spark, first=self.store.tick == 0)
-        tables = {s.id: run.state_delta(s) for s in live}
         by_id = {s.id: s for s in live}
         stored = self.circuit.stored_schema
-        expired = self.pipe._retention.cut_arrow(plan, tables, clock, list(by_id), self.store,
-                                                 lambda node: zsets.arrow_schema(stored(by_id[node])))
-        evaluated = time.perf_counter()
+        expired: dict[str, int] = {}
+
+        def cut(tables: dict[str, pa.Table | None]) -> None:
+            expired.update(self.pipe._retention.cut_arrow(plan, tables, clock, list(by_id), self.store,
+                                                          lambda node: zsets.arrow_schema(stored(by_id[node]))))
+
         tick = self.store.tick + 1
-        batches, arrangements = self._store(tick, tables, {s.id: stored(s) for s in states},
-                                            {node: arrs for node, arrs in arranged.items() if node in tables})
-        written = {s.id: [batches[s.id]] if s.id in batches else [] for s in states}
+        done = self._store(tick, run, live, {s.id: stored(s) for s in states}, arranged,
+                           set(self.pipe._retention.thresholds(plan, clock)), cut)
+        tables, evaluated = done.tables, done.computed
+        written = {s.id: [done.batches[s.id]] if s.id in done.batches else [] for s in states}
         if built is not None:
-            built.into(written, arrangements, tables)
+            built.into(written, done.arrangements, tables)
         changes = self._changes(tables, written)
-        outputs, committing = self.pipe._commit(tick, states, written, arrangements, changes,
+        outputs, committing = self.pipe._commit(tick, states, written, done.arrangements, changes,
                                                 self.pipe._meta(clock, expired, skip), before_commit)
-        done = time.perf_counter()
+        finished = time.perf_counter()
         building = built.seconds if built is not None else 0.0
         self.pipe.last_tick = TickStats("arranged", sum(t.num_rows for t in inputs.values()),
                                         {"spark": fetched - started - building + run.spark_seconds,
                                          **({"build": building} if built is not None else {}),
                                          "driver": evaluated - fetched - run.spark_seconds,
                                          "write": outputs - evaluated, "outputs": committing - outputs,
-                                         "commit": done - committing}, rows_read=run.rows_read,
+                                         "commit": finished - committing}, rows_read=run.rows_read,
                                         in_tasks=built.in_tasks if built is not None else {})
         return changes
 
-    def _store(self, tick: int, tables: Mapping[str, pa.Table | None], schemas: Mapping[str, StructType],
-               arranged: Mapping[str, Mapping[tuple[str, ...], Arrangement]]
-               ) -> tuple[dict[str, Batch], dict[str, dict[tuple[str, ...], Arrangement]]]:
-        """The state nodes' deltas ``tables`` written from the driver: a batch per node
-        (:meth:`.StateStore.write_arrow`) and new runs of each of its ``arranged``
-        arrangements, side by side (encoding Parquet, hashing and sorting release the GIL:
-        most of a large tick's writing). Nothing is committed."""
+    def _store(self, tick: int, run: ArrangedTick, nodes: Sequence[State], schemas: Mapping[str, StructType],
+               arranged: Mapping[str, Mapping[tuple[str, ...], Arrangement]],
+               held: AbstractSet[str] = frozenset(),
+               cut: Callable[[dict[str, pa.Table | None]], None] | None = None) -> Stored:
+        """The deltas of the state ``nodes`` as ``run`` computes them, each written from the
+        driver as soon as it is made: a batch per node (:meth:`.StateStore.write_arrow`)
+        and new runs of each of its ``arranged`` arrangements, beside the kernels making
+        the next node's (encoding Parquet, hashing and sorting release the GIL: most of a
+        large tick's writing). ``cut`` changes the deltas of the ``held`` nodes (rows that
+        leave the state as the time moves) once all are made; those are written after it.
+        Nothing is committed."""
         runs = self.store.runs
         assert runs is not None
+        tables: dict[str, pa.Table | None] = {}
+        batches: dict[str, Future[dict[str, Batch]]] = {}
+        appended: dict[str, dict[tuple[str, ...], Future[Arrangement]]] = {}
         with ThreadPoolExecutor(WRITERS) as pool:
-            batches = [pool.submit(self.store.write_arrow, tick, {node: t}, {node: schemas[node]})
-                       for node, t in tables.items()]
-            appended = {node: {key: pool.submit(runs.append, arr, tick, tables.get(node)) for key, arr in arrs.items()}
-                        for node, arrs in arranged.items()}
-            return ({node: b for f in batches for node, b in f.result().items()},
-                    {node: {key: f.result() for key, f in keys.items()} for node, keys in appended.items()})
+            def write(node: str) -> None:
+                t = tables[node]
+                batches[node] = pool.submit(self.store.write_arrow, tick, {node: t}, {node: schemas[node]})
+                if node in arranged:
+                    appended[node] = {key: pool.submit(runs.append, arr, tick, t)
+                                      for key, arr in arranged[node].items()}
+
+            for state in nodes:
+                tables[state.id] = run.state_delta(state)
+                if state.id not in held:
+                    write(state.id)
+            if cut is not None:
+                cut(tables)
+            for node in held & tables.keys():
+                write(node)
+            computed = time.perf_counter()
+            return Stored(tables, {node: b for f in batches.values() for node, b in f.result().items()},
+                          {node: {key: f.result() for key, f in keys.items()} for node, keys in appended.items()},
+                          computed)
 
     def _changes(self, tables: Mapping[str, pa.Table | None], written: Mapping[str, list[Batch]]) -> Changes:
         """The views' changes: from the Arrow tables the driver made of their deltas, else
