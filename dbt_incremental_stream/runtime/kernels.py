@@ -21,6 +21,7 @@ as in Spark's bags.
 from __future__ import annotations
 
 import math
+from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
 from typing import Callable, Iterable, Mapping, Sequence
 
@@ -39,6 +40,7 @@ _MUL = np.uint64(0xBF58476D1CE4E5B9)
 _MUL2 = np.uint64(0x94D049BB133111EB)
 _POLY = np.uint64(0x100000001B3)
 _EXACT = pa.decimal128(38, 0)  # integer sums are summed in it
+SIDE_BY_SIDE = 1 << 20  # rows from which a sort by hash runs on two threads
 INSTANT = pa.timestamp("us", tz="UTC")  # Spark's TIMESTAMP, as the engine holds it
 DAY_MICROS = 86_400_000_000
 
@@ -51,10 +53,16 @@ class UnsupportedKey(TypeError):
 
 
 def _mix(z: np.ndarray) -> np.ndarray:
-    """splitmix64's finalizer: every input bit moves every output bit."""
-    z = (z ^ (z >> np.uint64(30))) * _MUL
-    z = (z ^ (z >> np.uint64(27))) * _MUL2
-    return z ^ (z >> np.uint64(31))
+    """splitmix64's finalizer: every input bit moves every output bit (in place after the
+    first step, which copies ``z``: a third of a large key hash was allocating)."""
+    z = z ^ (z >> np.uint64(30))
+    z *= _MUL
+    t = z >> np.uint64(27)
+    z ^= t
+    z *= _MUL2
+    np.right_shift(z, np.uint64(31), out=t)
+    z ^= t
+    return z
 
 
 def _column_hash(arr: pa.Array) -> np.ndarray:
@@ -185,12 +193,71 @@ def consolidate(table: pa.Table) -> pa.Table:
         # a tick's time when its delta has no duplicates
         ordered = np.sort(h)
         shared = ordered[1:][ordered[1:] == ordered[:-1]]
-        if shared.size:
-            mask = pa.array(np.isin(h, shared))
-            out = concat([rows.filter(pc.invert(mask)), _summed(rows.filter(mask), cols)])
-        else:
+        if not shared.size:
             out = rows
+        elif shared.size * 16 <= len(h):
+            mask = pc.is_in(pa.array(h), value_set=pa.array(np.unique(shared)))
+            out = concat([rows.filter(pc.invert(mask)), _summed(rows.filter(mask), cols)])
+        else:  # most rows have a twin (a table compared with what was held of it): by sorting
+            out = _sorted_sums(rows, cols, h)
     return out.filter(pc.not_equal(out.column(WEIGHT), 0))
+
+
+def _sorted_sums(rows: pa.Table, cols: list[str], h: np.ndarray) -> pa.Table:
+    """:func:`_summed` by sorting on the rows' hashes ``h``: a run of equal rows is one
+    group (its weights summed, its first row kept). A run of one hash holding rows that
+    differ (a collision, or 0.0 beside -0.0, which hash alike) may keep equal rows apart:
+    its rows go through the group-by. Half the time of Arrow's group-by when most rows
+    have a twin, and ordered by hash (the same output for the same input)."""
+    order = _hash_order(h)
+    hs = h[order]
+    rows = rows.take(pa.array(order))
+    same = hs[1:] == hs[:-1]  # row i+1 has row i's hash
+    equal = same.copy()
+    for c in cols:
+        equal &= _equal_to_previous(rows.column(c))
+    starts = np.flatnonzero(np.concatenate([[True], ~equal]))
+    sums = np.add.reduceat(rows.column(WEIGHT).to_numpy(), starts) if len(starts) else np.zeros(0, np.int64)
+    mixed = same & ~equal
+    if not mixed.any():
+        return rows.take(pa.array(starts)).set_column(len(cols), WEIGHT, pa.array(sums, pa.int64()))
+    run = np.concatenate([[0], np.cumsum(~same)])  # which run of one hash each row is in
+    flagged = np.zeros(int(run[-1]) + 1, bool)
+    flagged[run[1:][mixed]] = True
+    apart = flagged[run]
+    keep = starts[~apart[starts]]
+    return concat([rows.take(pa.array(keep)).set_column(len(cols), WEIGHT, pa.array(sums[~apart[starts]], pa.int64())),
+                   _summed(rows.filter(pa.array(apart)), cols)])
+
+
+def _hash_order(h: np.ndarray) -> np.ndarray:
+    """The indices that sort ``h`` (not stably: rows of one hash are equal, or go through
+    the group-by). A large one is sorted as two halves by the top bit, side by side
+    (sorting releases the GIL): the halves in turn are the whole in order."""
+    if len(h) < SIDE_BY_SIDE:
+        return np.argsort(h)
+    top = h >= np.uint64(1 << 63)
+    with ThreadPoolExecutor(2) as pool:
+        halves = list(pool.map(lambda part: part[np.argsort(h[part])], (np.flatnonzero(~top), np.flatnonzero(top))))
+    return np.concatenate(halves)
+
+
+def _equal_to_previous(column: pa.ChunkedArray) -> np.ndarray:
+    """Per value after the first, whether it equals the value before it: NULL equals NULL,
+    floats by their bits (NaN is one NaN after :func:`normal_keys`; -0.0 is not 0.0)."""
+    a = column.combine_chunks()
+    if pa.types.is_dictionary(a.type):
+        a = a.dictionary_decode()
+    valid = a.is_valid().to_numpy(zero_copy_only=False)
+    if pa.types.is_null(a.type):
+        return np.ones(max(len(a) - 1, 0), bool)
+    if pa.types.is_floating(a.type):
+        bits = a.cast(pa.float64()).fill_null(0.0).to_numpy(zero_copy_only=False).view(np.uint64)
+        values = bits[1:] == bits[:-1]
+    else:
+        values = pc.fill_null(pc.equal(a.slice(1), a.slice(0, max(len(a) - 1, 0))), False).to_numpy(
+            zero_copy_only=False)
+    return (~valid[1:] & ~valid[:-1]) | (valid[1:] & valid[:-1] & values)
 
 
 def _summed(rows: pa.Table, cols: list[str]) -> pa.Table:

@@ -83,6 +83,35 @@ def test_consolidate_floats_and_wide_deltas():
     assert bag(twice) == Counter({(i,): 2 if i < 10 else 1 for i in range(10_000) if not 20 <= i < 25})
 
 
+MIXED = pa.schema([("s", pa.string()), ("d", pa.decimal128(12, 2)), ("f", pa.float64()), (WEIGHT, pa.int64())])
+MIXED_ROW = st.tuples(st.one_of(st.none(), st.sampled_from(["", "a", "ab"])),
+                      st.one_of(st.none(), st.sampled_from([Decimal("0"), Decimal("-1.50"), Decimal("99999.99")])),
+                      st.one_of(st.none(), st.sampled_from([0.0, -0.0, float("nan"), -float("nan"), 1.5, float("inf")])),
+                      st.integers(-2, 2).filter(bool))
+
+
+def _same(f: float | None) -> object:
+    """A float as consolidation tells values apart: NaNs alike, -0.0 apart from 0.0."""
+    return None if f is None else ("nan" if f != f else (f, math.copysign(1.0, f)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(MIXED_ROW, max_size=40), st.integers(0, 3))
+def test_consolidate_by_each_way(rows, copies):
+    """Alone, through the group-by or by sorting (most rows with a twin), the same Z-set:
+    NULLs alike, NaNs alike, -0.0 apart from 0.0, across strings and decimals."""
+    t = table(rows * (copies + 1), MIXED)
+    got: Counter = Counter()
+    for r in kernels.consolidate(t).to_pylist():
+        got[(r["s"], r["d"], _same(r["f"]))] += r[WEIGHT]
+        assert r[WEIGHT] != 0
+    want: Counter = Counter()
+    for s_, d, f, w in rows * (copies + 1):
+        want[(s_, d, _same(f))] += w
+    assert got == Counter({k: w for k, w in want.items() if w})
+    assert kernels.consolidate(t).num_rows == len(got)
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.integers(0, 40), max_size=60), st.lists(st.integers(0, 40), max_size=300))
 def test_candidates_are_the_equal_hash_pairs(run, probe):
