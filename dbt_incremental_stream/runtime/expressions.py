@@ -188,6 +188,9 @@ class _Compiler:
             return lambda t: pa.nulls(t.num_rows, out)
         if isinstance(e, (exp.Add, exp.Sub)) and isinstance(e.expression, exp.Interval):
             return self._shifted(e, out)
+        if isinstance(e, exp.Neg) and _kind(out) == "float" and _kind(self._type(e.this)) == "float":
+            f = self.value(e.this)  # the sign flipped, in both engines IEEE's: -0.0 of 0.0, NaN of NaN
+            return lambda t: pc.negate(f(t)).cast(out)
         if type(e) in _ARITHMETIC or isinstance(e, exp.Neg):
             if _kind(out) not in ("int", "dec"):
                 raise _Untranslatable("arithmetic on " + str(out))
@@ -474,13 +477,15 @@ def _float_compare(name: str) -> Callable[[object, object], pa.Array]:
 
 def _exact_cast(source: pa.DataType, target: pa.DataType) -> None:
     """Whether Arrow's safe cast gives Spark's value or raises: between integers and
-    decimals (Arrow raises where Spark would round, truncate or overflow), from NULL, or to
-    the type a value already has."""
+    decimals (Arrow raises where Spark would round, truncate or overflow), from integers to
+    floats (Arrow raises past the integers a float holds exactly, where Spark rounds), from
+    NULL, or to the type a value already has."""
     numbers = {"int", "dec"}
     if pa.types.is_null(source):
         return
     try:
-        if {_kind(source), _kind(target)} <= numbers:
+        kinds = _kind(source), _kind(target)
+        if set(kinds) <= numbers or kinds == ("int", "float"):
             return
     except _Untranslatable:
         pass

@@ -38,6 +38,7 @@ from ..circuit.operators import WEIGHT, Input, Integral, explain, quote
 from ..errors import StateError, StreamError
 from ..sql.compile import parse
 from ..sql.rewrites.clock import uses_clock
+from ..sql.rewrites.constant import ONE, ONE_COLUMN, uses_one
 from ..sql.temporal import CLOCK, CLOCK_COLUMN
 from . import kernels, zsets
 from .arranged import NotArranged, Plan
@@ -168,6 +169,8 @@ class Pipeline:
         tree = parse(sql, name)
         if CLOCK not in self.circuit.sources and uses_clock(tree):
             self.add_source(CLOCK, f"{CLOCK_COLUMN} TIMESTAMP")  # the time, fed by step()
+        if ONE not in self.circuit.sources and uses_one(tree):
+            self.add_source(ONE, f"{ONE_COLUMN} INT")  # the one row of a SELECT without FROM, fed by step()
         self.circuit.add_view(name, sql, tree)
         self._circuit_changed()
 
@@ -201,7 +204,7 @@ class Pipeline:
         arrow: dict[str, pa.Table] = {}
         for source, d in deltas.items():
             source = source.lower()
-            if source not in self.circuit.sources or source == CLOCK:
+            if source not in self.circuit.sources or source in (CLOCK, ONE):
                 raise StreamError(f"no source named {source!r}")
             if isinstance(d, (pa.Table, pa.RecordBatch)):
                 arrow[source] = self.circuit.conform_arrow(source, d)
@@ -224,6 +227,9 @@ class Pipeline:
             if clock != self._now:
                 moved = [((clock,), 1)] + ([((self._now,), -1)] if self._now is not None else [])
                 arrow[CLOCK] = self.circuit.rows_arrow(CLOCK, moved)
+
+        if ONE in self.circuit.sources and not self.store.has(self.circuit.source_state(ONE).id):
+            arrow[ONE] = self.circuit.rows_arrow(ONE, [((1,), 1)])  # once: it never changes after
 
         failed = {n: e for n, e in self.failed.items() if n in self.circuit.views}
         changed = {s for s, d in inputs.items() if d is not None} | {s for s, t in arrow.items() if t.num_rows}

@@ -10,12 +10,17 @@ from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import TokenType
 
-from ..circuit.operators import Operator
+from ..circuit.operators import Input, Operator
 from ..errors import CompileError, UnsupportedSqlError
 from .planner import plan
 from .relations import DIALECT, syntax_error
 from .rewrites import rewrite
+from .rewrites.constant import ONE, ONE_COLUMN
+from .temporal import CLOCK, CLOCK_COLUMN
 from .validate import validate
+
+#: the relations rewrites introduce, which a pipeline adds as inputs it fills itself
+BUILT_IN: dict[str, Operator] = {CLOCK: Input(CLOCK, (CLOCK_COLUMN,)), ONE: Input(ONE, (ONE_COLUMN,))}
 
 
 def parse(sql: str, view: str | None = None) -> exp.Query:
@@ -46,7 +51,10 @@ def _check_tokens(sql: str, view: str | None) -> None:
 def compile(sql: str | exp.Query, catalog: Mapping[str, Operator], view: str | None = None) -> Operator:
     """The logical plan of ``sql``; ``catalog`` maps relation names to their operators. A
     tree is taken as :func:`parse` returned it (a caller that parsed the SQL already does not
-    parse it again) and is left unchanged."""
+    parse it again) and is left unchanged. The relations the rewrites read (the time, the
+    one row of a SELECT without FROM) are known whatever the catalog says: a pipeline adds
+    them as inputs it fills (:data:`BUILT_IN`)."""
     tree = parse(sql, view) if isinstance(sql, str) else sql
+    catalog = {**BUILT_IN, **catalog}
     columns = {name: op.columns for name, op in catalog.items()}
     return plan(rewrite(tree, columns=columns, view=view), catalog, view)

@@ -89,8 +89,6 @@ def validate(tree: exp.Expr, view: str | None = None) -> None:
 
 def _check_join(join: exp.Join, view: str | None) -> None:
     side, kind = (join.side or "").upper(), (join.kind or "").upper()
-    if (join.method or "").upper() == "NATURAL":
-        raise unsupported("NATURAL JOIN", join, view)
     if kind not in ("", "INNER", "CROSS", "OUTER", "SEMI", "ANTI"):
         raise unsupported(f"{kind} JOIN", join, view)
     if kind in ("SEMI", "ANTI") and side not in ("", "LEFT"):

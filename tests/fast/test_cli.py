@@ -18,6 +18,16 @@ def test_explain_and_check(tmp_path, capsys):
     assert "ROLLUP" in capsys.readouterr().err
 
 
+def test_check_knows_the_time_and_the_one_row_relation(tmp_path, capsys):
+    """A query reading the time or with a SELECT without FROM is checked as `dbt run`
+    plans it (the pipeline adds those inputs), not rejected as reading unknown relations."""
+    sql = tmp_path / "spine.sql"
+    sql.write_text("WITH p AS (SELECT 0 AS g UNION ALL SELECT 1) SELECT o.id, p.g, current_date() AS d "
+                   "FROM orders o CROSS JOIN p")
+    assert main(["check", str(sql), "--source", "orders=id INT, cust INT"]) == 0
+    assert "can run incrementally" in capsys.readouterr().out
+
+
 def test_compiled_sql_comes_from_target_compiled_when_the_manifest_lacks_it(tmp_path):
     """`dbt run` and `dbt show` write manifest.json before compiling: the compiled file counts."""
     import json

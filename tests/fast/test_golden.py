@@ -30,6 +30,7 @@ from dbt_incremental_stream.errors import StreamError
 from dbt_incremental_stream.sql.compile import compile
 from dbt_incremental_stream.sql.relations import DIALECT
 from dbt_incremental_stream.sql.rewrites import RULES, rewrite
+from dbt_incremental_stream.sql.rewrites.constant import ONE, ONE_COLUMN
 from dbt_incremental_stream.sql.rewrites.total_order import total_order
 from dbt_incremental_stream.sql.temporal import CLOCK, CLOCK_COLUMN
 
@@ -42,6 +43,7 @@ CATALOG = {
     "items": Input("items", ("order_id", "sku", "price")),
     "events": Input("events", ("id", "ts", "v")),
     CLOCK: Input(CLOCK, (CLOCK_COLUMN,)),
+    ONE: Input(ONE, (ONE_COLUMN,)),
 }
 PASSES = {rule.__name__: rule for rule in (*RULES, total_order)}
 

@@ -86,7 +86,8 @@ def test_consolidate_floats_and_wide_deltas():
 MIXED = pa.schema([("s", pa.string()), ("d", pa.decimal128(12, 2)), ("f", pa.float64()), (WEIGHT, pa.int64())])
 MIXED_ROW = st.tuples(st.one_of(st.none(), st.sampled_from(["", "a", "ab"])),
                       st.one_of(st.none(), st.sampled_from([Decimal("0"), Decimal("-1.50"), Decimal("99999.99")])),
-                      st.one_of(st.none(), st.sampled_from([0.0, -0.0, float("nan"), -float("nan"), 1.5, float("inf")])),
+                      st.one_of(st.none(),
+                                st.sampled_from([0.0, -0.0, float("nan"), -float("nan"), 1.5, float("inf")])),
                       st.integers(-2, 2).filter(bool))
 
 

@@ -24,7 +24,6 @@ CATALOG = {
     ("SELECT cust, SUM(amount) FROM orders GROUP BY ROLLUP (cust)", "ROLLUP"),
     ("SELECT cust, SUM(amount) FROM orders GROUP BY GROUPING SETS ((cust), ())", "GROUPING SETS"),
     ("SELECT explode(array(1, 2)) FROM orders", "explode"),
-    ("SELECT o.id FROM orders o NATURAL JOIN customers c", "NATURAL JOIN"),
     ("SELECT o.id FROM orders o JOIN customers c ON o.cust IN (SELECT id FROM items)", "JOIN condition"),
     ("SELECT cust FROM orders GROUP BY cust ORDER BY (SELECT MAX(id) FROM customers)", "subquery outside"),
     ("SELECT id FROM orders o WHERE amount > (SELECT price FROM items i WHERE i.order_id = o.id)",
@@ -33,7 +32,6 @@ CATALOG = {
      "LIMIT in a subquery"),
     ("SELECT id FROM orders LATERAL VIEW explode(array(1)) t AS x", "LATERAL"),
     ("SELECT * FROM VALUES (1, 2) AS t(a, b)", "VALUES"),
-    ("SELECT o.id, k.k FROM orders o CROSS JOIN (SELECT 1 AS k) k", "SELECT without FROM"),
     ("SELECT window(id, '10 minutes') AS w, COUNT(*) FROM orders GROUP BY 1", "window()"),
 ])
 def test_unsupported_constructs_are_named_with_position(sql, construct):
@@ -45,7 +43,7 @@ def test_unsupported_constructs_are_named_with_position(sql, construct):
 
 
 def test_position_points_at_the_construct():
-    sql = "SELECT id,\n       cust\nFROM orders\nNATURAL JOIN customers c"
+    sql = "SELECT id,\n       cust\nFROM orders\nGROUP BY ROLLUP (id, cust)"
     with pytest.raises(UnsupportedSqlError) as err:
         compile(sql, CATALOG, view="v")
     assert err.value.line == 4

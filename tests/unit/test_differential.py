@@ -41,6 +41,16 @@ GROUPS: dict[str, dict[str, str]] = {
                       "WHERE o.id = i.order_id AND c.id = o.cust AND i.price < 50",
         "self_join": "SELECT a.id, b.id AS other FROM orders a JOIN orders b ON a.cust = b.cust AND a.id < b.id",
         "using": "SELECT id, name, cust FROM customers JOIN (SELECT cust AS id, cust FROM orders) t USING (id)",
+        # dbt_utils.deduplicate as it expands on Spark: a NATURAL JOIN on every column
+        "deduplicate": "WITH base AS (SELECT * FROM customers), row_numbered AS (SELECT _inner.*, row_number() "
+                       "OVER (PARTITION BY region ORDER BY id) AS rn FROM base AS _inner) SELECT DISTINCT data.* "
+                       "FROM base AS data NATURAL JOIN row_numbered WHERE row_numbered.rn = 1",
+        # constant relations (SELECT without FROM), as dbt_utils.generate_series writes them
+        "constant_join": "SELECT o.id, k.label FROM orders o JOIN (SELECT 1 AS q, 'one' AS label UNION ALL "
+                         "SELECT 2, 'two') k ON o.qty = k.q",
+        "series": "WITH p AS (SELECT 0 AS g UNION ALL SELECT 1), s AS (SELECT p0.g * 2 + p1.g AS n FROM p p0 "
+                  "CROSS JOIN p p1) SELECT s.n, COUNT(o.id) AS orders FROM s LEFT JOIN orders o ON o.qty = s.n "
+                  "GROUP BY s.n",
     },
     "aggregates": {
         "linear_agg": "SELECT cust, COUNT(*) AS n, COUNT(qty) AS nq, SUM(amount) AS s, AVG(qty) AS a, "

@@ -46,6 +46,10 @@ NUMERIC_SHAPES: dict[str, dict[str, str]] = {
         "full_outer_double": "SELECT a.id, a.d, b.id AS bid, b.d AS bd FROM a FULL OUTER JOIN b ON a.d = b.d",
         "left_semi_named": "SELECT id, b FROM a LEFT SEMI JOIN b ON a.d = b.a",
         "join_string": "SELECT a.id, b.id AS bid, a.str FROM a JOIN b ON a.str = b.str",
+        # a constant relation (SELECT without FROM) of both zeros, a type limit and NULL
+        "join_constant": "SELECT a.id, k.v FROM a JOIN (SELECT CAST(0 AS DOUBLE) AS d, 'zero' AS v UNION ALL "
+                         "SELECT -CAST(0 AS DOUBLE), 'minus zero' UNION ALL SELECT CAST(9007199254740992 AS DOUBLE), "
+                         "'2^53' UNION ALL SELECT CAST(NULL AS DOUBLE), 'null') k ON a.d = k.d",
     },
     "aggregates": {
         "group_double": "SELECT d, COUNT(*) AS n, COUNT(d) AS nd, SUM(d) AS s, AVG(d) AS av, MIN(d) AS mn, "

@@ -15,17 +15,17 @@ from typing import Any, Callable
 from sqlglot import exp
 
 from .clock import with_clock
+from .constant import from_one
 from .factor_or import factor_or
 from .filter_clause import filter_clause
-from .name_subqueries import name_subqueries
+from .name_projections import name_projections
 from .qualify import qualify
-from .require_from import require_from
 
 Rule = Callable[..., exp.Expr]
 
 #: the passes before planning: qualify resolves what the passes before it add (the clock,
 #: subquery names), and factor_or compares terms as qualify spells them
-RULES: tuple[Rule, ...] = (filter_clause, with_clock, require_from, name_subqueries, qualify, factor_or)
+RULES: tuple[Rule, ...] = (filter_clause, with_clock, from_one, name_projections, qualify, factor_or)
 
 
 def rewrite(tree: exp.Expr, rules: tuple[Rule, ...] = RULES, **kwargs: Any) -> exp.Expr:
