@@ -69,3 +69,39 @@ class TestDocsGenerate(BaseDocsGenerate):
             if node["metadata"]["type"] == "view":
                 node["columns"]["id"]["type"] = "long"
         return catalog
+
+
+SEED = """id,name,note,amount,big,seen_at
+1,O'Brien,back\\slash,1.10,12345678901234567,2024-02-29 12:34:56.123456
+2,,'quoted',,-9007199254740993,
+3,plain,%s and %%,0,0,1999-12-31 23:59:59.000001
+"""
+
+
+class TestSeedValuesAsTheyAre:
+    """A seed's values land exactly: quotes and backslashes in strings, empty cells as NULL
+    (not the string 'None'), integers past 2^53 and microseconds (dbt-spark's session method
+    broke the statement on a quote and went through floats and milliseconds)."""
+
+    @pytest.fixture(scope="class")
+    def seeds(self):
+        return {"people.csv": SEED}
+
+    @pytest.fixture(scope="class")
+    def project_config_update(self):
+        return {"seeds": {"+column_types": {"big": "bigint", "amount": "decimal(10,2)", "seen_at": "timestamp"}}}
+
+    def test_seed_rows_equal_the_csv(self, project, spark):
+        import datetime as dt
+        from decimal import Decimal
+
+        from dbt.tests.util import run_dbt
+
+        run_dbt(["seed"])
+        rows = sorted(tuple(r) for r in spark.table(f"{project.test_schema}.people").collect())
+        assert rows == [
+            (1, "O'Brien", "back\\slash", Decimal("1.10"), 12345678901234567,
+             dt.datetime(2024, 2, 29, 12, 34, 56, 123456)),
+            (2, None, "'quoted'", None, -9007199254740993, None),
+            (3, "plain", "%s and %%", Decimal("0.00"), 0, dt.datetime(1999, 12, 31, 23, 59, 59, 1)),
+        ]

@@ -1,16 +1,20 @@
 """Profile keys and the connection: dbt-spark's ``session`` method, with the SparkSession
-started by the engine (master, conf) before dbt-spark asks for it."""
+started by the engine (master, conf) before dbt-spark asks for it, and bound values (a
+seed's rows) written as exact Spark SQL literals (:class:`SessionHandle`)."""
 from __future__ import annotations
 
+import datetime as dt
 import os
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple, Union
 
 from dbt.adapters.contracts.connection import Connection, ConnectionState
 from dbt.adapters.events.logging import AdapterLogger
 from dbt.adapters.exceptions import FailedToConnectError
 from dbt.adapters.spark.connections import SparkConnectionManager, SparkConnectionMethod, SparkCredentials
+from dbt.adapters.spark.session import SessionConnectionWrapper
 from dbt_common.exceptions import DbtRuntimeError
 
 from dbt_incremental_stream.connectors.kafka import KafkaSettings
@@ -22,6 +26,28 @@ logger = AdapterLogger("incremental_stream")
 MASTERS = ("local[", "spark://", "yarn", "k8s://", "mesos://")
 #: set while this process's SPARK_REMOTE points at a running dbt-stream serve
 REMOTE_BY_US = "DBT_INCREMENTAL_STREAM_REMOTE"
+
+
+class SessionHandle(SessionConnectionWrapper):
+    """dbt-spark's session connection, its bound values as exact Spark SQL literals: it
+    quoted a string without escaping it (a seed value ``O'Brien`` broke the statement), and
+    wrote NULL as the string ``'None'``, numbers through a float (a BIGINT past 2^53 lost
+    digits) and timestamps to the millisecond."""
+
+    @classmethod
+    def _fix_binding(cls, value: Any) -> Union[str, float]:
+        if value is None:
+            return "NULL"
+        if isinstance(value, bool):
+            return "TRUE" if value else "FALSE"
+        if isinstance(value, (int, Decimal)):
+            return format(value, "f") if isinstance(value, Decimal) else str(value)
+        if isinstance(value, float):
+            return repr(value) if value == value and abs(value) != float("inf") else f"double('{value}')"
+        if isinstance(value, dt.datetime):
+            value = value.strftime("%Y-%m-%d %H:%M:%S.%f")
+        text = str(value).replace("\\", "\\\\").replace("'", "\\'")
+        return f"'{text}'"
 
 
 @dataclass
@@ -99,10 +125,12 @@ class IncrementalStreamConnectionManager(SparkConnectionManager):
         if connection.state == ConnectionState.OPEN:
             return connection
         creds: IncrementalStreamCredentials = connection.credentials  # type: ignore[assignment]
-        if os.environ.get(REMOTE_BY_US):  # a running dbt-stream serve's Spark (see impl.use_running_serve)
-            return super().open(connection)
-        try:
-            session(creds.master, creds.server_side_parameters, hive=True)
-        except Exception as e:  # Spark raises several types when the master is unreachable
-            raise FailedToConnectError(f"could not start Spark with master {creds.master}: {e}") from e
-        return super().open(connection)
+        if not os.environ.get(REMOTE_BY_US):  # else a running dbt-stream serve's Spark (see impl.use_running_serve)
+            try:
+                session(creds.master, creds.server_side_parameters, hive=True)
+            except Exception as e:  # Spark raises several types when the master is unreachable
+                raise FailedToConnectError(f"could not start Spark with master {creds.master}: {e}") from e
+        connection = super().open(connection)
+        if isinstance(connection.handle, SessionConnectionWrapper):
+            connection.handle = SessionHandle(connection.handle.handle)
+        return connection
