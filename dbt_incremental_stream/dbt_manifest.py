@@ -9,11 +9,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sqlglot import exp
+from sqlglot.errors import SqlglotError
+from sqlglot.optimizer.qualify import qualify as sqlglot_qualify
+
 from .circuit.operators import Input, Operator
 from .errors import StreamError
 from .project import KINDS
 from .sql.compile import compile
-from .sql.relations import engine_name, parse_one, referenced, rename
+from .sql.relations import DIALECT, engine_name, parse_one, referenced, rename
 
 
 @dataclass(frozen=True)
@@ -60,9 +64,10 @@ class DbtProject:
                                                      self._compiled(node, target_path), declared)
             elif node["resource_type"] == "seed":
                 self._columns[relation] = self._seed_header(node) or declared
-        for src in doc.get("sources", {}).values():
+        for src in doc.get("sources", {}).values():  # a seed read through source() keeps its header's columns
             relation = f"{src['schema']}.{src.get('identifier') or src['name']}".lower()
-            self._columns[relation] = tuple(c.lower() for c in src.get("columns", {}))
+            declared = tuple(c.lower() for c in src.get("columns", {}))
+            self._columns[relation] = declared or self._columns.get(relation, ())
         self._by_relation = {m.relation: m for m in self.models.values()}
         self._verdicts: dict[str, Verdict] = {}
 
@@ -78,7 +83,7 @@ class DbtProject:
         path = self.root / node.get("original_file_path", "")
         if not path.is_file():
             return ()
-        with path.open(newline="") as f:
+        with path.open(newline="", encoding="utf-8-sig") as f:  # without a byte-order mark, as dbt reads it
             return tuple(c.strip().lower() for c in next(csv.reader(f), []))
 
     def verdict(self, name: str) -> Verdict:
@@ -105,12 +110,29 @@ class DbtProject:
         except StreamError as e:
             return Verdict(model, None, str(e))
 
+    def _selected(self, model: DbtModel) -> tuple[str, ...]:
+        """The columns a model's SQL selects, resolved by sqlglot against what it reads: a
+        batch model the engine does not plan (its columns come from the warehouse, not from
+        a plan) still has them. Empty where they cannot be resolved."""
+        if model.sql is None or model.streaming:
+            return ()
+        try:
+            tree = parse_one(model.sql, view=model.name)
+            reads = referenced(tree)
+            schema: dict[str, object] = {engine_name(r): {c: "string" for c in self._relation(r, model).columns}
+                                         for r in reads}
+            query = sqlglot_qualify(parse_one(rename(tree, {r: engine_name(r) for r in reads})), schema=schema,
+                                    dialect=DIALECT, validate_qualify_columns=False, quote_identifiers=False)
+        except (StreamError, SqlglotError):
+            return ()
+        return tuple(c.lower() for c in query.named_selects) if isinstance(query, exp.Query) else ()
+
     def _relation(self, relation: str, reader: DbtModel) -> Operator:
         """A relation the model reads, as an input with its columns."""
         if relation in self._by_relation:
             upstream = self._by_relation[relation]
             v = self.verdict(upstream.name)
-            columns = v.plan.columns if v.plan is not None else upstream.columns
+            columns = v.plan.columns if v.plan is not None else upstream.columns or self._selected(upstream)
             if not columns:
                 raise StreamError(f"reads {upstream.name}, whose columns are unknown: {v.reason}")
         else:

@@ -44,3 +44,37 @@ def test_compiled_sql_comes_from_target_compiled_when_the_manifest_lacks_it(tmp_
     (tmp_path / "target" / "compiled" / "p" / "models" / "v.sql").write_text("select a, sum(b) as b from raw.t "
                                                                              "group by a")
     assert DbtProject(tmp_path).verdict("v").ok
+
+
+def test_models_agree_with_dbt_run_on_seeds_and_batch_tables(tmp_path):
+    """A seed read through source() with no columns declared keeps its CSV header's (a
+    byte-order mark is not part of a name); a streaming model over a batch table whose SQL
+    the engine cannot plan reads the columns that SQL selects."""
+    import json
+
+    from dbt_incremental_stream.dbt_manifest import DbtProject
+
+    (tmp_path / "seeds").mkdir()
+    (tmp_path / "seeds" / "countries.csv").write_text("\ufeffcountry,region\nfr,eu\n", encoding="utf-8")
+
+    def model(name, materialized, sql):
+        return {"resource_type": "model", "name": name, "schema": "s", "alias": name, "columns": {},
+                "package_name": "p", "original_file_path": f"models/{name}.sql", "compiled_code": sql,
+                "config": {"materialized": materialized}}
+
+    seed = {"resource_type": "seed", "name": "countries", "schema": "raw", "alias": "countries", "columns": {},
+            "package_name": "p", "original_file_path": "seeds/countries.csv", "config": {}}
+    (tmp_path / "target").mkdir()
+    (tmp_path / "target" / "manifest.json").write_text(json.dumps({
+        "nodes": {"seed.p.countries": seed,
+                  "model.p.by_region": model("by_region", "streaming_view",
+                                             "select region, count(*) as n from raw.countries group by region"),
+                  "model.p.rolled": model("rolled", "table", "select region, country, count(*) as n "
+                                          "from raw.countries group by rollup (region, country)"),
+                  "model.p.over_table": model("over_table", "streaming_view",
+                                              "select region, sum(n) as n from s.rolled group by region")},
+        "sources": {"source.p.raw.countries": {"schema": "raw", "name": "countries", "columns": {}}}}))
+    project = DbtProject(tmp_path)
+    assert project.verdict("by_region").ok, project.verdict("by_region").reason
+    assert not project.verdict("rolled").ok  # ROLLUP: the engine does not plan it, dbt builds it as a table
+    assert project.verdict("over_table").ok, project.verdict("over_table").reason
