@@ -115,12 +115,14 @@ def _equivalence(args: argparse.Namespace) -> int:
 
     v = _streamable(args)
     spark = session(args.master, dict(c.split("=", 1) for c in args.conf), hive=True)
-    tree = parse_one(v.model.sql or "")
+    sql = v.model.sql or ""
+    tree = parse_one(sql)
     reads = referenced(tree)
     inputs = {engine_name(r): spark.table(quote_relation(r)) for r in reads}
     with tempfile.TemporaryDirectory() as state:
         try:
-            ticks = replay(spark, state, inputs, args.target, rename(tree, {r: engine_name(r) for r in reads}),
+            renamed = rename(sql, {r: engine_name(r) for r in reads}, tree=tree)
+            ticks = replay(spark, state, inputs, args.target, renamed,
                            ticks=args.ticks, seed=args.seed)
         except Mismatch as e:
             print(f"{args.target}: incremental and batch results differ: {e}", file=sys.stderr)

@@ -105,7 +105,7 @@ class DbtProject:
             reads = referenced(tree)
             catalog = {engine_name(r): self._relation(r, model) for r in reads}
             # planned from the renamed text, as the pipeline plans it: the same plan, positions in that text
-            renamed = rename(tree, {r: engine_name(r) for r in reads})
+            renamed = rename(model.sql, {r: engine_name(r) for r in reads}, tree=tree)
             return Verdict(model, compile(renamed, catalog, view=model.name), None)
         except StreamError as e:
             return Verdict(model, None, str(e))
@@ -121,7 +121,8 @@ class DbtProject:
             reads = referenced(tree)
             schema: dict[str, object] = {engine_name(r): {c: "string" for c in self._relation(r, model).columns}
                                          for r in reads}
-            query = sqlglot_qualify(parse_one(rename(tree, {r: engine_name(r) for r in reads})), schema=schema,
+            renamed = rename(model.sql, {r: engine_name(r) for r in reads}, tree=tree)
+            query = sqlglot_qualify(parse_one(renamed), schema=schema,
                                     dialect=DIALECT, validate_qualify_columns=False, quote_identifiers=False)
         except (StreamError, SqlglotError):
             return ()

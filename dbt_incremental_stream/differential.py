@@ -271,7 +271,7 @@ def check_project(project: Project) -> dict[str, str | None]:
         oracle.replace(CLOCK, [(pipe.now,)])
     problems: dict[str, str | None] = {}
     for m in project.ordered():
-        oracle.add_view(m.name, rename(m.tree, {r: engine_name(r) for r in m.reads}))
+        oracle.add_view(m.name, rename(m.sql, {r: engine_name(r) for r in m.reads}, tree=m.tree))
         table = spark.table(quote_relation(m.relation))
         if m.kind == CHANGELOG_TABLE:
             columns = [quote(c) for c in table.columns if c not in CHANGELOG_COLUMNS]

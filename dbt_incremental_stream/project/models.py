@@ -106,7 +106,7 @@ def define(spark: SparkSession, location: str, notes: dict[str, Any], models: di
                 for r in m.reads:
                     if r in missing:
                         raise missing[r]
-                pipe.add_view(m.name, rename(m.tree, {r: engine_name(r) for r in m.reads}))
+                pipe.add_view(m.name, rename(m.sql, {r: engine_name(r) for r in m.reads}, tree=m.tree))
             except StreamError as e:
                 if m.relation == deploying:
                     raise

@@ -8,7 +8,7 @@ and writes is in one dialect, :data:`DIALECT`.
 """
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import sqlglot
 from sqlglot import exp
@@ -59,19 +59,44 @@ def engine_name(relation: str) -> str:
     return relation.lower().replace(".", "__")
 
 
-def rename(sql: str | exp.Expr, names: Mapping[str, str], view: str | None = None) -> str:
-    """``sql`` (text, or a tree from :func:`parse_one`, left unchanged) reading
-    ``names[relation]`` wherever it read ``relation``, as text; the old name stays usable as
-    a qualifier (``schema.table.col`` and ``table.col``) through an alias."""
-    tree = parse_one(sql, view) if isinstance(sql, str) else sql.copy()
+def rename(sql: str, names: Mapping[str, str], view: str | None = None, tree: exp.Expr | None = None) -> str:
+    """``sql`` reading ``names[relation]`` wherever it read ``relation``; the old name stays
+    usable as a qualifier (``schema.table.col`` and ``table.col``) through an alias. The
+    names are replaced in the text itself, so every other line and character stays where
+    the user wrote it (an error's position points into the model's own SQL); ``tree`` is
+    ``sql`` parsed already (:func:`parse_one`), if at hand."""
+    tree = parse_one(sql, view) if tree is None else tree
+    edits: list[tuple[int, int, str]] = []  # (start, end, replacement) in the text
+    try:
+        for table in _tables(tree):
+            new = names.get(qualified(table))
+            if new is not None:
+                edits.append((*_span(table.parts), new if table.alias else f"{new} AS {table.name}"))
+        for column in tree.find_all(exp.Column):
+            if column.args.get("db"):  # schema.table.col → table.col
+                edits.append((_span(column.parts)[0], _span([column.args["table"]])[0], ""))
+    except KeyError:  # a name without its position in the text: the tree renamed and written anew
+        return _renamed(tree.copy(), names).sql(dialect=DIALECT)
+    for start, end, text in sorted(edits, reverse=True):
+        sql = sql[:start] + text + sql[end:]
+    return sql
+
+
+def _renamed(tree: exp.Expr, names: Mapping[str, str]) -> exp.Expr:
+    """:func:`rename` on the tree itself."""
     for table in _tables(tree):
         new = names.get(qualified(table))
-        if new is None:
-            continue
-        alias = table.alias or table.name
-        table.replace(exp.Table(this=exp.to_identifier(new), alias=exp.TableAlias(this=exp.to_identifier(alias))))
+        if new is not None:
+            alias = table.alias or table.name
+            table.replace(exp.Table(this=exp.to_identifier(new), alias=exp.TableAlias(this=exp.to_identifier(alias))))
     for column in tree.find_all(exp.Column):
-        if column.args.get("db"):  # schema.table.col → table.col
+        if column.args.get("db"):
             column.set("db", None)
             column.set("catalog", None)
-    return tree.sql(dialect=DIALECT)
+    return tree
+
+
+def _span(parts: Sequence[exp.Expr]) -> tuple[int, int]:
+    """Where identifiers ``parts`` (one after another) stand in the text they were parsed
+    from: the offset of the first's first character, and past the last's last."""
+    return parts[0].meta["start"], parts[-1].meta["end"] + 1

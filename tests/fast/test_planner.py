@@ -135,3 +135,21 @@ def test_a_select_list_subquery_ordered_by_position_compiles():
     ordered = compile("SELECT a, (SELECT max(c) FROM t1) FROM t1 ORDER BY 2", catalog)
     assert explain(ordered) == explain(compile("SELECT a, (SELECT max(c) FROM t1) FROM t1", catalog))
     assert ordered.columns == ("a", "_col_1")
+
+
+def test_renamed_relations_keep_the_model_s_lines():
+    """The engine's names replace a model's relations in its own text: an error points at
+    the line the user wrote, and the old names stay usable as qualifiers."""
+    from dbt_incremental_stream.sql.relations import engine_name, referenced, rename
+
+    sql = ("select o.id,\n       shop.customers.region\nfrom shop.orders as o\n"
+           "join `shop`.customers on customers.id = o.cust\ngroup by rollup (o.id)")
+    renamed = rename(sql, {r: engine_name(r) for r in referenced(sql)})
+    assert renamed.split("\n")[1:4] == ["       customers.region", "from shop__orders as o",
+                                         "join shop__customers AS customers on customers.id = o.cust"]
+    catalog = {"shop__orders": Input("shop__orders", ("id", "cust")),
+               "shop__customers": Input("shop__customers", ("id", "region"))}
+    with pytest.raises(UnsupportedSqlError) as err:
+        compile(renamed, catalog, view="m")
+    assert err.value.line == 5  # ROLLUP where the model has it
+    assert "Join" in explain(compile(renamed.rsplit("\n", 1)[0], catalog, view="m"))
