@@ -1,6 +1,8 @@
 """One error hierarchy for the engine; the dbt plugin converts these at its boundary."""
 from __future__ import annotations
 
+import copy
+
 
 class StreamError(Exception):
     """Root of every error the engine raises on purpose."""
@@ -10,13 +12,24 @@ class CompileError(StreamError):
     """The SQL of a view cannot be turned into a circuit."""
 
     def __init__(self, message: str, *, view: str | None = None, line: int | None = None, col: int | None = None):
-        self.view, self.line, self.col = view, line, col
+        self.message, self.view, self.line, self.col = message, view, line, col
+        super().__init__(self._text())
+
+    def _text(self) -> str:
         where = []
-        if view:
-            where.append(f"view {view!r}")
-        if line is not None:
-            where.append(f"line {line}, col {col}")
-        super().__init__(f"{message} ({', '.join(where)})" if where else message)
+        if self.view:
+            where.append(f"view {self.view!r}")
+        if self.line is not None:
+            where.append(f"line {self.line}, col {self.col}")
+        return f"{self.message} ({', '.join(where)})" if where else self.message
+
+    def naming(self, view: str) -> CompileError:
+        """The same error, naming the view as its user knows it (a dbt model's relation
+        rather than the engine's name for it)."""
+        out = copy.copy(self)
+        out.view = view
+        out.args = (out._text(),)
+        return out
 
 
 class UnsupportedSqlError(CompileError):

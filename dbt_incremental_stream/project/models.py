@@ -108,9 +108,10 @@ def define(spark: SparkSession, location: str, notes: dict[str, Any], models: di
                         raise missing[r]
                 pipe.add_view(m.name, rename(m.sql, {r: engine_name(r) for r in m.reads}, tree=m.tree))
             except StreamError as e:
+                named = e.naming(m.relation) if isinstance(e, CompileError) and e.view == m.name else e
                 if m.relation == deploying:
-                    raise
-                definition.dropped[m.relation] = str(e)
+                    raise named from None
+                definition.dropped[m.relation] = str(named)
                 continue
             definition.models[m.relation] = m
             if replaced & set(pipe.upstream(m.name)):

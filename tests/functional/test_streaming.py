@@ -218,6 +218,8 @@ class TestStreamingModels:
             os.remove(os.path.join(built.project_root, "models", "first_orders.sql"))
         assert "streaming model test" in log and "first_orders" in log
         assert "unsupported in a streaming view: LIMIT / OFFSET without ORDER BY" in log
+        # the model as dbt names its relation, and the line of its compiled SQL (the config line renders empty)
+        assert ".first_orders', line 2," in log and "__first_orders" not in log
 
     def test_a_model_failing_on_a_row_stops_only_itself(self, built, spark):
         """A model raising an error on one row (dbt-spark runs Spark without ANSI mode, so a
