@@ -50,6 +50,7 @@ class Project:
         self.catalog = Catalog(spark)
         self.outputs = Outputs(spark, self.catalog, state_location, kafka)
         self._published = -1  # the tick the catalog views show, as far as this instance knows
+        self._timed = False  # whether a run_model ticked: the time moves once per dbt run
         self.last: TickReport | None = None
         #: told each tick's report as soon as its manifest commits, before the catalog views
         #: are published: a tick nobody was told about is never committed
@@ -100,7 +101,8 @@ class Project:
                 self.prune(set(keep) | {model.relation})
             action = self.deploy(model, streams=[s for s in streams if s.relation in model.reads],
                                  full_refresh=full_refresh)
-            ticked = more = self.advance()
+            ticked = more = self.advance(time_moves=not self._timed)
+            self._timed |= ticked
             dead, reports = 0, []
             while True:  # max_records: as many ticks as it takes to catch up
                 if more and self.last:
@@ -108,7 +110,7 @@ class Project:
                     reports.append(asdict(self.last))
                 if not self.behind:
                     break
-                more = self.advance()
+                more = self.advance(time_moves=False)
             dropped, self.dropped = dict(self.dropped), {}
             failed = self.failed.get(model.relation)
             if failed is not None:
@@ -153,13 +155,14 @@ class Project:
 
     # --- running -----------------------------------------------------------------------
 
-    def advance(self, now: datetime | None = None) -> bool:
+    def advance(self, now: datetime | None = None, *, time_moves: bool = True) -> bool:
         """One tick: read every source's changes, update all models, commit, publish.
 
         Kafka sources are read to their end once per Project instance (one ``dbt run``), at
         most ``max_records`` records per source and tick. Returns False (and commits nothing)
-        when there is nothing to do: no source changed, no model to build, no model reading
-        the time. :attr:`last` tells what the tick read and wrote.
+        when there is nothing to do: no source changed, no model to build, and no model
+        reading the time or not ``time_moves`` (one ``dbt run`` moves the time once, with
+        its first model, not once per model). :attr:`last` tells what the tick read and wrote.
         """
         with self._lock:
             started = time.monotonic()
@@ -169,7 +172,8 @@ class Project:
                                     report)
             try:
                 report.redone = read.redone
-                idle = not read.deltas and not read.dead and not self.pipe.pending and not self.pipe.reads_time
+                idle = not read.deltas and not read.dead and not self.pipe.pending and not (
+                    self.pipe.reads_time and time_moves)
                 if idle and self.pipe.tick > 0:
                     self.inputs.idle(self.pipe, tick, read)
                     if self._published != self.tick:

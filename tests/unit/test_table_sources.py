@@ -111,3 +111,30 @@ def test_added_orc_files_are_read_by_spark(spark, tmp_path):
     more = spark.createDataFrame(rows(20, 30), SCHEMA).coalesce(1)
     more.write.mode("append").format("orc").saveAsTable("tsrc.orc_orders")
     assert run(spark, location, model) == {"tsrc.orc_orders": "1 added files, by Spark"}
+
+
+def test_one_dbt_run_moves_the_time_once(spark, tmp_path):
+    """Two models reading the time over an unchanged table: the first model of a run ticks
+    (the time moved), the second finds the project up to date; a run where a table changed
+    between its models (a batch model rebuilt it) ticks again for the change."""
+    spark.sql("CREATE DATABASE IF NOT EXISTS tclock")
+    spark.sql("CREATE DATABASE IF NOT EXISTS tclockout")
+    spark.createDataFrame(rows(0, 10), SCHEMA).write.mode("overwrite").format("parquet").saveAsTable("tclock.orders")
+    recent = Model("tclockout.recent", "SELECT id FROM tclock.orders WHERE current_date() >= DATE'2020-01-01'")
+    stamped = Model("tclockout.stamped", "SELECT cust, COUNT(*) AS n, MAX(current_timestamp()) AS at "
+                                         "FROM tclock.orders GROUP BY cust")
+    location = str(tmp_path / "state")
+    for run_ in range(2):
+        project = Project(spark, location)
+        try:
+            first, second = project.run_model(recent), project.run_model(stamped)
+            assert "(up to date)" not in first["message"], first["message"]
+            assert second["message"].endswith("(up to date)") or run_ == 0, second["message"]
+            if run_ == 1:
+                spark.createDataFrame(rows(10, 12), SCHEMA).coalesce(1).write.mode("append") \
+                    .saveAsTable("tclock.orders")
+                third = project.run_model(recent)
+                assert "(up to date)" not in third["message"], third["message"]
+            assert not any(check_project(project).values()), check_project(project)
+        finally:
+            project.close()
