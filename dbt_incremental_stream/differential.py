@@ -129,6 +129,10 @@ def _spark_only(node: exp.Expr) -> exp.Expr:
     """Spark functions sqlglot leaves untranslated, as DuckDB says them."""
     if isinstance(node, exp.Anonymous) and str(node.name).lower() == "raise_error":
         return exp.func("error", *(e.transform(_spark_only) for e in node.expressions))
+    if isinstance(node, exp.Anonymous) and str(node.name).lower() == "assert_true":  # NULL, or fails
+        args = [e.transform(_spark_only) for e in node.expressions]
+        message = args[1] if len(args) > 1 else exp.Literal.string("assertion failed")
+        return exp.Case(ifs=[exp.If(this=args[0], true=exp.Null())], default=exp.func("error", message))
     if isinstance(node, exp.Anonymous) and str(node.name).lower() == "timestamp_seconds":
         return exp.cast(exp.UnixToTime(this=node.expressions[0].transform(_spark_only)), "timestamp")
     if isinstance(node, exp.UnixSeconds):  # Spark truncates; sqlglot's CAST(EPOCH(...) AS BIGINT) rounds
