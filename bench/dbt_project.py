@@ -11,7 +11,9 @@ broker, builds each project once, then produces a change of ``--change`` of the 
 - ``dbt run`` of the streaming project (catches up: one tick for all models),
 - ``dbt run --full-refresh`` (rebuilds every model's state from retained input),
 - ``dbt run`` of the same models materialized as ``table`` (the batch baseline, reading the
-  same input), whose results are compared with the streaming ones.
+  same input), whose results are compared with the streaming ones,
+- for a project with seeds, ``dbt run`` of each after a 3-row change of its first seed (a
+  row deleted, one changed, one added; ``dbt seed`` first, not timed).
 
 Prints a table and saves bench/results/dbt_project.png.
 """
@@ -102,10 +104,37 @@ def bench_project(name: str, work: Path, bootstrap: str, events: ShopEvents, ord
                           [tuple(r) for r in spark.table(f"{tag}_batch.{model}").collect()])
         if problem:
             raise SystemExit(f"{name}/{model}: streaming and batch differ: {problem}")
+    seeds = sorted((streaming / "seeds").glob("*.csv")) if (streaming / "seeds").exists() else []
+    if seeds:
+        for root in (streaming, batch):
+            change_seed(root / "seeds" / seeds[0].name)
+            dbt(root, "seed")
+        seen = len(log.read_text().splitlines())
+        rows.append((f"dbt run after a 3-row change of {seeds[0].name} (streaming)", dbt(streaming, "run")))
+        ticks = {line.split(": tick ", 1)[1].split(" ", 1)[0] for line in log.read_text().splitlines()[seen:]
+                 if "streaming model" in line and ": tick " in line}
+        print(f"  {name}: the seed change's run committed {len(ticks)} tick(s)", file=sys.stderr)
+        rows.append((f"dbt run after a 3-row change of {seeds[0].name}, as tables (batch)", dbt(batch, "run")))
+        for model in views:
+            problem = compare([tuple(r) for r in spark.table(f"{tag}_stream.{model}").collect()],
+                              [tuple(r) for r in spark.table(f"{tag}_batch.{model}").collect()])
+            if problem:
+                raise SystemExit(f"{name}/{model}: after the seed change, streaming and batch differ: {problem}")
     rows += declarative_pipeline(spark, batch, work / name / "sdp", tag)
     rows.append(("dbt run --full-refresh (streaming)", dbt(streaming, "run", "--full-refresh")))
     print(f"  {name}: all {len(views)} streaming views equal to batch", file=sys.stderr)
     return [(name, run, seconds) for run, seconds in rows]
+
+
+def change_seed(path: Path) -> None:
+    """Three rows of a seed changed: its last deleted, its first given the second's last
+    field, and a copy of its third added under a new first field."""
+    header, *body = path.read_text().splitlines()
+    first, second, third = (row.split(",") for row in body[:3])
+    body = body[:-1]
+    body[0] = ",".join(first[:-1] + second[-1:])
+    body.append(",".join(["new_" + third[0]] + third[1:]))
+    path.write_text("\n".join([header, *body]) + "\n")
 
 
 def declarative_pipeline(spark, batch: Path, work: Path, tag: str) -> list[tuple[str, float]]:

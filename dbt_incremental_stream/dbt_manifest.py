@@ -54,6 +54,11 @@ class DbtProject:
         if not path.exists():
             raise StreamError(f"no {path}: run `dbt compile` (or `dbt run`) in {self.root} first")
         doc = json.loads(path.read_text())
+        compiled_at = path.stat().st_mtime
+        #: model and seed files changed since the manifest was written: what it says of them is stale
+        self.stale = sorted(f for n in doc["nodes"].values() if n["resource_type"] in ("model", "seed")
+                            and (f := self.root / n.get("original_file_path", "")).is_file()
+                            and f.stat().st_mtime > compiled_at)
         self.models: dict[str, DbtModel] = {}
         self._columns: dict[str, tuple[str, ...]] = {}
         for node in doc["nodes"].values():

@@ -78,3 +78,27 @@ def test_models_agree_with_dbt_run_on_seeds_and_batch_tables(tmp_path):
     assert project.verdict("by_region").ok, project.verdict("by_region").reason
     assert not project.verdict("rolled").ok  # ROLLUP: the engine does not plan it, dbt builds it as a table
     assert project.verdict("over_table").ok, project.verdict("over_table").reason
+
+
+def test_models_says_when_the_manifest_is_older_than_the_models(tmp_path, capsys):
+    """`dbt-stream models` reads what `dbt compile` left in target/: a model edited since
+    is named, with how to compile again for the right profile and target."""
+    import json
+    import os
+
+    node = {"resource_type": "model", "name": "v", "schema": "s", "alias": "v", "columns": {}, "package_name": "p",
+            "original_file_path": "models/v.sql", "compiled_code": "select 1 as one",
+            "config": {"materialized": "streaming_view"}}
+    (tmp_path / "target").mkdir()
+    (tmp_path / "models").mkdir()
+    (tmp_path / "target" / "manifest.json").write_text(json.dumps({"nodes": {"model.p.v": node}, "sources": {}}))
+    (tmp_path / "models" / "v.sql").write_text("select 2 as two")
+    compiled_at = (tmp_path / "target" / "manifest.json").stat().st_mtime
+    os.utime(tmp_path / "models" / "v.sql", (compiled_at - 5, compiled_at - 5))
+    assert main(["models", "--project-dir", str(tmp_path)]) == 0
+    assert "changed since" not in capsys.readouterr().err
+    later = compiled_at + 5
+    os.utime(tmp_path / "models" / "v.sql", (later, later))
+    assert main(["models", "--project-dir", str(tmp_path)]) == 0
+    err = capsys.readouterr().err
+    assert "models/v.sql" in err and "dbt compile" in err and "--target" in err
