@@ -149,9 +149,12 @@ def declarative_pipeline(spark, batch: Path, work: Path, tag: str) -> list[tuple
     flows.mkdir(parents=True)
     for model, sql in models.items():
         tree = sqlglot.parse_one(sql, read="spark")
-        for table in tree.find_all(exp.Table):
+        ctes = {c.alias_or_name for c in tree.find_all(exp.CTE)}  # an ephemeral model's CTE, the model's own
+        for table in list(tree.find_all(exp.Table)):
+            if table.name in ctes and not table.db:
+                continue
             if table.name in models:
-                table.replace(exp.to_table(table.name))
+                table.replace(exp.Table(this=exp.to_identifier(table.name), alias=table.args.get("alias")))
                 continue
             relation = f"{table.db}.{table.name}" if table.db else table.name
             path = work / "input" / relation
