@@ -75,6 +75,8 @@ def validate(tree: exp.Expr, view: str | None = None) -> None:
             raise unsupported(f"non-deterministic function {node.name}()", node, view)
         if isinstance(node, exp.AggFunc) and kind not in AGGREGATES and not isinstance(node.parent, exp.Window):
             raise unsupported(f"aggregate function {node.sql_name().lower()}()", node, view)
+        if isinstance(node, exp.With) and node.args.get("recursive"):
+            raise unsupported("WITH RECURSIVE (a recursive query)", node, view)
         if isinstance(node, exp.Join):
             _check_join(node, view)
         if isinstance(node, exp.Select):

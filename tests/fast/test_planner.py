@@ -32,6 +32,8 @@ CATALOG = {
      "LIMIT in a subquery"),
     ("SELECT id FROM orders LATERAL VIEW explode(array(1)) t AS x", "LATERAL"),
     ("SELECT * FROM VALUES (1, 2) AS t(a, b)", "VALUES"),
+    ("WITH RECURSIVE chain AS (SELECT id FROM orders UNION ALL SELECT o.id FROM orders o JOIN chain c "
+     "ON o.cust = c.id) SELECT * FROM chain", "WITH RECURSIVE"),
     ("SELECT window(id, '10 minutes') AS w, COUNT(*) FROM orders GROUP BY 1", "window()"),
 ])
 def test_unsupported_constructs_are_named_with_position(sql, construct):
