@@ -67,36 +67,20 @@ def rename(sql: str, names: Mapping[str, str], view: str | None = None, tree: ex
     ``sql`` parsed already (:func:`parse_one`), if at hand."""
     tree = parse_one(sql, view) if tree is None else tree
     edits: list[tuple[int, int, str]] = []  # (start, end, replacement) in the text
-    try:
-        for table in _tables(tree):
-            new = names.get(qualified(table))
-            if new is not None:
-                edits.append((*_span(table.parts), new if table.alias else f"{new} AS {table.name}"))
-        for column in tree.find_all(exp.Column):
-            if column.args.get("db"):  # schema.table.col → table.col
-                edits.append((_span(column.parts)[0], _span([column.args["table"]])[0], ""))
-    except KeyError:  # a name without its position in the text: the tree renamed and written anew
-        return _renamed(tree.copy(), names).sql(dialect=DIALECT)
+    for table in _tables(tree):
+        new = names.get(qualified(table))
+        if new is not None:
+            edits.append((*_span(table.parts), new if table.alias else f"{new} AS {table.name}"))
+    for column in tree.find_all(exp.Column):
+        if column.args.get("db"):  # schema.table.col → table.col
+            edits.append((_span(column.parts)[0], _span([column.args["table"]])[0], ""))
     for start, end, text in sorted(edits, reverse=True):
         sql = sql[:start] + text + sql[end:]
     return sql
 
 
-def _renamed(tree: exp.Expr, names: Mapping[str, str]) -> exp.Expr:
-    """:func:`rename` on the tree itself."""
-    for table in _tables(tree):
-        new = names.get(qualified(table))
-        if new is not None:
-            alias = table.alias or table.name
-            table.replace(exp.Table(this=exp.to_identifier(new), alias=exp.TableAlias(this=exp.to_identifier(alias))))
-    for column in tree.find_all(exp.Column):
-        if column.args.get("db"):
-            column.set("db", None)
-            column.set("catalog", None)
-    return tree
-
-
 def _span(parts: Sequence[exp.Expr]) -> tuple[int, int]:
     """Where identifiers ``parts`` (one after another) stand in the text they were parsed
-    from: the offset of the first's first character, and past the last's last."""
+    from (sqlglot's parser records it on every identifier): the offset of the first's first
+    character, and past the last's last."""
     return parts[0].meta["start"], parts[-1].meta["end"] + 1

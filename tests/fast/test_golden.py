@@ -27,12 +27,10 @@ import sqlglot
 from dbt_incremental_stream.circuit.incremental import Incrementalizer
 from dbt_incremental_stream.circuit.operators import Input, Integral, explain
 from dbt_incremental_stream.errors import StreamError
-from dbt_incremental_stream.sql.compile import compile
+from dbt_incremental_stream.sql.compile import BUILT_IN, compile
 from dbt_incremental_stream.sql.relations import DIALECT
 from dbt_incremental_stream.sql.rewrites import RULES, rewrite
-from dbt_incremental_stream.sql.rewrites.constant import ONE, ONE_COLUMN
 from dbt_incremental_stream.sql.rewrites.total_order import total_order
-from dbt_incremental_stream.sql.temporal import CLOCK, CLOCK_COLUMN
 
 FIXTURES = Path(__file__).parent / "fixtures"
 UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
@@ -42,8 +40,7 @@ CATALOG = {
     "customers": Input("customers", ("id", "name", "region")),
     "items": Input("items", ("order_id", "sku", "price")),
     "events": Input("events", ("id", "ts", "v")),
-    CLOCK: Input(CLOCK, (CLOCK_COLUMN,)),
-    ONE: Input(ONE, (ONE_COLUMN,)),
+    **BUILT_IN,  # the clock and the one row, as compile knows them
 }
 PASSES = {rule.__name__: rule for rule in (*RULES, total_order)}
 

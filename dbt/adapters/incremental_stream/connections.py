@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple, Union
+from typing import Any, Dict, Optional, Tuple
 
 from dbt.adapters.contracts.connection import Connection, ConnectionState
 from dbt.adapters.events.logging import AdapterLogger
@@ -35,7 +35,7 @@ class SessionHandle(SessionConnectionWrapper):
     digits) and timestamps to the millisecond."""
 
     @classmethod
-    def _fix_binding(cls, value: Any) -> Union[str, float]:
+    def _fix_binding(cls, value: Any) -> str:
         if value is None:
             return "NULL"
         if isinstance(value, bool):
