@@ -32,7 +32,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from .connectors.kafka import KafkaSource
-from .errors import StreamError
+from .errors import CompileError, StreamError
 from .project import Model, Project, TickReport
 from .runtime.state import announce, announced
 
@@ -284,6 +284,9 @@ def _http(server: Server, host: str, port: int) -> ThreadingHTTPServer:
                 doc = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
                 result, status = server.deploy(doc), 200
                 log.info(f"deployed {doc['model']['relation']}: {result['message']}", extra={"event": "deploy"})
+            except CompileError as e:  # its position too: the dbt run that asked places it in the model's file
+                result, status = {"error": str(e), "compile": {"message": e.message, "view": e.view, "line": e.line,
+                                                               "col": e.col}}, 400
             except StreamError as e:
                 result, status = {"error": str(e)}, 400
             except Exception as e:  # reported to the dbt run that asked
@@ -356,6 +359,9 @@ class ServeClient:
             with urllib.request.urlopen(request, timeout=timeout) as r:
                 return json.loads(r.read())
         except urllib.error.HTTPError as e:
-            raise StreamError(f"dbt-stream serve at {self.url}: {json.loads(e.read()).get('error')}") from None
+            answer = json.loads(e.read())
+            if "compile" in answer:
+                raise CompileError(**answer["compile"]) from None
+            raise StreamError(f"dbt-stream serve at {self.url}: {answer.get('error')}") from None
         except OSError as e:
             raise StreamError(f"dbt-stream serve at {self.url} did not answer ({e}); is it still running?") from e

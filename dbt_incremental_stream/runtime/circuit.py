@@ -23,10 +23,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import DataType, DecimalType, DoubleType, FloatType, StructField, StructType
 
 from ..circuit.incremental import Incrementalizer
-from ..circuit.operators import WEIGHT, Delay, Input, Integral, Map, Operator, Recompute, quote, walk
+from ..circuit.operators import WEIGHT, Delay, Filter, Input, Integral, Map, Operator, Plus, Recompute, quote, walk
 from ..errors import CompileError, StreamError
 from ..sql.compile import compile
 from . import zsets
+from .session import empty_frame
 from .arranged import NotArranged
 from .evaluate import Tick, empty_tick
 from .ticks import State
@@ -39,21 +40,49 @@ class _TypesTick(Tick):
     analyses a DataFrame's whole plan each time one is derived from it, so typing each
     node over the plan of everything upstream costs time quadratic in the circuit's depth
     (22 TPC-H views: minutes); over leaves, each node's analysis is of one operator, and
-    a node whose types are ``known`` is not analysed at all."""
+    a node whose types are ``known`` is not analysed at all. Nor is a node whose types
+    are its input's as Spark analyses it (a filter, an integral, a delay, a sum of
+    inputs of one type), and a leaf is made only for a node analysed over it."""
 
     def __init__(self, spark: SparkSession, inputs: Mapping[str, DataFrame | None],
                  before: Callable[[str], DataFrame | None], known: Callable[[str], StructType | None]):
         super().__init__(inputs, before, lambda _: True, set())
         self._spark = spark
         self._known = known
+        self._schemas: dict[str, StructType | None] = {}
 
     def value(self, op: Operator) -> DataFrame | None:
         if op.id not in self._memo:
+            schema = self.schema(op)
+            self._memo[op.id] = None if schema is None else empty_frame(self._spark, schema)
+        return self._memo[op.id]
+
+    def schema(self, op: Operator) -> StructType | None:
+        """The types of a node's rows (None: statically empty)."""
+        if op.id not in self._schemas:
             schema = self._known(op.id)
+            if schema is None:
+                schema = self._as_input(op)
             if schema is None and (df := self._eval(op)) is not None:
                 schema = df.schema
-            self._memo[op.id] = None if schema is None else self._spark.createDataFrame([], schema)
-        return self._memo[op.id]
+            self._schemas[op.id] = schema
+        return self._schemas[op.id]
+
+    def _as_input(self, op: Operator) -> StructType | None:
+        """The types of a node that Spark would give its input's, unchanged (a Union's
+        columns are nullable where any input's is; inputs of different types are left to
+        Spark's coercion)."""
+        if isinstance(op, (Filter, Integral)):
+            return self.schema(op.input)
+        if isinstance(op, Delay) and isinstance(op.input, Integral):
+            return self.schema(op.input.input)
+        if isinstance(op, Plus):
+            present = [s for s in map(self.schema, op.inputs) if s is not None]
+            if not present or any([f.dataType for f in s] != [f.dataType for f in present[0]] for s in present):
+                return None
+            return StructType([StructField(f.name, f.dataType, any(s[i].nullable for s in present), f.metadata)
+                               for i, f in enumerate(present[0].fields)])
+        return None
 
 
 @dataclass(frozen=True)
@@ -125,7 +154,7 @@ class Circuit:
     def changed(self) -> None:
         """Forget what was derived from the circuit's sources and views as they were."""
         self._empty: Tick | None = None
-        self._schema_tick: Tick | None = None
+        self._schema_tick: _TypesTick | None = None
         self._recorded_valid: bool | None = None
         self._to_record: tuple[tuple[int, int], dict[str, dict[str, str]]] | None = None  # by what it was made of
 
@@ -135,7 +164,7 @@ class Circuit:
         self.check_new(name)
         self.sources[name] = st
         self.catalog[name] = Input(name, tuple(st.fieldNames()))
-        self._analysis.createDataFrame([], st).createOrReplaceTempView(name)
+        empty_frame(self._analysis, st).createOrReplaceTempView(name)
         self.changed()
 
     def add_view(self, name: str, sql: str, tree: exp.Query) -> None:
@@ -156,7 +185,7 @@ class Circuit:
                                  for f, c in zip(schema, logical.columns)))
         self.catalog[name] = out
         self.views[name] = View(name, sql, out, Integral(self._incremental(out)), schema)
-        self._analysis.createDataFrame([], schema).createOrReplaceTempView(name)
+        empty_frame(self._analysis, schema).createOrReplaceTempView(name)
         self.changed()
 
     def check_new(self, name: str) -> None:
@@ -274,7 +303,7 @@ class Circuit:
         """A tick over empty inputs and state: typed empty values of every node (kept
         until the circuit changes, its values never do)."""
         if self._empty is None:
-            self._empty = empty_tick({n: self.spark.createDataFrame([], zsets.with_weight(s))
+            self._empty = empty_tick({n: empty_frame(self.spark, zsets.with_weight(s))
                                       for n, s in self.sources.items()})
         return self._empty
 
@@ -301,10 +330,10 @@ class Circuit:
                 tick = self._schema_tick = _TypesTick(self.spark, empty._inputs, before, self._known_schema)
             if isinstance(op, Delay):
                 return self.schema_of(op.input.input)
-            value = self._schema_tick.value(op)
-            if value is None:
+            schema = self._schema_tick.schema(op)
+            if schema is None:
                 raise NotArranged(f"no type for {op.label()}")
-            found = self._schemas_by_node[op.id] = value.schema
+            found = self._schemas_by_node[op.id] = schema
         return found
 
     def types_of(self, op: Operator, exprs: list[str]) -> list[pa.DataType]:
@@ -313,7 +342,7 @@ class Circuit:
         found = self._types_by_exprs.get(key) or self._recorded_types("exprs").get(key)
         if found is None:
             if op.id not in self._typed_rows:
-                self._typed_rows[op.id] = self.spark.createDataFrame([], self.schema_of(op))
+                self._typed_rows[op.id] = empty_frame(self.spark, self.schema_of(op))
             found = self._typed_rows[op.id].selectExpr(*exprs).schema.json()
         self._types_by_exprs[key] = found
         return list(zsets.arrow_schema(StructType.fromJson(json.loads(found))).types)

@@ -19,6 +19,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from ..circuit.operators import Integral, Partials, Recompute
 from . import zsets
+from .session import empty_frame
 from .arranged import Plan
 from .circuit import View
 from .evaluate import Tick
@@ -41,7 +42,7 @@ def change(spark: SparkSession, view: View, batches: list[Batch]) -> DataFrame:
     """A view's change from the batches of its state a tick wrote."""
     frames = [b.open(spark) for b in batches]
     if not frames:
-        return spark.createDataFrame([], zsets.with_weight(view.schema))
+        return empty_frame(spark, zsets.with_weight(view.schema))
     return frames[0] if len(frames) == 1 else zsets.consolidate(zsets.union(frames))  # type: ignore[arg-type]
 
 

@@ -41,6 +41,7 @@ from ..sql.rewrites.clock import uses_clock
 from ..sql.rewrites.constant import ONE, ONE_COLUMN, uses_one
 from ..sql.temporal import CLOCK, CLOCK_COLUMN
 from . import kernels, zsets
+from .session import empty_frame
 from .arranged import NotArranged, Plan
 from .arrangement import Arrangement
 from .circuit import Circuit, Rows, parse_schema
@@ -345,7 +346,7 @@ class Pipeline:
         """
         node, schema = self.circuit.contents(name)
         df = self.store.before(node)
-        df = self.spark.createDataFrame([], zsets.with_weight(schema)) if df is None else zsets.consolidate(df)
+        df = empty_frame(self.spark, zsets.with_weight(schema)) if df is None else zsets.consolidate(df)
         return df if weights else zsets.expand(df)
 
     def holds(self, name: str) -> bool:

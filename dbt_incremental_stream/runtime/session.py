@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Mapping
+import weakref
+from typing import Any, Mapping
 
 from pyspark import SparkConf, SparkContext
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructType
 
 #: defaults for the embedded local session; a profile's spark_conf overrides them
 TICK_CONF: dict[str, str] = {
@@ -109,3 +111,26 @@ def session(master: str = "local[2]", conf: Mapping[str, str] | None = None,
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def empty_frame(spark: SparkSession, schema: StructType) -> DataFrame:
+    """A DataFrame of no rows and exactly ``schema`` (nullability too), as a local relation:
+    ``createDataFrame([], schema)`` goes through a Python RDD (a pickled function shipped to
+    the JVM, about 30 ms), and typing a new view's operators makes one per node. The JVM's
+    empty list and parsed types are kept per session (each a round trip to make)."""
+    known = _EMPTY.get(spark)
+    if known is None:
+        assert spark._jvm is not None
+        known = _EMPTY[spark] = (spark._jvm.java.util.ArrayList(), {})
+    rows, types = known
+    text = schema.json()
+    parsed = types.get(text)
+    if parsed is None:
+        if len(types) >= 4096:
+            types.clear()
+        parsed = types[text] = spark._jsparkSession.parseDataType(text)
+    return DataFrame(spark._jsparkSession.createDataFrame(rows, parsed), spark)
+
+
+#: per session: an empty java.util.List, and JVM types by their JSON
+_EMPTY: weakref.WeakKeyDictionary[SparkSession, tuple[Any, dict[str, Any]]] = weakref.WeakKeyDictionary()

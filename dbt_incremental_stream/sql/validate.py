@@ -4,6 +4,8 @@ Runs on the parsed (not yet optimized) tree so that positions point into the use
 """
 from __future__ import annotations
 
+from typing import TypedDict
+
 from sqlglot import exp
 
 from ..errors import UnsupportedSqlError
@@ -49,7 +51,12 @@ SELECT_CLAUSES = {
 }
 
 
-def position(node: exp.Expr) -> dict[str, int]:
+class Position(TypedDict, total=False):
+    line: int
+    col: int
+
+
+def position(node: exp.Expr) -> Position:
     """Line and column of the first token under ``node`` (the parser records them on leaves)."""
     for sub in node.walk():
         if "line" in sub.meta:

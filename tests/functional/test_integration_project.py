@@ -18,7 +18,7 @@ from devkit.shop import TOPICS, ShopEvents
 
 SOURCE = Path(__file__).resolve().parents[2] / "integration_tests"
 STREAMING = {"order_lines", "revenue_by_category", "customer_ltv", "region_revenue", "top_products",
-             "quantity_histogram", "revenue_changes"}
+             "quantity_histogram", "category_scorecard", "revenue_changes"}
 
 
 def copy_project(dest: Path) -> Path:

@@ -210,7 +210,7 @@ class TestStreamingModels:
         assert_equal_to_batch(spark, built.project_root)
 
     def test_unsupported_sql_names_the_construct_and_the_model(self, built):
-        write_file("{{ config(materialized='streaming_view') }}\nselect * from {{ ref('orders') }} limit 3",
+        write_file("{{ config(materialized='streaming_view') }}\nselect *\nfrom {{ ref('orders') }}\n  limit 3",
                    built.project_root, "models", "first_orders.sql")
         try:
             results, log = run_dbt_and_capture(["run", "-s", "first_orders"], expect_pass=False)
@@ -218,8 +218,8 @@ class TestStreamingModels:
             os.remove(os.path.join(built.project_root, "models", "first_orders.sql"))
         assert "streaming model test" in log and "first_orders" in log
         assert "unsupported in a streaming view: LIMIT / OFFSET without ORDER BY" in log
-        # the model as dbt names its relation, and the line of its compiled SQL (the config line renders empty)
-        assert ".first_orders', line 2," in log and "__first_orders" not in log
+        # the model as dbt names its relation, and the line in the model's file (Jinja kept the lines)
+        assert ".first_orders', line 4, col 9 of models/first_orders.sql)" in log and "__first_orders" not in log
 
     def test_a_model_failing_on_a_row_stops_only_itself(self, built, spark):
         """A model raising an error on one row (dbt-spark runs Spark without ANSI mode, so a

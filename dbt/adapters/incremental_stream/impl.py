@@ -22,7 +22,7 @@ from dbt.adapters.incremental_stream.connections import (
 )
 from dbt_incremental_stream.connectors.kafka import KafkaSource
 from dbt_incremental_stream.connectors.sinks import KafkaSink
-from dbt_incremental_stream.errors import StreamError
+from dbt_incremental_stream.errors import CompileError, StreamError
 from dbt_incremental_stream.project import KINDS, Model, Project
 from dbt_incremental_stream.server import ServeClient
 
@@ -30,6 +30,20 @@ from dbt_incremental_stream.server import ServeClient
 def relation_name(relation: BaseRelation) -> str:
     """``schema.identifier`` as the engine and compiled SQL name it (Spark has no database)."""
     return ".".join(p for p in (relation.schema, relation.identifier) if p).lower()
+
+
+def in_files(error: CompileError, sql: str, path: str | None = None, raw: str | None = None,
+             compiled: str | None = None) -> CompileError:
+    """An error in a model's compiled SQL placed where its user can open it: the model's
+    own file when Jinja kept the lines (the column too where that line is unchanged), else
+    the compiled file (a macro expanded to lines of its own, or ephemeral models came first)."""
+    if error.line is None or not path:
+        return error
+    lines, written = sql.splitlines(), (raw or "").splitlines()
+    if len(written) == len(lines) and 0 < error.line <= len(lines):
+        same = written[error.line - 1] == lines[error.line - 1]
+        return error.at(path, error.col if same else None)
+    return error.at(f"{compiled or 'the compiled SQL'}, compiled from {path}", error.col)
 
 
 def use_running_serve(creds: IncrementalStreamCredentials, project_root: Any) -> ServeClient | None:
@@ -101,10 +115,13 @@ class IncrementalStreamAdapter(SparkAdapter):
     @available
     def stream_deploy(self, relation: BaseRelation, sql: str, kind: str, full_refresh: bool,
                       streaming_models: list[str], streams: list[dict[str, Any]],
-                      sink: dict[str, Any] | None = None) -> dict[str, Any]:
+                      sink: dict[str, Any] | None = None, files: dict[str, str | None] | None = None
+                      ) -> dict[str, Any]:
         """Deploy one streaming model and bring the whole project up to date: compile it into
         the circuit (building its state from retained input if it is new or its SQL changed),
-        read every source's changes, commit one tick for all models and publish them."""
+        read every source's changes, commit one tick for all models and publish them.
+        ``files``: the model's ``path`` and ``raw`` code and its ``compiled`` path, where an
+        error in its SQL is placed."""
         if kind not in KINDS:
             raise DbtRuntimeError(f"unknown streaming materialization {kind!r}")
         name = relation_name(relation)
@@ -114,6 +131,9 @@ class IncrementalStreamAdapter(SparkAdapter):
             sources = [KafkaSource.from_config(s["relation"], self._with_schema_file(s["kafka"]), s["columns"])
                        for s in streams if s["relation"] in model.reads]
             result = self.environment().run_model(model, sources, full_refresh=full_refresh, keep=keep)
+        except CompileError as e:
+            placed = in_files(e, sql, **files) if files and e.view == name else e
+            raise DbtRuntimeError(f"streaming model {name}: {placed}") from e
         except StreamError as e:
             raise DbtRuntimeError(f"streaming model {name}: {e}") from e
         self._pruned = True

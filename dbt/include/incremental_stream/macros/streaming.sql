@@ -10,7 +10,9 @@
   {{ run_hooks(pre_hooks) }}
   {%- set result = adapter.stream_deploy(target_relation, sql, kind, should_full_refresh(),
                                          incremental_stream__models(), incremental_stream__streams(),
-                                         config.get('sink')) -%}
+                                         config.get('sink'),
+                                         {'path': model.original_file_path, 'raw': model.raw_code,
+                                          'compiled': model.compiled_path}) -%}
   {{ incremental_stream__report(result) }}
   {{ run_hooks(post_hooks) }}
   {{ return({'relations': [target_relation]}) }}
