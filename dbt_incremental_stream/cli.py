@@ -84,7 +84,8 @@ def _models(args: argparse.Namespace) -> int:
     if project.stale:
         print(f"{len(project.stale)} model or seed files changed since {args.target_path}/manifest.json was written "
               f"(first: {project.stale[0].relative_to(project.root)}): run `dbt compile` with your --profiles-dir "
-              f"and --target, then this again", file=sys.stderr)
+              f"and --target, or give them to this command (`dbt-stream models --profiles-dir … --target …` "
+              f"compiles first)", file=sys.stderr)
     width = max((len(n) for n in project.models), default=5)
     print(f"{'model':<{width}}  {'materialized':<16} {'incremental':<11} why not")
     blocked = 0

@@ -100,7 +100,8 @@ class TestDbtUtilsMacrosStream:
 
 
 def compiled(project) -> dict[str, str]:
-    return {p.stem: p.read_text() for p in (Path(project.project_root) / "target" / "compiled").rglob("models/**/*.sql")}
+    compiled = Path(project.project_root) / "target" / "compiled"
+    return {p.stem: p.read_text() for p in compiled.rglob("models/**/*.sql")}
 
 
 class TestPackagesBranchingOnTheAdapter:

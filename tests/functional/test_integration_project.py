@@ -11,18 +11,20 @@ from pathlib import Path
 import pytest
 from dbt.cli.main import dbtRunner
 
+from dbt.adapters.incremental_stream.command import main as dbt_stream
 from dbt_incremental_stream.differential import check_project
 from dbt_incremental_stream.project import Project
 from devkit.kafka import create_topics, produce
 from devkit.shop import TOPICS, ShopEvents
 
 SOURCE = Path(__file__).resolve().parents[2] / "integration_tests"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "shop"
 STREAMING = {"order_lines", "revenue_by_category", "customer_ltv", "region_revenue", "top_products",
              "quantity_histogram", "category_scorecard", "revenue_changes"}
 
 
-def copy_project(dest: Path) -> Path:
-    shutil.copytree(SOURCE, dest, ignore=shutil.ignore_patterns("target", "logs", "stream_state", "metastore_db",
+def copy_project(dest: Path, source: Path = SOURCE) -> Path:
+    shutil.copytree(source, dest, ignore=shutil.ignore_patterns("target", "logs", "stream_state", "metastore_db",
                                                                 "spark-warehouse", "dbt_packages"))
     return dest
 
@@ -67,3 +69,22 @@ def test_rounds_of_events_through_dbt_build(shop, kafka, spark):
         assert not problems, f"round {round_}: {problems}"
         report = sorted(tuple(r)[:3] for r in spark.table("shop.region_report").collect())
         assert report == sorted(tuple(r) for r in spark.table("shop.region_revenue").collect())
+
+
+def verdicts(capsys, *argv: str) -> dict[str, str]:
+    """`dbt-stream models`' line for each model (it exits 0: every streaming model can stream)."""
+    capsys.readouterr()
+    assert dbt_stream(["models", *argv]) == 0, capsys.readouterr().err
+    return {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[1:] if line.strip()}
+
+
+def test_models_agree_with_dbt_run(shop, capsys, tmp_path):
+    """`dbt-stream models` says yes to each model `dbt build` streamed (after the rounds
+    above: a seed, batch tables and ephemeral models beside them); on the shop example, with
+    --profiles-dir it compiles the project first (nothing compiled it before)."""
+    lines = verdicts(capsys, "--project-dir", str(shop))
+    assert {m for m, line in lines.items() if " yes " in line} >= STREAMING, lines
+    example = copy_project(tmp_path / "shop", EXAMPLE)
+    lines = verdicts(capsys, "--project-dir", str(example), "--profiles-dir", str(example))
+    marts = {f.stem for f in (EXAMPLE / "models" / "marts").glob("*.sql")}
+    assert marts and all(" streaming_view " in lines[m] and " yes " in lines[m] for m in marts), lines
