@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 import weakref
 from typing import Any, Mapping
 
@@ -108,7 +110,14 @@ def session(master: str = "local[2]", conf: Mapping[str, str] | None = None,
     for key, value in settings.items():
         builder = builder.config(key, value)
     _launch_apart({"spark.master": master, "spark.app.name": app_name, **settings})
+    main = threading.current_thread() is threading.main_thread()
+    interrupt = signal.getsignal(signal.SIGINT) if main else None
     spark = builder.getOrCreate()
+    if main and interrupt is not None and signal.getsignal(signal.SIGINT) is not interrupt:
+        # PySpark's context takes Ctrl-C to cancel every job and raise KeyboardInterrupt
+        # (a tick in flight would fail); its host decides: dbt stops after the current
+        # model, serve after the current tick
+        signal.signal(signal.SIGINT, interrupt)
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 

@@ -124,12 +124,13 @@ class Serve:
         self.proc.wait()
         _wait_gone(groups)  # before the next start takes the catalog
 
-    def stop_group(self) -> None:
-        """SIGTERM to serve's process group, as `docker stop` or systemd sends it: the tick
-        in flight commits and serve exits 0, or it says the tick did not commit and exits 1
-        (the next start redoes it); never a failed tick with exit 0."""
+    def stop_group(self, sig: int = signal.SIGTERM) -> None:
+        """SIGTERM to serve's process group, as `docker stop` or systemd sends it (or
+        SIGINT, as a terminal's Ctrl-C): the tick in flight commits and serve exits 0, or
+        it says the tick did not commit and exits 1 (the next start redoes it); never a
+        failed tick with exit 0, never a traceback."""
         jvms = self._jvms()
-        os.killpg(self.proc.pid, signal.SIGTERM)
+        os.killpg(self.proc.pid, sig)
         code = self.proc.wait(120)
         events = []
         while (event := self.events.get(timeout=30)) is not None:
@@ -139,6 +140,7 @@ class Serve:
         failed = [e for e in events if e.get("event") == "error"]
         assert (code, bool(failed), bool(stop[-1].get("error"))) in ((0, False, False), (1, True, True)), \
             (code, "".join(self.lines[-30:]))
+        assert not any("Traceback" in line for line in self.lines), "".join(self.lines[-60:])
         _wait_gone(jvms)  # the JVM leaves when serve's pipe to it closes
 
 

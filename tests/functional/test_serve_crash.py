@@ -1,5 +1,5 @@
 """`dbt-stream serve` killed (SIGKILL to Python, Spark's JVM and its workers), or stopped
-with SIGTERM to its process group, at random points (5 times; ``SERVE_KILLS=21`` for more),
+with SIGTERM or SIGINT (Ctrl-C) to its process group, at random points (5 times; ``SERVE_KILLS=21`` for more),
 the 2nd and 4th (and 8th, 13th, 18th) between two partitions' commits of a tick's sink
 writes, restarting it each time: the sink topics (each tick's messages) and the changelog
 table equal those of an uninterrupted run over the same input — nothing lost, nothing
@@ -10,6 +10,7 @@ import json
 import os
 import random
 import signal
+import subprocess
 import time
 import urllib.request
 from collections import Counter, defaultdict
@@ -21,7 +22,7 @@ import pytest
 
 from dbt_incremental_stream.connectors.sinks import AFTER_COMMIT
 from devkit.kafka import create_topics, produce
-from tests.functional.serving import CATEGORIES, Serve, caught_up, committed, dbt, make_project, read_topic
+from tests.functional.serving import BIN, CATEGORIES, Serve, caught_up, committed, dbt, make_project, read_topic
 
 ORDERS, PER_TICK = 1000, 40
 KILLS = int(os.environ.get("SERVE_KILLS", "5"))  # each start of serve costs ~40 s of the suite
@@ -62,9 +63,11 @@ def test_serve_survives_random_kills_with_exactly_once_outputs(tmp_path, kafka):
         assert f'dbt_stream_source_offsets_total{{source="serve_raw.orders"}} {float(ORDERS)}' in metrics
         assert "dbt_stream_tick_seconds_bucket" in metrics and 'dbt_stream_source_lag{source="serve_raw.orders"} 0.0' \
             in metrics
-        os.kill(serve.proc.pid, signal.SIGTERM)  # finishes the tick it is in, commits, stops
+        os.killpg(serve.proc.pid, signal.SIGINT)  # Ctrl-C: finishes the tick it is in, commits, stops
+        serve.wait_for(lambda e: e.get("event") == "signal" and e.get("signal") == "SIGINT")
         serve.wait_for(lambda e: e.get("event") == "stop")
         assert serve.proc.wait(60) == 0
+        assert not any("Traceback" in line for line in serve.lines), "".join(serve.lines[-60:])
         assert last["tick"] >= ORDERS // PER_TICK + 1
 
     pool = ThreadPoolExecutor(1)
@@ -88,7 +91,7 @@ def test_serve_survives_random_kills_with_exactly_once_outputs(tmp_path, kafka):
                 serve.wait_for(lambda e: e.get("event") in ("tick", "stop"))
             time.sleep(rng.uniform(0.0, 1.5))
         if seen and rng.random() < 0.5:  # once it ticks (before, Python may still be importing)
-            serve.stop_group()
+            serve.stop_group(signal.SIGINT if kill % 2 else signal.SIGTERM)
         else:
             serve.kill()
     serve = Serve(crash, env, "--port", "-1", "--connect-port", "-1")
@@ -142,3 +145,31 @@ def _partitions_of_ticks(bootstrap: str, topic: str) -> dict[int, set[int]]:
     return ticks
 
 
+
+
+def test_ctrl_c_stops_dbt_run_after_the_current_model(tmp_path, kafka):
+    """SIGINT to `dbt run`'s process group (a terminal's Ctrl-C) while its first model
+    deploys: that model's tick commits (Spark's jobs are not cancelled under it), the next
+    model does not start, dbt says it was interrupted and exits non-zero; the next `dbt run`
+    deploys the rest."""
+    topic = "ctrl_c.orders"
+    create_topics(kafka, topic, "ctrl_c_totals", "ctrl_c_big")
+    produce(kafka, topic, [(None, {"id": i, "category": CATEGORIES[i % 5], "amount": "60.00"}) for i in range(200)])
+    root = make_project(tmp_path / "p", topic, "ctrl_c")
+    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka}
+    run = subprocess.Popen([str(BIN / "dbt"), "run", "--threads", "1"], cwd=root, env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    lines = []
+    for line in run.stdout:  # type: ignore[union-attr]
+        lines.append(line)
+        if " 1 of 2 START " in line:
+            os.killpg(run.pid, signal.SIGINT)
+    out = "".join(lines)
+    assert run.wait(120) != 0, out
+    assert "Exited because of keyboard interrupt" in out, out
+    first = next(line.split(" model ", 1)[1].split()[0] for line in lines if " 1 of 2 START " in line)
+    assert any(" 1 of 2 OK created " in line and first in line for line in lines), out
+    assert " 2 of 2 START " not in out, out
+    assert "Py4JError" not in out and "cancelled" not in out.lower(), out
+    again = dbt(root, env, "run")
+    assert "Completed successfully" in again and "2 of 2 OK" in again, again
