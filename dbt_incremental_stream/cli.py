@@ -144,11 +144,14 @@ def _broker(args: argparse.Namespace) -> int:
     from .connectors.broker import LocalBroker
 
     stop = threading.Event()
-    for s in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(s, lambda *_: stop.set())
-    with LocalBroker(port=args.port) as bootstrap:
-        print(f"a Kafka-protocol broker (Tansu, in memory) at {bootstrap}; Ctrl-C stops it", flush=True)
-        stop.wait()
+    before = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with LocalBroker(port=args.port) as bootstrap:
+            print(f"a Kafka-protocol broker (Tansu, in memory) at {bootstrap}; Ctrl-C stops it", flush=True)
+            stop.wait()
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
     return 0
 
 

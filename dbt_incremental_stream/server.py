@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import signal
+import sys
 import threading
 import time
 import urllib.error
@@ -303,7 +304,19 @@ def _http(server: Server, host: str, port: int) -> ThreadingHTTPServer:
         def log_message(self, *args: Any) -> None:
             pass
 
-    return ThreadingHTTPServer((host, port), Handler)
+    class Http(ThreadingHTTPServer):
+        daemon_threads = True
+
+        def handle_error(self, request: Any, client_address: Any) -> None:
+            """A client gone before its answer (a poller's timeout) is not the server's
+            error: no traceback in the log; anything else is logged as one line."""
+            error = sys.exc_info()[1]
+            if isinstance(error, ConnectionError):
+                return
+            log.warning(f"HTTP request from {client_address[0]} failed: {type(error).__name__}: {error}",
+                        extra={"event": "warning"})
+
+    return Http((host, port), Handler)
 
 
 class JsonFormatter(logging.Formatter):

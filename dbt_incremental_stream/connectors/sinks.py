@@ -44,7 +44,7 @@ from ..circuit.operators import WEIGHT
 from ..errors import ConnectorError, StreamError
 from .envelopes import ENVELOPES_OF, sink_messages, sink_schemas
 from .formats import FORMATS, Encoder, Registry
-from .kafka import KafkaSettings
+from .kafka import CLIENT_LOGS, KafkaSettings
 
 TICK_HEADER = "dbt_stream_tick"
 #: For crash tests, what a writer does once it committed a partition: ``fail`` (raise),
@@ -188,7 +188,8 @@ class PartitionWriter:
         and aborts the transaction that one left open."""
         from confluent_kafka import Producer
 
-        producer = Producer({**self.settings.config, "transactional.id": self.transactional_id, "linger.ms": 5})
+        producer = Producer({**self.settings.config, **CLIENT_LOGS, "transactional.id": self.transactional_id,
+                             "linger.ms": 5})
         producer.init_transactions(self.timeout)
         return producer
 

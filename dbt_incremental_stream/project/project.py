@@ -14,7 +14,7 @@ import threading
 import time
 from dataclasses import asdict
 from datetime import datetime
-from typing import AbstractSet, Any, Callable, Sequence
+from typing import AbstractSet, Any, Callable, Mapping, Sequence
 
 from pyspark.sql import SparkSession
 
@@ -118,9 +118,7 @@ class Project:
                                   f"the last tick it computed, the other models went on; once the offending rows "
                                   f"are deleted or updated, or the model is changed, a run rebuilds it from "
                                   f"retained input")
-            message = f"{action.upper()} at tick {self.tick}" + ("" if ticked else " (up to date)")
-            if dead:
-                message += f", {dead} records to dead letters"
+            message = _said(action, self.tick, ticked, reports, dead)
             return {"action": action, "tick": self.tick, "message": message, "dropped": dropped, "ticks": reports}
 
     @property
@@ -253,3 +251,17 @@ class Project:
         self.pipe.close()
         self.inputs.close()
         self.outputs.close()
+
+
+def _said(action: str, tick: int, ticked: bool, reports: Sequence[Mapping[str, Any]], dead: int) -> str:
+    """What ``dbt run`` prints for a streaming model: what happened to its definition (a
+    model whose SQL did not change is UPDATED by a tick that read something), and what the
+    run's ticks read."""
+    records = sum(n for r in reports for n in r["rows_in"].values())
+    read = ([f"{records} new records"] if records else []) + [
+        f"table {rel} ({how})" for rel, how in dict(kv for r in reports for kv in r["tables"].items()).items()]
+    if dead:
+        read.append(f"{dead} records to dead letters")
+    verb = action.upper() if action != "unchanged" else "UPDATED" if ticked else "UNCHANGED"
+    return f"{verb} at tick {tick}" + (f": read {', '.join(read)}" if read else "") + ("" if ticked else
+                                                                                         " (up to date)")

@@ -1,14 +1,17 @@
 """A SparkSession tuned for ticks: many small jobs, where per-stage overhead dominates."""
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
 import threading
 import weakref
+from pathlib import Path
 from typing import Any, Mapping
 
 from pyspark import SparkConf, SparkContext
+from pyspark.logger import PySparkLogger
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
@@ -83,7 +86,7 @@ def _launch_apart(settings: Mapping[str, str]) -> None:
     from pyspark.java_gateway import launch_gateway
 
     conf = SparkConf(loadDefaults=False)
-    for key, value in settings.items():
+    for key, value in {**settings, **_quiet_driver(settings)}.items():
         conf.set(key, value)
     SparkContext._gateway = launch_gateway(conf, popen_kwargs={"start_new_session": True})
     SparkContext._jvm = SparkContext._gateway.jvm
@@ -118,8 +121,30 @@ def session(master: str = "local[2]", conf: Mapping[str, str] | None = None,
         # (a tick in flight would fail); its host decides: dbt stops after the current
         # model, serve after the current tick
         signal.signal(signal.SIGINT, interrupt)
-    spark.sparkContext.setLogLevel("ERROR")
+    level = os.environ.get(LOG_LEVEL, "ERROR")
+    spark.sparkContext.setLogLevel(level)
+    if level.upper() == "ERROR":
+        # PySpark logs each error it converts that has a query context (with the JVM's stack
+        # trace, as one JSON line on stderr) even when the caller handles it; the engine
+        # reports the errors it does not handle itself
+        for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+            PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
     return spark
+
+
+#: Spark's log level (default ERROR: what dbt and serve print is theirs)
+LOG_LEVEL = "DBT_STREAM_SPARK_LOG_LEVEL"
+
+
+def _quiet_driver(settings: Mapping[str, str]) -> dict[str, str]:
+    """The driver JVM's options with the engine's log4j2 configuration (errors only), so
+    that Spark's start-up lines and WARNs do not reach the terminal; none when the level
+    is asked for (:data:`LOG_LEVEL`) or the settings choose a configuration."""
+    options = settings.get("spark.driver.extraJavaOptions", "")
+    if os.environ.get(LOG_LEVEL, "ERROR").upper() != "ERROR" or "log4j2.configurationFile" in options:
+        return {}
+    path = Path(__file__).with_name("log4j2.properties")
+    return {"spark.driver.extraJavaOptions": f"{options} -Dlog4j2.configurationFile={path.as_uri()}".strip()}
 
 
 def empty_frame(spark: SparkSession, schema: StructType) -> DataFrame:

@@ -102,3 +102,17 @@ def test_models_says_when_the_manifest_is_older_than_the_models(tmp_path, capsys
     assert main(["models", "--project-dir", str(tmp_path)]) == 0
     err = capsys.readouterr().err
     assert "models/v.sql" in err and "dbt compile" in err and "--target" in err
+
+
+def test_broker_on_a_taken_port_says_so(capsys):
+    """`dbt-stream broker` on a port another process listens on (a broker started before):
+    exit 1 and why, not a readiness check answered by the other process."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["broker", "--port", str(port)]) == 1
+    err = capsys.readouterr().err
+    assert f"port {port} on 127.0.0.1 is in use" in err and "--port" in err

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -17,10 +18,22 @@ from pathlib import Path
 
 import pytest
 
-from dbt_incremental_stream.connectors.broker import free_port
 from devkit.kafka import create_topics, produce
 from devkit.shop import TOPICS, ShopEvents
 from tests.functional.test_integration_project import STREAMING, copy_project
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` different free ports (one at a time, the system may give the same port twice:
+    a worker's web UI then takes the master's, and Spark moves the master's to the next)."""
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +43,7 @@ def cluster(tmp_path_factory):
 
     spark_class = Path(pyspark.__file__).parent / "bin" / "spark-class"
     work = tmp_path_factory.mktemp("cluster")
-    port, ui = free_port(), free_port()
+    port, ui, *worker_uis = free_ports(4)
     env = {**os.environ, "SPARK_HOME": str(Path(pyspark.__file__).parent), "PYSPARK_PYTHON": sys.executable,
            "SPARK_LOCAL_IP": "127.0.0.1"}
     url = f"spark://127.0.0.1:{port}"
@@ -39,7 +52,7 @@ def cluster(tmp_path_factory):
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
     for i in range(2):
         procs.append(subprocess.Popen([str(spark_class), "org.apache.spark.deploy.worker.Worker", url, "--cores", "1",
-                                       "--memory", "2g", "--webui-port", str(free_port()),
+                                       "--memory", "2g", "--webui-port", str(worker_uis[i]),
                                        "--work-dir", str(work / f"worker{i}")], env=env, cwd=work,
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     try:

@@ -3,6 +3,8 @@ reachable or a key is wrong, and never prints or stores a Kafka secret."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,9 +23,10 @@ class TestDebugWithKafka:
         return {"type": "incremental_stream", "threads": 1, "master": "local[2]",
                 "kafka": {"bootstrap_servers": kafka, "sasl.username": "analytics", "sasl.password": SECRET}}
 
-    def test_debug_passes_and_hides_secrets(self, project):
+    def test_debug_passes_and_hides_secrets(self, project, kafka):
         _, log = run_dbt_and_capture(["debug"])
         assert "All checks passed" in log and "master: local[2]" in log
+        assert f"kafka_bootstrap_servers: {kafka}" in log
         assert SECRET not in log
         assert not files_mention(Path(project.project_root), SECRET)  # target/, logs/
 
@@ -38,6 +41,17 @@ class TestDebugKafkaUnreachable:
         _, log = run_dbt_and_capture(["debug"], expect_pass=False)
         assert "Kafka at 127.0.0.1:9 is not reachable" in log and "`bootstrap_servers`" in log \
             and "`kafka:` block" in log
+
+    def test_the_dbt_command_says_it_once(self, project):
+        """The `dbt` command's whole output (librdkafka writes its log to stderr itself,
+        around dbt's): the message, not a line per connection attempt."""
+        run = subprocess.run([str(Path(sys.executable).parent / "dbt"), "debug", "--profiles-dir",
+                              str(project.profiles_dir)], cwd=project.project_root, capture_output=True, text=True,
+                             timeout=600)
+        out = run.stdout + run.stderr
+        assert run.returncode != 0 and "Kafka at 127.0.0.1:9 is not reachable" in out, out
+        assert "kafka_bootstrap_servers: 127.0.0.1:9" in out, out
+        assert "rdkafka" not in out and "%3|" not in out, out
 
 
 def test_profile_errors_say_what_to_fix():

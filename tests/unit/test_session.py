@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import signal
 
-from pyspark.sql.types import ArrayType, DecimalType, IntegerType, LongType, MapType, StringType, StructField, StructType
+from pyspark.sql.types import (ArrayType, DecimalType, IntegerType, LongType, MapType, StringType, StructField,
+                               StructType)
 
 from dbt_incremental_stream.runtime.session import empty_frame
 

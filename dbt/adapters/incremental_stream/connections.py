@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import time
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Iterable, Optional, Tuple
 
 from dbt.adapters.contracts.connection import Connection, ConnectionState
 from dbt.adapters.events.logging import AdapterLogger
@@ -16,6 +17,7 @@ from dbt.adapters.exceptions import FailedToConnectError
 from dbt.adapters.spark.connections import SparkConnectionManager, SparkConnectionMethod, SparkCredentials
 from dbt.adapters.spark.session import SessionConnectionWrapper
 from dbt_common.exceptions import DbtRuntimeError
+from pyspark import SparkContext
 
 from dbt_incremental_stream.connectors.kafka import KafkaSettings
 from dbt_incremental_stream.errors import StreamError
@@ -116,6 +118,12 @@ class IncrementalStreamCredentials(SparkCredentials):
         # what `dbt debug` prints: never the kafka block (it may hold SASL/SSL secrets)
         return "master", "schema", "state_location", "max_records_per_tick"
 
+    def connection_info(self, *, with_aliases: bool = False) -> Iterable[Tuple[str, Any]]:
+        """What `dbt debug` prints, and the Kafka servers (not the rest of the block)."""
+        yield from super().connection_info(with_aliases=with_aliases)
+        if self.kafka_settings is not None:
+            yield "kafka_bootstrap_servers", self.kafka_settings.bootstrap_servers
+
 
 class IncrementalStreamConnectionManager(SparkConnectionManager):
     TYPE = "incremental_stream"
@@ -126,8 +134,14 @@ class IncrementalStreamConnectionManager(SparkConnectionManager):
             return connection
         creds: IncrementalStreamCredentials = connection.credentials  # type: ignore[assignment]
         if not os.environ.get(REMOTE_BY_US):  # else a running dbt-stream serve's Spark (see impl.use_running_serve)
+            starting = SparkContext._active_spark_context is None
+            if starting:  # the first statement waits for it: say why (30 s and more on a busy machine)
+                logger.info(f"Starting Spark ({creds.master}) ...")
+                started = time.monotonic()
             try:
                 session(creds.master, creds.server_side_parameters, hive=True)
+                if starting:
+                    logger.info(f"Spark started in {time.monotonic() - started:.0f}s")
             except Exception as e:  # Spark raises several types when the master is unreachable
                 raise FailedToConnectError(f"could not start Spark with master {creds.master}: {e}") from e
         connection = super().open(connection)

@@ -42,7 +42,11 @@ def credentials(project_dir: Path, profiles_dir: str | None, target: str | None)
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="dbt-stream serve", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="dbt-stream serve",
+        description="Keep the project's deployed streaming models running: a tick every --interval seconds, "
+                    "configured by the dbt profile (Spark, the state location, Kafka). dbt and BI clients "
+                    "work through it while it runs; SIGTERM or Ctrl-C stops it after the current tick.")
     parser.add_argument("--project-dir", default=".", help="the dbt project (default: the current directory)")
     parser.add_argument("--profiles-dir", help="where profiles.yml is (default: as dbt finds it)")
     parser.add_argument("--target", help="the profile's target (default: its `target:`)")
