@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
-from typing import Callable, Iterator
+from typing import AbstractSet, Callable, Iterator
 
 WEIGHT = "_w"
 COUNT = "_cnt"
@@ -410,8 +410,9 @@ def is_identifier(text: str) -> bool:
     return len(text) >= 2 and text[0] == text[-1] == "`" and "`" not in text[1:-1].replace("``", "")
 
 
-def walk(*roots: Operator) -> Iterator[Operator]:
-    """Every node reachable from ``roots``, inputs before consumers, each once."""
+def walk(*roots: Operator, stop: AbstractSet[str] = frozenset()) -> Iterator[Operator]:
+    """Every node reachable from ``roots``, inputs before consumers, each once; the inputs
+    of a node in ``stop`` (ids) are not followed."""
     seen: set[str] = set()
     order: list[Operator] = []
 
@@ -426,7 +427,8 @@ def walk(*roots: Operator) -> Iterator[Operator]:
                 order.append(op)
                 continue
             stack.append((op, True))
-            stack.extend((i, False) for i in reversed(op.inputs) if i.id not in seen)
+            if op.id not in stop:
+                stack.extend((i, False) for i in reversed(op.inputs) if i.id not in seen)
 
     for root in roots:
         visit(root)

@@ -172,12 +172,13 @@ class ArrangedTicks:
             rows.update({source: df.count() for source, df in frames.items() if df is not None})
         return self._empty(plan, rows)
 
-    def _empty(self, plan: Plan, rows: Mapping[str, int]) -> dict[str, dict[tuple[str, ...], Arrangement]]:
+    def _empty(self, plan: Plan, rows: Mapping[str, int], nodes_rows: Mapping[str, int] | None = None
+               ) -> dict[str, dict[tuple[str, ...], Arrangement]]:
         """Every arrangement the plan needs, empty, with buckets for the ``rows`` (per
-        source) of the sources its node reads: a small dimension joined to a large fact
-        keeps one bucket (a tick writes a run per touched bucket, so spare buckets cost
-        files and merges)."""
-        given = {self.circuit.catalog[source].id: n for source, n in rows.items()}
+        source, or per node: ``nodes_rows``) of the inputs its node reads: a small dimension
+        joined to a large fact keeps one bucket (a tick writes a run per touched bucket, so
+        spare buckets cost files and merges)."""
+        given = {self.circuit.catalog[source].id: n for source, n in rows.items()} | dict(nodes_rows or {})
         nodes = {op.id: op for op in walk(*self.circuit.roots())}
         out: dict[str, dict[tuple[str, ...], Arrangement]] = {}
         for spec in plan.specs.values():
@@ -223,20 +224,29 @@ class ArrangedTicks:
         unbuilt = [(v.name, v.state) for v in c.views.values() if not self.store.has(v.state.id)]
         self.pipe._retention.check(plan, unbuilt, {c.source_state(n).id: n for n in c.sources}, clock)
         by_input = {c.catalog[n].id: n for n in c.sources}
-        read = sorted({by_input[op.id] for op in walk(*new) if op.id in by_input})
+        in_driver = self.pipe.placement != "tasks" and whole
+        seeds = self._seeds(new, fetched) if in_driver else {}
+        read = sorted({by_input[op.id] for op in walk(*new, stop=seeds.keys()) if op.id in by_input})
         spines = {n: list(s.batches) if (s := self.store.spines.get(c.source_state(n).id)) else [] for n in read}
         given: dict[str, DataFrame] = {}
-        if self.pipe.placement != "tasks" and whole and sum(b.bytes for n in read for b in spines[n]) <= ARRANGED_BYTES:
+        if in_driver and sum(b.bytes for n in read for b in spines[n]) <= ARRANGED_BYTES:
             held = {n: self._history(n, spines[n], fetched.get(n)) for n in read}
-            if sum(t.num_rows for t in held.values()) <= ARRANGED_ROWS:
-                empty = self._empty(plan, {n: t.num_rows for n, t in held.items()})
+            if sum(t.num_rows for t in (*held.values(), *seeds.values())) <= ARRANGED_ROWS:
+                empty = self._empty(plan, {n: t.num_rows for n, t in held.items()},
+                                    {node: t.num_rows for node, t in seeds.items()})
                 assert self.store.runs is not None
                 run = ArrangedTick(plan, held, empty, self.store.runs, self.spark, first=True)
+                run.given(seeds)
                 done = self._store(tick, run, new, {s.id: c.stored_schema(s) for s in new},
                                    {s.id: empty.get(s.id, {}) for s in new})
                 return Built({s.id: [done.batches[s.id]] if s.id in done.batches else [] for s in new},
                              done.arrangements, done.tables)
-        else:  # the retained input as Spark reads it, beside this tick's delta
+        if seeds:  # too large for the driver after all: from the sources, as below
+            read = sorted({by_input[op.id] for op in walk(*new) if op.id in by_input})
+            spines = {n: list(s.batches) if (s := self.store.spines.get(c.source_state(n).id)) else []
+                      for n in read}
+        if not in_driver or seeds or sum(b.bytes for n in read for b in spines[n]) > ARRANGED_BYTES:
+            # the retained input as Spark reads it, beside this tick's delta
             deltas = fetched if whole else arrow
             held = {n: deltas[n] for n in read if n in deltas and deltas[n].num_rows}
             for n in read:
@@ -252,6 +262,29 @@ class ArrangedTicks:
         empty = self._empty(plan, rows)
         written, arrangements, seconds = self._job(plan, empty, list(new), given, held, tick, first=True)
         return Built(written, arrangements, {}, in_tasks=seconds)
+
+    def _seeds(self, new: Sequence[State], fetched: Mapping[str, pa.Table]) -> dict[str, pa.Table]:
+        """The delta of each view the ``new`` nodes read whose state is committed and whose
+        sources have no change this tick, over all history: that state's rows. A new view
+        over other views is then built from their contents, not by computing them again
+        from their sources (their windows, joins and aggregates over all retained input)."""
+        c = self.circuit
+        fresh = {s.id for s in new}
+        below = {op.id for op in walk(*new)}
+        by_input = {c.catalog[n].id: n for n in c.sources}
+        out: dict[str, pa.Table] = {}
+        for view in c.views.values():
+            delta, state = view.state.input, view.state
+            if delta.id not in below or state.id in fresh or not self.store.has(state.id):
+                continue
+            under = list(walk(delta))
+            changed = (fetched.get(by_input[op.id]) for op in under if op.id in by_input)
+            if any(op.id in fresh for op in under) or any(t is not None and t.num_rows for t in changed):
+                continue
+            batches = list(self.store.spines[state.id].batches)
+            stored = zsets.arrow_schema(zsets.with_weight(c.stored_schema(state)))
+            out[delta.id] = self.store.read_arrow(batches) if batches else stored.empty_table()
+        return out
 
     def _history(self, source: str, batches: list[Batch], delta: pa.Table | None) -> pa.Table:
         """A source's retained input (its batches) and this tick's ``delta`` as one table."""

@@ -49,7 +49,7 @@ def test_compiled_sql_comes_from_target_compiled_when_the_manifest_lacks_it(tmp_
 def test_models_agree_with_dbt_run_on_seeds_and_batch_tables(tmp_path):
     """A seed read through source() with no columns declared keeps its CSV header's (a
     byte-order mark is not part of a name); a streaming model over a batch table whose SQL
-    the engine cannot plan reads the columns that SQL selects."""
+    the engine cannot plan reads the columns that SQL selects; a model reading the time."""
     import json
 
     from dbt_incremental_stream.dbt_manifest import DbtProject
@@ -72,12 +72,16 @@ def test_models_agree_with_dbt_run_on_seeds_and_batch_tables(tmp_path):
                   "model.p.rolled": model("rolled", "table", "select region, country, count(*) as n "
                                           "from raw.countries group by rollup (region, country)"),
                   "model.p.over_table": model("over_table", "streaming_view",
-                                              "select region, sum(n) as n from s.rolled group by region")},
+                                              "select region, sum(n) as n from s.rolled group by region"),
+                  "model.p.today": model("today", "streaming_view",
+                                         "select country, current_date() as d from raw.countries "
+                                         "where current_timestamp() > timestamp'2020-01-01 00:00:00'")},
         "sources": {"source.p.raw.countries": {"schema": "raw", "name": "countries", "columns": {}}}}))
     project = DbtProject(tmp_path)
     assert project.verdict("by_region").ok, project.verdict("by_region").reason
     assert not project.verdict("rolled").ok  # ROLLUP: the engine does not plan it, dbt builds it as a table
     assert project.verdict("over_table").ok, project.verdict("over_table").reason
+    assert project.verdict("today").ok, project.verdict("today").reason  # reads the time, as dbt run plans it
 
 
 def test_models_says_when_the_manifest_is_older_than_the_models(tmp_path, capsys):

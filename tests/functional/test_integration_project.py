@@ -5,7 +5,10 @@ each followed by `dbt build`; after each, every model equals DuckDB over all inp
 (The same project built by the `dbt` command in its own process: test_cluster.)"""
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -88,3 +91,21 @@ def test_models_agree_with_dbt_run(shop, capsys, tmp_path):
     lines = verdicts(capsys, "--project-dir", str(example), "--profiles-dir", str(example))
     marts = {f.stem for f in (EXAMPLE / "models" / "marts").glob("*.sql")}
     assert marts and all(" streaming_view " in lines[m] and " yes " in lines[m] for m in marts), lines
+
+
+def test_the_shop_example_builds_quietly(kafka, tmp_path):
+    """`dbt build` of the shop example, by the `dbt` command as a user runs it: every model
+    and test passes, and what it prints holds no Python or Java stack trace and no line of
+    Spark's log (its start-up lines, WARNs)."""
+    create_topics(kafka, *TOPICS, "shop.revenue_by_category")
+    for topic, records in ShopEvents(seed=7).round().items():
+        produce(kafka, topic, records)
+    example = copy_project(tmp_path / "shop", EXAMPLE)
+    run = subprocess.run([str(Path(sys.executable).parent / "dbt"), "build", "--profiles-dir", "."], cwd=example,
+                         env={**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka}, capture_output=True, text=True,
+                         timeout=900)
+    out = run.stdout + run.stderr
+    assert run.returncode == 0 and "Completed successfully" in out, out[-3000:]
+    noise = [line for line in out.splitlines() if any(w in line for w in (
+        "Traceback", "\tat ", " WARN ", " ERROR ", "log4j", "setLogLevel", "NativeCodeLoader", "rdkafka"))]
+    assert not noise, "\n".join(noise[:20])

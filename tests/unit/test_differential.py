@@ -237,6 +237,41 @@ def test_view_added_later_is_backfilled(spark, tmp_path, placement):
     diff.close()
 
 
+def test_a_view_over_views_is_built_from_their_contents(spark, tmp_path, monkeypatch):
+    """A view added over views whose sources do not change in the tick that adds it is
+    built from those views' committed contents (their joins and windows are not computed
+    again over all retained input); it then equals batch, and keeps equal as they change."""
+    from dbt_incremental_stream.runtime.on_arrangements import ArrangedTicks
+
+    seeded: list[set[str]] = []
+    real = ArrangedTicks._seeds
+
+    def seeds(self, new, fetched):
+        found = real(self, new, fetched)
+        seeded.append(set(found))
+        return found
+
+    monkeypatch.setattr(ArrangedTicks, "_seeds", seeds)
+    diff = Differential(spark, str(tmp_path), SOURCES, {
+        "late": "SELECT c.region, MAX(o.amount) AS m, COUNT(*) AS n FROM orders o JOIN customers c ON o.cust = c.id "
+                "GROUP BY c.region",
+        "ranked": "SELECT id, cust, amount, RANK() OVER (PARTITION BY cust ORDER BY amount DESC) AS r FROM orders"})
+    rows = [((i, i % 3, i * 1.5, i % 4, "open"), 1) for i in range(1, 12)]
+    diff.step({"orders": rows, "customers": [((0, "al", "us"), 1), ((1, "ann", "eu"), 1), ((2, "bob", "us"), 1)]})
+    diff.step({"orders": [(rows[0][0], -1), ((30, 2, 7.5, 1, "paid"), 1)], "customers": [((0, "al", "us"), -1)]})
+    diff.add_view("over_views", "SELECT l.region, l.m, COUNT(r.id) AS top FROM late l "
+                                "LEFT JOIN customers c ON c.region = l.region LEFT JOIN ranked r ON r.cust = c.id "
+                                "AND r.r = 1 GROUP BY l.region, l.m")
+    diff.step({})
+    assert diff.pipeline.last_tick.path == "arranged", diff.pipeline.last_tick.why
+    assert seeded and len(seeded[-1]) == 2, seeded  # late's and ranked's contents
+    diff.step({"orders": [((31, 1, 99.0, 0, "open"), 1), (rows[3][0], -1)], "customers": [((0, "al", "eu"), 1)]})
+    diff.add_view("again", "SELECT region, m FROM late WHERE n > 1")  # its source changes this tick: not seeded
+    diff.step({"orders": [((32, 0, 1.0, 0, "open"), 1)]})
+    assert not seeded[-1], seeded
+    diff.close()
+
+
 def test_same_rows_in_many_ticks_keep_multiplicity(spark, tmp_path):
     diff = Differential(spark, str(tmp_path), SOURCES, GROUPS["composed"])
     row = (1, 1, 10, 2, "open")
