@@ -324,6 +324,10 @@ class RunStore:
             if run is not None:
                 self.remove(run.path)
 
+    def close(self) -> None:
+        """Unmap what was read (a table still held elsewhere keeps its own mapping)."""
+        self._cache.clear()
+
     def remove(self, path: str) -> None:
         """Delete a run no manifest names any more."""
         self._cache.pop(path, None)

@@ -621,10 +621,13 @@ class StateStore:
             future.exception()
 
     def close(self) -> None:
-        """Release the cached batches; merges not yet started are cancelled, and what the
-        running ones write no manifest names (the next open removes it)."""
+        """Release the cached batches and unmap the runs read; merges not yet started are
+        cancelled, and what the running ones write no manifest names (the next open removes
+        it)."""
         if any(not f.done() for _, f in self._spine_merges.values()):  # maybe a Spark job
             self.spark.sparkContext.cancelJobGroup(self._merge_group)
         self._aside.shutdown(wait=True, cancel_futures=True)
         for s in self.spines.values():
             s.release()
+        if self.runs is not None:
+            self.runs.close()
