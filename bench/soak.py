@@ -1,0 +1,214 @@
+"""What a long-lived process holds as it ticks and as it opens and closes pipelines.
+
+    python bench/soak.py [--ticks 2000] [--pipelines 100] [--every 100]
+
+Part 1, ticking (what ``dbt-stream serve`` does between its HTTP calls): the shop's three
+views (a join + aggregate, a per-customer COUNT DISTINCT/MAX, a top-3 per region) over a
+few thousand orders, then ``--ticks`` ticks in a row of 20 changed orders each (inserts,
+deletes and a customer update, as rows), back to back. Part 2, pipelines (a scheduler
+running ``dbt run`` in one process): ``--pipelines`` times, a new pipeline in a new state
+location joins 2 to 6 small tables (10–200 rows a tick), ticks 3 times and is closed.
+
+Every ``--every`` ticks (or pipelines) it samples: the JVM heap after a full GC and Spark's
+storage memory (its status store), persisted RDDs, this process's RSS, open files and
+memory maps, the JVM's RSS and open files, the bytes under the state location, and the
+tick time. It prints the samples, the growth of each quantity per 1,000 ticks and per 100
+pipelines (a least-squares slope over the samples after the first, as a share of the
+first), the p99 tick of the last sample window against the first, and saves
+bench/results/soak.png.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pyspark import SparkContext  # noqa: E402
+
+from dbt_incremental_stream import Pipeline  # noqa: E402
+from dbt_incremental_stream.runtime.session import session  # noqa: E402
+
+SOURCES = {"orders": "id BIGINT, cust INT, amount DOUBLE",
+           "customers": "id INT, region STRING, tier STRING"}
+VIEWS = {
+    "revenue": "SELECT c.region, COUNT(*) AS n, SUM(o.amount) AS s, AVG(o.amount) AS a "
+               "FROM orders o JOIN customers c ON o.cust = c.id GROUP BY c.region",
+    "per_customer": "SELECT cust, COUNT(DISTINCT amount) AS kinds, MAX(amount) AS top FROM orders GROUP BY cust",
+    "top3": "SELECT region, cust, s, r FROM (SELECT c.region, o.cust, SUM(o.amount) AS s, "
+            "RANK() OVER (PARTITION BY c.region ORDER BY SUM(o.amount) DESC) AS r "
+            "FROM orders o JOIN customers c ON o.cust = c.id GROUP BY c.region, o.cust) WHERE r <= 3",
+}
+QUANTITIES = ("heap MiB", "storage MiB", "persisted RDDs", "RSS MiB", "fds", "maps", "JVM RSS MiB", "JVM fds",
+              "state MiB")
+
+
+def _status(path: str, key: str) -> float:
+    with open(path) as f:
+        for line in f:
+            if line.startswith(key):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _count(path: str) -> int:
+    try:
+        return len(os.listdir(path))
+    except OSError:
+        return 0
+
+
+def sample(spark, state: Path) -> dict[str, float]:
+    """The quantities of :data:`QUANTITIES`, after a full GC on both sides."""
+    gc.collect()
+    jvm = spark._jvm
+    jvm.java.lang.System.gc()
+    runtime = jvm.java.lang.Runtime.getRuntime()
+    storage = sum(info.memSize() for info in spark.sparkContext._jsc.sc().getRDDStorageInfo())
+    proc = getattr(SparkContext._gateway, "proc", None)
+    jpid = proc.pid if proc is not None else None
+    with open("/proc/self/maps") as maps:
+        mapped = sum(1 for _ in maps)
+    size = sum(f.stat().st_size for f in state.rglob("*") if f.is_file()) if state.exists() else 0
+    return {"heap MiB": (runtime.totalMemory() - runtime.freeMemory()) / 2 ** 20,
+            "storage MiB": storage / 2 ** 20,
+            "persisted RDDs": spark.sparkContext._jsc.getPersistentRDDs().size(),
+            "RSS MiB": _status("/proc/self/status", "VmRSS"), "fds": _count("/proc/self/fd"), "maps": mapped,
+            "JVM RSS MiB": _status(f"/proc/{jpid}/status", "VmRSS") if jpid else 0.0,
+            "JVM fds": _count(f"/proc/{jpid}/fd") if jpid else 0, "state MiB": size / 2 ** 20}
+
+
+def ticking(spark, work: Path, ticks: int, every: int) -> tuple[list[tuple[int, dict[str, float]]], list[float]]:
+    rng = random.Random(11)
+    pipe = Pipeline(spark, str(work / "ticking"))
+    for name, ddl in SOURCES.items():
+        pipe.add_source(name, ddl)
+    for name, sql in VIEWS.items():
+        pipe.add_view(name, sql)
+    live = {i: (i, rng.randrange(500), float(rng.randrange(1, 500))) for i in range(5000)}
+    customers = {c: (c, f"r{c % 20}", "gold" if c % 7 == 0 else "silver") for c in range(500)}
+    pipe.step({"orders": [(row, 1) for row in live.values()], "customers": [(row, 1) for row in customers.values()]})
+    samples, times, next_id = [(0, sample(spark, work / "ticking"))], [], 5000
+    for tick in range(1, ticks + 1):
+        gone = rng.sample(sorted(live), 10)
+        orders = [(live.pop(i), -1) for i in gone]
+        for _ in range(10):
+            live[next_id] = (next_id, rng.randrange(500), float(rng.randrange(1, 500)))
+            orders.append((live[next_id], 1))
+            next_id += 1
+        c = rng.randrange(500)
+        old, customers[c] = customers[c], (c, f"r{rng.randrange(20)}", customers[c][2])
+        started = time.perf_counter()
+        pipe.step({"orders": orders, "customers": [(old, -1), (customers[c], 1)]})
+        times.append(time.perf_counter() - started)
+        if tick % every == 0:
+            samples.append((tick, sample(spark, work / "ticking")))
+            print(f"  tick {tick}: {fmt(samples[-1][1])}, p50 {statistics.median(times[-every:]):.3f} s",
+                  file=sys.stderr, flush=True)
+    pipe.close()
+    return samples, times
+
+
+def pipelines(spark, work: Path, count: int, every: int) -> list[tuple[int, dict[str, float]]]:
+    rng = random.Random(5)
+    root = work / "pipelines"
+    samples = [(0, sample(spark, root))]
+    for n in range(1, count + 1):
+        location = root / f"p{n}"
+        pipe = Pipeline(spark, str(location))
+        tables = rng.randint(2, 6)
+        for t in range(tables):
+            pipe.add_source(f"t{t}", "k INT, v INT")
+        joined = " ".join(f"JOIN t{t} ON t{t}.k = t0.k" for t in range(1, tables))
+        pipe.add_view("j", f"SELECT t0.k, COUNT(*) AS n, SUM(t{tables - 1}.v) AS s FROM t0 {joined} GROUP BY t0.k")
+        for tick in range(3):  # keys mostly distinct: a join of 6 tables stays the size of one
+            pipe.step({f"t{t}": [((k, rng.randrange(100)), 1) for k in rng.sample(range(2000), 10 + rng.randrange(190))]
+                       for t in range(tables)})
+        pipe.close()
+        shutil.rmtree(location)  # what a closed pipeline left on disk is not the process's growth
+        if n % every == 0:
+            samples.append((n, sample(spark, root)))
+            print(f"  pipeline {n}: {fmt(samples[-1][1])}", file=sys.stderr, flush=True)
+    return samples
+
+
+def fmt(s: dict[str, float]) -> str:
+    return ", ".join(f"{k} {v:.0f}" for k, v in s.items())
+
+
+def growth(samples: list[tuple[int, dict[str, float]]], per: int) -> dict[str, float]:
+    """Per quantity: the least-squares slope over the samples after the first (warm-up),
+    per ``per`` steps, as a share of the first of them (0 where that is 0)."""
+    kept = samples[1:]
+    if len(kept) < 2:
+        return {}
+    xs = [x for x, _ in kept]
+    out = {}
+    for q in QUANTITIES:
+        ys = [s[q] for _, s in kept]
+        mx, my = statistics.fmean(xs), statistics.fmean(ys)
+        slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+        out[q] = slope * per / ys[0] if ys[0] else 0.0
+    return out
+
+
+def p99(times: list[float]) -> float:
+    return sorted(times)[int(0.99 * (len(times) - 1))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ticks", type=int, default=2000)
+    parser.add_argument("--pipelines", type=int, default=100)
+    parser.add_argument("--every", type=int, default=100, help="sample every this many ticks (a tenth for pipelines)")
+    args = parser.parse_args()
+    spark = session("local[2]")
+    work = Path(tempfile.mkdtemp(prefix="soak-"))
+    try:
+        tick_samples, times = ticking(spark, work, args.ticks, args.every)
+        pipe_samples = pipelines(spark, work, args.pipelines, max(1, args.every // 10))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"\n{args.ticks} ticks of 20 changed orders; {args.pipelines} pipelines opened, ticked 3 times, closed\n")
+    print("| quantity | ticks: first sample | ticks: last | growth per 1,000 ticks | pipelines: first | last | "
+          "growth per 100 pipelines |")
+    print("|---|---|---|---|---|---|---|")
+    by_tick, by_pipe = growth(tick_samples, 1000), growth(pipe_samples, 100)
+    for q in QUANTITIES:
+        print(f"| {q} | {tick_samples[1][1][q]:.1f} | {tick_samples[-1][1][q]:.1f} | {by_tick.get(q, 0):+.1%} | "
+              f"{pipe_samples[1][1][q]:.1f} | {pipe_samples[-1][1][q]:.1f} | {by_pipe.get(q, 0):+.1%} |")
+    window = min(args.every, len(times))
+    first, last = times[:window], times[-window:]
+    print(f"\ntick p50 {statistics.median(first):.3f} s → {statistics.median(last):.3f} s; p99 of the first "
+          f"{window} {p99(first):.3f} s, of the last {window} {p99(last):.3f} s ({p99(last) / p99(first):.2f}x)")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    for ax, samples, xlabel in ((axes[0], tick_samples, "tick"), (axes[1], pipe_samples, "pipelines closed")):
+        base = samples[1][1] if len(samples) > 1 else samples[0][1]
+        for q in ("heap MiB", "RSS MiB", "JVM RSS MiB", "fds", "maps", "state MiB"):
+            if base[q]:
+                ax.plot([x for x, _ in samples[1:]], [s[q] / base[q] for _, s in samples[1:]], marker=".", label=q)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("relative to the first sample")
+        ax.legend(fontsize="x-small")
+    fig.tight_layout()
+    out = Path(__file__).parent / "results"
+    out.mkdir(exist_ok=True)
+    fig.savefig(out / "soak.png", dpi=80)
+    print(f"plot: {out / 'soak.png'}")
+
+
+if __name__ == "__main__":
+    main()
