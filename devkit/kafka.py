@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 from typing import Any, Iterable
 
+from dbt_incremental_stream.connectors.kafka import CLIENT_LOGS
 from dbt_incremental_stream.errors import ConnectorError
 
 
@@ -12,7 +13,7 @@ def create_topics(bootstrap: str, *topics: str, partitions: int = 2) -> None:
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({"bootstrap.servers": bootstrap, **CLIENT_LOGS})
     new = [NewTopic(t, num_partitions=partitions, replication_factor=1) for t in topics]
     for f in admin.create_topics(new).values():
         try:
@@ -31,7 +32,7 @@ def produce(bootstrap: str, topic: str, records: Iterable[tuple[Any, Any]]) -> N
 
     from confluent_kafka import Producer
 
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, **CLIENT_LOGS})
     for key, value in records:
         while True:
             try:

@@ -224,29 +224,34 @@ class ArrangedTicks:
         unbuilt = [(v.name, v.state) for v in c.views.values() if not self.store.has(v.state.id)]
         self.pipe._retention.check(plan, unbuilt, {c.source_state(n).id: n for n in c.sources}, clock)
         by_input = {c.catalog[n].id: n for n in c.sources}
-        in_driver = self.pipe.placement != "tasks" and whole
-        seeds = self._seeds(new, fetched) if in_driver else {}
-        read = sorted({by_input[op.id] for op in walk(*new, stop=seeds.keys()) if op.id in by_input})
-        spines = {n: list(s.batches) if (s := self.store.spines.get(c.source_state(n).id)) else [] for n in read}
+
+        def sources(stop: AbstractSet[str] = frozenset()) -> tuple[list[str], dict[str, list[Batch]]]:
+            """The sources the new nodes read (not below ``stop``), and their batches."""
+            read = sorted({by_input[op.id] for op in walk(*new, stop=stop) if op.id in by_input})
+            return read, {n: list(s.batches) if (s := self.store.spines.get(c.source_state(n).id)) else []
+                          for n in read}
+
         given: dict[str, DataFrame] = {}
-        if in_driver and sum(b.bytes for n in read for b in spines[n]) <= ARRANGED_BYTES:
-            held = {n: self._history(n, spines[n], fetched.get(n)) for n in read}
-            if sum(t.num_rows for t in (*held.values(), *seeds.values())) <= ARRANGED_ROWS:
-                empty = self._empty(plan, {n: t.num_rows for n, t in held.items()},
-                                    {node: t.num_rows for node, t in seeds.items()})
-                assert self.store.runs is not None
-                run = ArrangedTick(plan, held, empty, self.store.runs, self.spark, first=True)
-                run.given(seeds)
-                done = self._store(tick, run, new, {s.id: c.stored_schema(s) for s in new},
-                                   {s.id: empty.get(s.id, {}) for s in new})
-                return Built({s.id: [done.batches[s.id]] if s.id in done.batches else [] for s in new},
-                             done.arrangements, done.tables)
-        if seeds:  # too large for the driver after all: from the sources, as below
-            read = sorted({by_input[op.id] for op in walk(*new) if op.id in by_input})
-            spines = {n: list(s.batches) if (s := self.store.spines.get(c.source_state(n).id)) else []
-                      for n in read}
-        if not in_driver or seeds or sum(b.bytes for n in read for b in spines[n]) > ARRANGED_BYTES:
-            # the retained input as Spark reads it, beside this tick's delta
+        held: dict[str, pa.Table] | None = None  # the retained input in the driver, as Arrow
+        if self.pipe.placement != "tasks" and whole:
+            seeds = self._seeds(new, fetched)
+            read, spines = sources(seeds.keys())
+            if sum(b.bytes for n in read for b in spines[n]) <= ARRANGED_BYTES:
+                held = {n: self._history(n, spines[n], fetched.get(n)) for n in read}
+                if sum(t.num_rows for t in (*held.values(), *seeds.values())) <= ARRANGED_ROWS:
+                    empty = self._empty(plan, {n: t.num_rows for n, t in held.items()},
+                                        {node: t.num_rows for node, t in seeds.items()})
+                    assert self.store.runs is not None
+                    run = ArrangedTick(plan, held, empty, self.store.runs, self.spark, first=True)
+                    run.given(seeds)
+                    done = self._store(tick, run, new, {s.id: c.stored_schema(s) for s in new},
+                                       {s.id: empty.get(s.id, {}) for s in new})
+                    return Built({s.id: [done.batches[s.id]] if s.id in done.batches else [] for s in new},
+                                 done.arrangements, done.tables)
+            if seeds:  # too large for the driver after all: the tasks read the views' sources
+                held = None
+        if held is None:  # the retained input as Spark reads it, beside this tick's delta
+            read, spines = sources()
             deltas = fetched if whole else arrow
             held = {n: deltas[n] for n in read if n in deltas and deltas[n].num_rows}
             for n in read:

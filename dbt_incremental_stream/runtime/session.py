@@ -121,9 +121,9 @@ def session(master: str = "local[2]", conf: Mapping[str, str] | None = None,
         # (a tick in flight would fail); its host decides: dbt stops after the current
         # model, serve after the current tick
         signal.signal(signal.SIGINT, interrupt)
-    level = os.environ.get(LOG_LEVEL, "ERROR")
+    level = _log_level()
     spark.sparkContext.setLogLevel(level)
-    if level.upper() == "ERROR":
+    if level == "ERROR":
         # PySpark logs each error it converts that has a query context (with the JVM's stack
         # trace, as one JSON line on stderr) even when the caller handles it; the engine
         # reports the errors it does not handle itself
@@ -136,12 +136,16 @@ def session(master: str = "local[2]", conf: Mapping[str, str] | None = None,
 LOG_LEVEL = "DBT_STREAM_SPARK_LOG_LEVEL"
 
 
+def _log_level() -> str:
+    return os.environ.get(LOG_LEVEL, "ERROR").upper()
+
+
 def _quiet_driver(settings: Mapping[str, str]) -> dict[str, str]:
     """The driver JVM's options with the engine's log4j2 configuration (errors only), so
     that Spark's start-up lines and WARNs do not reach the terminal; none when the level
     is asked for (:data:`LOG_LEVEL`) or the settings choose a configuration."""
     options = settings.get("spark.driver.extraJavaOptions", "")
-    if os.environ.get(LOG_LEVEL, "ERROR").upper() != "ERROR" or "log4j2.configurationFile" in options:
+    if _log_level() != "ERROR" or "log4j2.configurationFile" in options:
         return {}
     path = Path(__file__).with_name("log4j2.properties")
     return {"spark.driver.extraJavaOptions": f"{options} -Dlog4j2.configurationFile={path.as_uri()}".strip()}
