@@ -23,8 +23,9 @@ layout, because a Spark job costs more than the writing; a tick in Spark tasks
 (:mod:`.tasks`) writes a file per task the same way (:func:`write_batch_file`). A node whose delta is empty gets
 no batch. A tick writes its batches and runs first and its manifest last (written aside,
 then renamed), so a crash leaves the previous manifest in force; files no manifest names
-are removed on open. Files a compaction replaced stay for :data:`RETIRED_GRACE_SECONDS`
-(and at least a tick), since a catalog query planned before the commit may still read them.
+are removed on open. Batches a compaction replaced stay for :data:`RETIRED_GRACE_SECONDS`
+(and at least a tick), since a catalog query planned before the commit may still read them;
+runs a merge replaced go (and are unmapped) at once, since only ticks and merges read runs.
 
 Merges run beside the ticks: a commit starts the merges the committed state is due (a
 spine's newest batches past its size-tiered bound, an arrangement bucket's runs) in one
@@ -363,7 +364,7 @@ class StateStore:
                     self.fs.delete(self.fs.path(STATE_DIR, tick, name))
         if self.runs is not None:
             self.runs.collect_garbage({p for arrs in self.arrangements.values() for a in arrs.values()
-                                       for p in a.paths()} | self._retired.keys() | merged_runs)
+                                       for p in a.paths()} | merged_runs)
         manifests = self._manifests()
         for name in manifests[:-KEEP_MANIFESTS]:
             self.fs.delete(self.fs.path(MANIFEST_DIR, name))
@@ -514,8 +515,10 @@ class StateStore:
                 b.frame.unpersist()
         for s in dropped:
             s.release()
+        for run in retired_runs:  # only ticks and merges read runs, never a catalog query: no grace
+            self._arrow_runs().remove(run.path)
         now = time.monotonic()
-        self._retired |= {path: (tick, now) for path in [b.path for b in retired] + [r.path for r in retired_runs]}
+        self._retired |= {b.path: (tick, now) for b in retired}
         stale = [path for path, (at, since) in self._retired.items()
                  if at < tick and now - since >= RETIRED_GRACE_SECONDS]
         for path in stale:
@@ -524,10 +527,7 @@ class StateStore:
             self.collect_garbage()
         else:  # only what was retired long enough ago that no query still reads it
             for path in stale:
-                if path.startswith(self.fs.root):
-                    self.fs.delete(path)
-                elif self.runs is not None:
-                    self.runs.remove(path)
+                self.fs.delete(path)
 
     # --- merges beside the ticks ---------------------------------------------------------
 

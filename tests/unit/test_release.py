@@ -56,3 +56,30 @@ def test_a_closed_pipeline_leaves_nothing_behind(spark, tmp_path, placement):
     gc.collect()
     assert held(location) == ([], [])
     assert spark_held(spark) == before
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="reads /proc")
+def test_runs_a_merge_replaced_go_at_the_commit_that_folds_it(spark, tmp_path):
+    """No query but a tick or a merge reads an arrangement's runs, so the runs a merge
+    replaced are deleted and unmapped when it is folded in, not kept for a grace period:
+    a pipeline ticking for weeks maps only the runs its arrangements name."""
+    location = str(tmp_path / "state")
+    pipe = Pipeline(spark, location)
+    pipe.add_source("orders", "id INT, cust INT, amount DOUBLE")
+    pipe.add_source("customers", "id INT, region STRING")
+    pipe.add_view("by_region", "SELECT c.region, COUNT(*) AS n FROM orders o JOIN customers c ON o.cust = c.id "
+                               "GROUP BY c.region")
+    pipe.step({"customers": [((i, f"r{i % 2}"), 1) for i in range(5)]})
+    named: set[str] = set()
+    for t in range(24):
+        pipe.step({"orders": [((t, t % 5, 1.0), 1)], "customers": [((t % 5, f"r{t % 2}"), -1),
+                                                                   ((t % 5, f"r{(t + 1) % 2}"), 1)]})
+        pipe.store.settle()  # the merge the commit started is done by the next commit
+        named |= {p for arrs in pipe.store.arrangements.values() for a in arrs.values() for p in a.paths()}
+    live = {p for arrs in pipe.store.arrangements.values() for a in arrs.values() for p in a.paths()}
+    retired = named - live
+    assert retired, "no merge was folded (else this test proves nothing)"
+    assert not [p for p in retired if os.path.exists(os.path.join(location, p))]
+    mapped = set(held(location)[1])
+    assert not [p for p in retired if os.path.join(location, p) in mapped]
+    pipe.close()
