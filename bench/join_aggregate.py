@@ -48,7 +48,7 @@ BATCH_CONF = {"spark.sql.adaptive.enabled": "true", "spark.sql.shuffle.partition
 def configure(spark, conf: dict[str, str]) -> None:
     """Switch the running session's SQL settings (the others are fixed at start-up)."""
     for key, value in conf.items():
-        if key.startswith("spark.sql."):
+        if key.startswith("spark.sql.") and spark.conf.isModifiable(key):
             spark.conf.set(key, value)
 
 

@@ -12,15 +12,16 @@ location joins 2 to 6 small tables (10–200 rows a tick), ticks 3 times and is 
 Every ``--every`` ticks (or pipelines) it samples: the JVM heap after a full GC and Spark's
 storage memory (its status store), persisted RDDs, this process's RSS, open files and
 memory maps, the JVM's RSS and open files, the bytes under the state location, and the
-tick time. It prints the samples, the growth of each quantity per 1,000 ticks and per 100
-pipelines (a least-squares slope over the samples after the first, as a share of the
-first), the p99 tick of the last sample window against the first, and saves
+tick time. It prints the samples, the growth of each quantity per 1,000 ticks after
+``--warmup`` ticks and per 100 pipelines (a least-squares slope over those samples, as a
+share of the first of them), the p99 tick of the last sample window against the first, and saves
 bench/results/soak.png.
 """
 from __future__ import annotations
 
 import argparse
 import gc
+import json
 import os
 import random
 import shutil
@@ -144,10 +145,11 @@ def fmt(s: dict[str, float]) -> str:
     return ", ".join(f"{k} {v:.0f}" for k, v in s.items())
 
 
-def growth(samples: list[tuple[int, dict[str, float]]], per: int) -> dict[str, float]:
-    """Per quantity: the least-squares slope over the samples after the first (warm-up),
-    per ``per`` steps, as a share of the first of them (0 where that is 0)."""
-    kept = samples[1:]
+def growth(samples: list[tuple[int, dict[str, float]]], per: int, warmup: int = 1) -> dict[str, float]:
+    """Per quantity: the least-squares slope over the samples from step ``warmup`` on (at
+    least the first is left out), per ``per`` steps, as a share of the first of them (0
+    where that is 0)."""
+    kept = [s for s in samples[1:] if s[0] >= warmup]
     if len(kept) < 2:
         return {}
     xs = [x for x, _ in kept]
@@ -169,6 +171,8 @@ def main() -> None:
     parser.add_argument("--ticks", type=int, default=2000)
     parser.add_argument("--pipelines", type=int, default=100)
     parser.add_argument("--every", type=int, default=100, help="sample every this many ticks (a tenth for pipelines)")
+    parser.add_argument("--warmup", type=int, default=1000, help="ticks before growth is measured (default 1000, "
+                                                                 "at most half the ticks)")
     args = parser.parse_args()
     spark = session("local[2]")
     work = Path(tempfile.mkdtemp(prefix="soak-"))
@@ -177,11 +181,15 @@ def main() -> None:
         pipe_samples = pipelines(spark, work, args.pipelines, max(1, args.every // 10))
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    out = Path(__file__).parent / "results"
+    out.mkdir(exist_ok=True)
+    (out / "soak.json").write_text(json.dumps({"ticks": tick_samples, "pipelines": pipe_samples, "times": times}))
     print(f"\n{args.ticks} ticks of 20 changed orders; {args.pipelines} pipelines opened, ticked 3 times, closed\n")
-    print("| quantity | ticks: first sample | ticks: last | growth per 1,000 ticks | pipelines: first | last | "
-          "growth per 100 pipelines |")
+    warmup = min(args.warmup, args.ticks // 2)
+    by_tick, by_pipe = growth(tick_samples, 1000, warmup), growth(pipe_samples, 100)
+    print(f"| quantity | ticks: first sample | ticks: last | growth per 1,000 ticks after tick {warmup} | "
+          "pipelines: first | last | growth per 100 pipelines |")
     print("|---|---|---|---|---|---|---|")
-    by_tick, by_pipe = growth(tick_samples, 1000), growth(pipe_samples, 100)
     for q in QUANTITIES:
         print(f"| {q} | {tick_samples[1][1][q]:.1f} | {tick_samples[-1][1][q]:.1f} | {by_tick.get(q, 0):+.1%} | "
               f"{pipe_samples[1][1][q]:.1f} | {pipe_samples[-1][1][q]:.1f} | {by_pipe.get(q, 0):+.1%} |")
@@ -204,8 +212,6 @@ def main() -> None:
         ax.set_ylabel("relative to the first sample")
         ax.legend(fontsize="x-small")
     fig.tight_layout()
-    out = Path(__file__).parent / "results"
-    out.mkdir(exist_ok=True)
     fig.savefig(out / "soak.png", dpi=80)
     print(f"plot: {out / 'soak.png'}")
 

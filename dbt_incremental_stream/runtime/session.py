@@ -24,6 +24,13 @@ TICK_CONF: dict[str, str] = {
     # compiling fused code for each new plan shape costs more than it saves on small deltas
     "spark.sql.codegen.wholeStage": "false",
     "spark.ui.enabled": "false",
+    # Spark's status store keeps its last 1,000 jobs, stages and SQL executions (each with
+    # its plan's text, tens of KB for a tick's plans) even without the UI: ~35 MiB of heap
+    # that a process ticking for weeks fills in its first thousand ticks (bench/soak.py).
+    # A tick runs a few jobs; the last hundred are what anyone reads.
+    "spark.ui.retainedJobs": "100",
+    "spark.ui.retainedStages": "100",
+    "spark.sql.ui.retainedExecutions": "20",
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.session.timeZone": "UTC",
     # tasks commit their files directly: a tick's atomicity comes from its manifest
