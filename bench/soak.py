@@ -7,7 +7,8 @@ views (a join + aggregate, a per-customer COUNT DISTINCT/MAX, a top-3 per region
 few thousand orders, then ``--ticks`` ticks in a row of 20 changed orders each (inserts,
 deletes and a customer update, as rows), back to back. Part 2, pipelines (a scheduler
 running ``dbt run`` in one process): ``--pipelines`` times, a new pipeline in a new state
-location joins 2 to 6 small tables (10–200 rows a tick), ticks 3 times and is closed.
+location joins 2 to 6 small tables (10–200 rows a tick), ticks 3 times and is closed; the
+pipelines take turns in the driver, in Spark tasks and on the DataFrame evaluator.
 
 Every ``--every`` ticks (or pipelines) it samples: the JVM heap after a full GC and Spark's
 storage memory (its status store), persisted RDDs, this process's RSS, open files and
@@ -48,6 +49,9 @@ VIEWS = {
             "RANK() OVER (PARTITION BY c.region ORDER BY SUM(o.amount) DESC) AS r "
             "FROM orders o JOIN customers c ON o.cust = c.id GROUP BY c.region, o.cust) WHERE r <= 3",
 }
+#: part 2 runs its pipelines in turn in the driver, in Spark tasks and on the DataFrame
+#: evaluator, so that Spark's jobs (its memory, accumulators, broadcasts) are soaked too
+PLACEMENTS = ("auto", "tasks", "dataframe")
 QUANTITIES = ("heap MiB", "storage MiB", "persisted RDDs", "RSS MiB", "fds", "maps", "JVM RSS MiB", "JVM fds",
               "state MiB")
 
@@ -124,7 +128,7 @@ def pipelines(spark, work: Path, count: int, every: int) -> list[tuple[int, dict
     samples = [(0, sample(spark, root))]
     for n in range(1, count + 1):
         location = root / f"p{n}"
-        pipe = Pipeline(spark, str(location))
+        pipe = Pipeline(spark, str(location), placement=PLACEMENTS[n % len(PLACEMENTS)])
         tables = rng.randint(2, 6)
         for t in range(tables):
             pipe.add_source(f"t{t}", "k INT, v INT")
