@@ -609,9 +609,8 @@ class StateStore:
     def _merge_spine_spark(self, tick: int, node: str, inputs: tuple[Batch, ...],
                            merge: Callable[[str, DataFrame], DataFrame]) -> Batch | None:
         """A spine's run merged into one batch by a Spark job of its own job group (which
-        :meth:`close` cancels, and which a tick's count of its jobs leaves out)."""
-        sc = self.spark.sparkContext
-        sc.setJobGroup(self._merge_group, f"merge of {node}", interruptOnCancel=True)
+        a tick's count of its jobs leaves out)."""
+        self.spark.sparkContext.setJobGroup(self._merge_group, f"merge of {node}")
         return self.write(tick, {node: merge(node, Batch.open_many(self.spark, list(inputs)))}).get(node)
 
     def settle(self) -> None:
@@ -622,10 +621,9 @@ class StateStore:
 
     def close(self) -> None:
         """Release the cached batches and unmap the runs read; merges not yet started are
-        cancelled, and what the running ones write no manifest names (the next open removes
-        it)."""
-        if any(not f.done() for _, f in self._spine_merges.values()):  # maybe a Spark job
-            self.spark.sparkContext.cancelJobGroup(self._merge_group)
+        dropped, the running one is waited for, and what it writes no manifest names (the
+        next open removes it). Cancelling a merge's Spark job instead would leave its tasks
+        running past the close and have Spark log the abort as errors."""
         self._aside.shutdown(wait=True, cancel_futures=True)
         for s in self.spines.values():
             s.release()

@@ -83,3 +83,42 @@ def test_runs_a_merge_replaced_go_at_the_commit_that_folds_it(spark, tmp_path):
     mapped = set(held(location)[1])
     assert not [p for p in retired if os.path.join(location, p) in mapped]
     pipe.close()
+
+
+def test_closing_lets_a_running_merge_finish(spark, tmp_path, monkeypatch):
+    """Closing waits for a merge running beside the ticks in Spark instead of cancelling
+    it: a cancelled job's tasks run on after close (and Spark logs their abort as errors,
+    and `Failed to update accumulator` for each metric of a plan collected meanwhile)."""
+    import time
+
+    from pyspark.sql import functions as F
+
+    from dbt_incremental_stream.runtime import state
+
+    slow = F.udf(lambda _: time.sleep(0.5) or True, "boolean")
+    by_spark = state.StateStore._merge_spine_spark
+
+    def slow_merge(self, tick, node, inputs, merge):
+        return by_spark(self, tick, node, inputs, lambda n, df: merge(n, df).filter(slow(F.lit(1))))
+
+    monkeypatch.setattr(state, "ARROW_MERGE_BYTES", -1)  # every spine merge is a Spark job
+    monkeypatch.setattr(state.StateStore, "_merge_spine_spark", slow_merge)
+    pipe = Pipeline(spark, str(tmp_path / "state"), max_batches=2)
+    pipe.add_source("orders", "id INT, amount DOUBLE")
+    for i in range(3):  # the third commit starts a merge of three batches
+        pipe.step({"orders": [((10 * i + j, 1.0), 1) for j in range(4)]})
+    scheduler = spark.sparkContext._jsc.sc().taskScheduler()
+
+    def task_sets() -> int:
+        """Task sets the scheduler holds: a cancelled job's stay until their tasks end."""
+        return scheduler.rootPool().getSortedTaskSetQueue().size()
+
+    until = time.monotonic() + 60
+    while not task_sets() and time.monotonic() < until:
+        time.sleep(0.02)
+    assert task_sets(), "no merge job ran (else this test proves nothing)"
+    group = pipe.store._merge_group
+    pipe.close()
+    assert task_sets() == 0
+    tracker = spark.sparkContext.statusTracker()
+    assert [str(tracker.getJobInfo(j).status) for j in tracker.getJobIdsForGroup(group)] == ["SUCCEEDED"]
