@@ -1,6 +1,6 @@
 """What a long-lived process holds as it ticks and as it opens and closes pipelines.
 
-    python bench/soak.py [--ticks 2000] [--pipelines 100] [--every 100]
+    python bench/soak.py [--ticks 2000] [--pipelines 100] [--shop-ticks 0] [--every 100]
 
 Part 1, ticking (what ``dbt-stream serve`` does between its HTTP calls): the shop's three
 views (a join + aggregate, a per-customer COUNT DISTINCT/MAX, a top-3 per region) over a
@@ -9,6 +9,9 @@ deletes and a customer update, as rows), back to back. Part 2, pipelines (a sche
 running ``dbt run`` in one process): ``--pipelines`` times, a new pipeline in a new state
 location joins 2 to 6 small tables (10–200 rows a tick), ticks 3 times and is closed; the
 pipelines take turns in the driver, in Spark tasks and on the DataFrame evaluator.
+With ``--shop-ticks``, first the example project examples/shop as serve runs it: a local
+broker, ``dbt build``, then that many ticks of serve's loop, each after a round of shop
+events; its orders, payments and customers are kept, so its state grows with its input.
 
 Every ``--every`` ticks (or pipelines) it samples: the JVM heap after a full GC and Spark's
 storage memory (its status store), persisted RDDs, this process's RSS, open files and
@@ -32,7 +35,8 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
 from pyspark import SparkContext  # noqa: E402
 
@@ -170,49 +174,122 @@ def p99(times: list[float]) -> float:
     return sorted(times)[int(0.99 * (len(times) - 1))]
 
 
+def shop(work: Path, ticks: int, every: int) -> tuple[list[tuple[int, dict[str, float]]], list[float], bool]:
+    """examples/shop as ``dbt-stream serve`` runs it: a local broker, ``dbt build``, then
+    ``ticks`` ticks of serve's loop (a new frontier, one advance) after each round of shop
+    events (20 orders, their payments, customer and product changes, all kept: the data
+    grows). Returns the samples, the tick times, and whether revenue_by_category equals
+    DuckDB's answer over every event sent. Starts this process's Spark (with its catalog
+    in the project, as serve's)."""
+    import subprocess
+
+    from devkit.kafka import create_topics
+    from devkit.shop import TOPICS
+    from dbt_incremental_stream.connectors.broker import LocalBroker
+    from dbt_incremental_stream.connectors.kafka import KafkaSettings
+    from dbt_incremental_stream.project import Project
+    from examples.demo import SINK, Feed, batch_check
+
+    project_dir = work / "shop"
+    shutil.copytree(ROOT / "examples" / "shop", project_dir, ignore=shutil.ignore_patterns("__pycache__", "*.py"))
+    state = project_dir / "stream_state"
+    with LocalBroker() as bootstrap:
+        create_topics(bootstrap, *TOPICS, SINK)
+        feed = Feed(bootstrap)
+        feed.send(orders=200)
+        subprocess.run([str(Path(sys.executable).parent / "dbt"), "build", "--quiet"], cwd=project_dir, check=True,
+                       env={**os.environ, "KAFKA_BOOTSTRAP_SERVERS": bootstrap})
+        os.chdir(project_dir)  # the catalog (metastore_db/) is where dbt has it
+        spark = session("local[2]", hive=True)
+        project = Project(spark, str(state), kafka=KafkaSettings.from_profile({"bootstrap_servers": bootstrap}),
+                          max_records=5000)
+        samples, times = [(0, sample(spark, state))], []
+        for tick in range(1, ticks + 1):
+            feed.send(orders=20)
+            started = time.perf_counter()
+            project.new_frontier()
+            project.advance()
+            times.append(time.perf_counter() - started)
+            if tick % every == 0:
+                samples.append((tick, sample(spark, state)))
+                print(f"  shop tick {tick}: {fmt(samples[-1][1])}, p50 {statistics.median(times[-every:]):.3f} s",
+                      file=sys.stderr, flush=True)
+        ok = batch_check(spark, feed)
+        project.close()
+    return samples, times, ok
+
+
+def table(parts: list[tuple[str, list[tuple[int, dict[str, float]]], int, int]]) -> None:
+    """Per part (title, samples, steps per growth, warm-up): first and last sample, growth."""
+    print("| quantity | " + " | ".join(f"{t}: first | last | growth per {per:,} after {w}" for t, _, per, w in parts)
+          + " |")
+    print("|---|" + "---|---|---|" * len(parts))
+    grown = [growth(samples, per, w) for _, samples, per, w in parts]
+    for q in QUANTITIES:
+        cells = [f"{samples[1][1][q]:.1f} | {samples[-1][1][q]:.1f} | {g.get(q, 0):+.1%}"
+                 for (_, samples, _, _), g in zip(parts, grown)]
+        print(f"| {q} | " + " | ".join(cells) + " |")
+
+
+def tails(title: str, times: list[float], window: int) -> None:
+    """p50 and p99 of the first and last ``window`` ticks."""
+    window = min(window, len(times))
+    first, last = times[:window], times[-window:]
+    print(f"{title}: tick p50 {statistics.median(first):.3f} s → {statistics.median(last):.3f} s; p99 of the first "
+          f"{window} {p99(first):.3f} s, of the last {window} {p99(last):.3f} s ({p99(last) / p99(first):.2f}x)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ticks", type=int, default=2000)
     parser.add_argument("--pipelines", type=int, default=100)
+    parser.add_argument("--shop-ticks", type=int, default=0, help="ticks of examples/shop through Kafka, as serve "
+                                                                  "runs it (default 0: none); run first")
     parser.add_argument("--every", type=int, default=100, help="sample every this many ticks (a tenth for pipelines)")
     parser.add_argument("--warmup", type=int, default=1000, help="ticks before growth is measured (default 1000, "
                                                                  "at most half the ticks)")
     args = parser.parse_args()
-    spark = session("local[2]")
     work = Path(tempfile.mkdtemp(prefix="soak-"))
+    parts, timings, out = [], [], Path(__file__).parent / "results"
     try:
-        tick_samples, times = ticking(spark, work, args.ticks, args.every)
-        pipe_samples = pipelines(spark, work, args.pipelines, max(1, args.every // 10))
+        if args.shop_ticks:
+            shop_samples, shop_times, ok = shop(work, args.shop_ticks, args.every)
+            parts.append(("shop project", shop_samples, 1000, min(args.warmup, args.shop_ticks // 2)))
+            timings.append(("shop project", shop_times))
+        spark = session("local[2]")
+        if args.ticks:
+            tick_samples, times = ticking(spark, work, args.ticks, args.every)
+            parts.append(("ticks", tick_samples, 1000, min(args.warmup, args.ticks // 2)))
+            timings.append(("ticks", times))
+        if args.pipelines:
+            parts.append(("pipelines", pipelines(spark, work, args.pipelines, max(1, args.every // 10)), 100, 1))
     finally:
+        os.chdir(ROOT)
         shutil.rmtree(work, ignore_errors=True)
-    out = Path(__file__).parent / "results"
     out.mkdir(exist_ok=True)
-    (out / "soak.json").write_text(json.dumps({"ticks": tick_samples, "pipelines": pipe_samples, "times": times}))
-    print(f"\n{args.ticks} ticks of 20 changed orders; {args.pipelines} pipelines opened, ticked 3 times, closed\n")
-    warmup = min(args.warmup, args.ticks // 2)
-    by_tick, by_pipe = growth(tick_samples, 1000, warmup), growth(pipe_samples, 100)
-    print(f"| quantity | ticks: first sample | ticks: last | growth per 1,000 ticks after tick {warmup} | "
-          "pipelines: first | last | growth per 100 pipelines |")
-    print("|---|---|---|---|---|---|---|")
-    for q in QUANTITIES:
-        print(f"| {q} | {tick_samples[1][1][q]:.1f} | {tick_samples[-1][1][q]:.1f} | {by_tick.get(q, 0):+.1%} | "
-              f"{pipe_samples[1][1][q]:.1f} | {pipe_samples[-1][1][q]:.1f} | {by_pipe.get(q, 0):+.1%} |")
-    window = min(args.every, len(times))
-    first, last = times[:window], times[-window:]
-    print(f"\ntick p50 {statistics.median(first):.3f} s → {statistics.median(last):.3f} s; p99 of the first "
-          f"{window} {p99(first):.3f} s, of the last {window} {p99(last):.3f} s ({p99(last) / p99(first):.2f}x)")
+    (out / "soak.json").write_text(json.dumps({"parts": [(t, s) for t, s, _, _ in parts], "times": timings}))
+    print(f"\n{args.shop_ticks} ticks of the shop project; {args.ticks} ticks of 20 changed orders; "
+          f"{args.pipelines} pipelines opened, ticked 3 times, closed\n")
+    table(parts)
+    print()
+    for title, times in timings:
+        tails(title, times, args.every)
+    if args.shop_ticks:
+        print(f"shop project: revenue_by_category equals DuckDB's batch answer over every event sent: "
+              f"{'yes' if ok else 'NO'}")
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
-    for ax, samples, xlabel in ((axes[0], tick_samples, "tick"), (axes[1], pipe_samples, "pipelines closed")):
+    fig, axes = plt.subplots(1, len(parts), figsize=(5.5 * len(parts), 3.8), squeeze=False)
+    for ax, (title, samples, _, _) in zip(axes[0], parts):
         base = samples[1][1] if len(samples) > 1 else samples[0][1]
         for q in ("heap MiB", "RSS MiB", "JVM RSS MiB", "fds", "maps", "state MiB"):
             if base[q]:
                 ax.plot([x for x, _ in samples[1:]], [s[q] / base[q] for _, s in samples[1:]], marker=".", label=q)
-        ax.set_xlabel(xlabel)
+        ax.set_xlabel("pipelines closed" if title == "pipelines" else "tick")
+        ax.set_title(title)
         ax.set_ylabel("relative to the first sample")
         ax.legend(fontsize="x-small")
     fig.tight_layout()
