@@ -13,13 +13,14 @@ With ``--shop-ticks``, first the example project examples/shop as serve runs it:
 broker, ``dbt build``, then that many ticks of serve's loop, each after a round of shop
 events; its orders, payments and customers are kept, so its state grows with its input.
 
-Every ``--every`` ticks (or pipelines) it samples: the JVM heap after a full GC and Spark's
-storage memory (its status store), persisted RDDs, this process's RSS, open files and
-memory maps, the JVM's RSS and open files, the bytes under the state location, and the
-tick time. It prints the samples, the growth of each quantity per 1,000 ticks after
-``--warmup`` ticks and per 100 pipelines (a least-squares slope over those samples, as a
-share of the first of them), the p99 tick of the last sample window against the first, and saves
-bench/results/soak.png.
+Every ``--every`` ticks (or pipelines) it samples: the JVM heap after a full GC, the
+storage memory Spark's block managers hold (cached RDDs and DataFrames, broadcasts),
+persisted RDDs, this process's RSS, open files and memory maps, the JVM's RSS and open
+files, Spark's Python workers, the bytes under the state location, and the tick time. It
+prints the samples, the growth of each quantity per 1,000 ticks after ``--warmup`` ticks
+and per 100 pipelines (a least-squares slope over those samples, as a share of the first
+of them), the p99 tick of the last sample window against the first, and saves
+bench/results/soak.png (and its samples in soak.json).
 """
 from __future__ import annotations
 
@@ -57,7 +58,7 @@ VIEWS = {
 #: evaluator, so that Spark's jobs (its memory, accumulators, broadcasts) are soaked too
 PLACEMENTS = ("auto", "tasks", "dataframe")
 QUANTITIES = ("heap MiB", "storage MiB", "persisted RDDs", "RSS MiB", "fds", "maps", "JVM RSS MiB", "JVM fds",
-              "state MiB")
+              "Python workers", "state MiB")
 
 
 def _status(path: str, key: str) -> float:
@@ -81,7 +82,11 @@ def sample(spark, state: Path) -> dict[str, float]:
     jvm = spark._jvm
     jvm.java.lang.System.gc()
     runtime = jvm.java.lang.Runtime.getRuntime()
-    storage = sum(info.memSize() for info in spark.sparkContext._jsc.sc().getRDDStorageInfo())
+    blocks = spark.sparkContext._jsc.sc().getExecutorMemoryStatus().valuesIterator()
+    storage = 0  # what the block managers hold: cached RDDs and DataFrames, broadcasts
+    while blocks.hasNext():
+        held = blocks.next()
+        storage += held._1() - held._2()
     proc = getattr(SparkContext._gateway, "proc", None)
     jpid = proc.pid if proc is not None else None
     with open("/proc/self/maps") as maps:
@@ -92,7 +97,20 @@ def sample(spark, state: Path) -> dict[str, float]:
             "persisted RDDs": spark.sparkContext._jsc.getPersistentRDDs().size(),
             "RSS MiB": _status("/proc/self/status", "VmRSS"), "fds": _count("/proc/self/fd"), "maps": mapped,
             "JVM RSS MiB": _status(f"/proc/{jpid}/status", "VmRSS") if jpid else 0.0,
-            "JVM fds": _count(f"/proc/{jpid}/fd") if jpid else 0, "state MiB": size / 2 ** 20}
+            "JVM fds": _count(f"/proc/{jpid}/fd") if jpid else 0, "Python workers": _workers(),
+            "state MiB": size / 2 ** 20}
+
+
+def _workers() -> int:
+    """Spark's Python worker processes (the daemon and the workers it forked)."""
+    count = 0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                count += b"pyspark.daemon" in f.read()
+        except OSError:  # gone since the listing
+            pass
+    return count
 
 
 def ticking(spark, work: Path, ticks: int, every: int) -> tuple[list[tuple[int, dict[str, float]]], list[float]]:
