@@ -16,12 +16,12 @@ events; its orders, payments and customers are kept, so its state grows with its
 Every ``--every`` ticks (or pipelines) it samples: the JVM heap after a full GC, the
 storage memory Spark's block managers hold (cached RDDs and DataFrames, broadcasts),
 persisted RDDs, this process's RSS (and its anonymous part: not mapped files), its Python
-objects, open files and memory maps, the JVM's RSS and open
-files, Spark's Python workers, the bytes under the state location, and the tick time. It
-prints the samples, the growth of each quantity per 1,000 ticks after ``--warmup`` ticks
-and per 100 pipelines (a least-squares slope over those samples, as a share of the first
-of them), the p99 tick of the last sample window against the first, and saves
-bench/results/soak.png (and its samples in soak.json).
+objects, open files and memory maps, the JVM's RSS and open files, Spark's Python workers,
+the bytes under the state location, and the tick time. It prints the samples, the growth
+of each quantity per 1,000 ticks after ``--warmup`` ticks and per 100 pipelines (a
+least-squares slope over those samples, as a share of the first of them), the p99 tick of
+the last sample window against the first, and saves bench/results/soak.png (and its
+samples in soak.json).
 """
 from __future__ import annotations
 
@@ -78,9 +78,13 @@ def _count(path: str) -> int:
 
 
 def sample(spark, state: Path) -> dict[str, float]:
-    """The quantities of :data:`QUANTITIES`, after a full GC on both sides."""
+    """The quantities of :data:`QUANTITIES`, after a full GC on both sides. Spark's context
+    cleaner drops the broadcasts and shuffles of collected plans only after a GC, and
+    asynchronously: a second GC a second later counts what they held as freed."""
     gc.collect()
     jvm = spark._jvm
+    jvm.java.lang.System.gc()
+    time.sleep(1)
     jvm.java.lang.System.gc()
     runtime = jvm.java.lang.Runtime.getRuntime()
     blocks = spark.sparkContext._jsc.sc().getExecutorMemoryStatus().valuesIterator()
