@@ -17,6 +17,7 @@ view's stored definition and the next tick's rewrite is a single catalog write.
 """
 from __future__ import annotations
 
+import functools
 import json
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Mapping
@@ -29,6 +30,16 @@ from .circuit.operators import quote
 
 #: catalog views written at once after a tick
 PUBLISHERS = 4
+
+
+@functools.cache
+def publishers() -> ThreadPoolExecutor:
+    """The threads that write catalog views, one set for the process. A Python thread that
+    calls Spark gets a JVM thread of its own, and the Hive metastore client keeps a
+    connection (a DataNucleus persistence manager) for every JVM thread that touched it,
+    never released: threads made per tick leaked four of them a tick, 40 MiB of heap in
+    2,300 ticks of the shop project (``bench/soak.py --shop-ticks``)."""
+    return ThreadPoolExecutor(PUBLISHERS, thread_name_prefix="dbt-stream-publish")
 
 
 def quote_relation(relation: str) -> str:
@@ -69,8 +80,7 @@ class Catalog:
             return
         direct = self.spark._jsparkSession.sharedState().cacheManager().isEmpty()
         if len(changed) > 1:
-            with ThreadPoolExecutor(min(PUBLISHERS, len(changed)), thread_name_prefix="dbt-stream-publish") as pool:
-                list(pool.map(lambda rel: self._define_view(rel, *changed[rel], direct), changed))
+            list(publishers().map(lambda rel: self._define_view(rel, *changed[rel], direct), changed))
         else:
             for rel, (sql, schema) in changed.items():
                 self._define_view(rel, sql, schema, direct)

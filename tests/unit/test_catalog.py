@@ -7,7 +7,7 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from dbt_incremental_stream.catalog import Catalog
+from dbt_incremental_stream.catalog import PUBLISHERS, Catalog
 
 AB = StructType([StructField("a", LongType()), StructField("b", StringType())])
 
@@ -65,3 +65,22 @@ def test_changed_columns_dropped_view_and_cached_plans_go_through_ddl(spark, fil
     finally:
         spark.sql("UNCACHE TABLE IF EXISTS cat2.v")
         spark.catalog.clearCache()
+
+
+def test_views_are_published_by_the_same_threads_every_tick(spark, files):
+    """A Python thread calling Spark is a JVM thread of its own, and the Hive metastore
+    client keeps a connection per JVM thread that touched it, forever: the views of every
+    tick are written by the same few threads, not by threads made per tick."""
+    import threading
+
+    spark.sql("CREATE SCHEMA IF NOT EXISTS cat3")
+    catalog = Catalog(spark)
+
+    def publishers() -> set[int]:
+        return {t.ident for t in threading.enumerate() if t.name.startswith("dbt-stream-publish")}
+
+    seen = []
+    for tick in range(3):
+        catalog.publish({f"cat3.v{i}": (files(f"p{tick}{i}", a=[tick], b=["x"]), AB) for i in range(3)})
+        seen.append(publishers())
+    assert seen[0] and seen[0] <= seen[1] <= seen[2] and len(seen[2]) <= PUBLISHERS
