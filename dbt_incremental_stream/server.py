@@ -24,6 +24,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -103,6 +104,9 @@ class Server:
         self._error: str | None = None
         self._http = _http(self, host, port) if port is not None else None
         self._handlers: dict[int, Any] | None = None
+        #: deploys run on one thread for the process's life, not on each request's: every
+        #: JVM thread that touches the Hive metastore keeps a connection there for good
+        self._deployer = ThreadPoolExecutor(1, thread_name_prefix="dbt-stream-deploy")
 
     @property
     def address(self) -> tuple[str, int] | None:
@@ -157,11 +161,12 @@ class Server:
         finally:
             self._state = "stopping"
             self._announce(gone=True)
-            if self.project is not None:
-                self.project.close()
             if self._http is not None:
                 self._http.shutdown()
                 self._http.server_close()
+            self._deployer.shutdown(wait=True)  # a deploy in flight finishes before the project closes
+            if self.project is not None:
+                self.project.close()
             _restore(self._handlers or {})
             self._handlers = None
             self._state = "stopped"
@@ -182,8 +187,9 @@ class Server:
         if project is None:
             raise StreamError("dbt-stream serve is starting or reopening its project; try again")
         keep = doc.get("keep")
-        return project.run_model(Model.from_json(doc["model"]), [KafkaSource.from_json(s) for s in doc["streams"]],
-                                 full_refresh=bool(doc.get("full_refresh")), keep=None if keep is None else set(keep))
+        return self._deployer.submit(
+            project.run_model, Model.from_json(doc["model"]), [KafkaSource.from_json(s) for s in doc["streams"]],
+            full_refresh=bool(doc.get("full_refresh")), keep=None if keep is None else set(keep)).result()
 
     def _tick(self) -> bool:
         assert self.project is not None
