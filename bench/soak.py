@@ -15,17 +15,18 @@ events; its orders, payments and customers are kept, so its state grows with its
 
 Every ``--every`` ticks (or pipelines) it samples: the JVM heap after a full GC, the
 storage memory Spark's block managers hold (cached RDDs and DataFrames, broadcasts),
-persisted RDDs, this process's RSS (and its anonymous part: not mapped files), its Python
-objects, open files and memory maps, the JVM's RSS and open files, Spark's Python workers,
-the bytes under the state location, and the tick time. It prints the samples, the growth
-of each quantity per 1,000 ticks after ``--warmup`` ticks and per 100 pipelines (a
-least-squares slope over those samples, as a share of the first of them), the p99 tick of
-the last sample window against the first, and saves bench/results/soak.png (and its
-samples in soak.json).
+persisted RDDs, this process's RSS (then again after glibc's ``malloc_trim``, and its
+anonymous part: not mapped files), its Python objects, open files and memory maps, the
+JVM's RSS and open files, Spark's Python workers, the bytes under the state location, and
+the tick time. It prints the samples, the growth of each quantity per 1,000 ticks after
+``--warmup`` ticks and per 100 pipelines (a least-squares slope over those samples, as a
+share of the first of them), the p99 tick of the last sample window against the first,
+and saves bench/results/soak.png (and its samples in soak.json).
 """
 from __future__ import annotations
 
 import argparse
+import ctypes
 import gc
 import json
 import os
@@ -58,8 +59,8 @@ VIEWS = {
 #: part 2 runs its pipelines in turn in the driver, in Spark tasks and on the DataFrame
 #: evaluator, so that Spark's jobs (its memory, accumulators, broadcasts) are soaked too
 PLACEMENTS = ("auto", "tasks", "dataframe")
-QUANTITIES = ("heap MiB", "storage MiB", "persisted RDDs", "RSS MiB", "anon MiB", "Python objects", "fds", "maps",
-              "JVM RSS MiB", "JVM fds", "Python workers", "state MiB")
+QUANTITIES = ("heap MiB", "storage MiB", "persisted RDDs", "RSS MiB", "RSS trimmed MiB", "anon MiB", "Python objects",
+              "fds", "maps", "JVM RSS MiB", "JVM fds", "Python workers", "state MiB")
 
 
 def _status(path: str, key: str) -> float:
@@ -97,14 +98,25 @@ def sample(spark, state: Path) -> dict[str, float]:
     with open("/proc/self/maps") as maps:
         mapped = sum(1 for _ in maps)
     size = sum(f.stat().st_size for f in state.rglob("*") if f.is_file()) if state.exists() else 0
+    rss = _status("/proc/self/status", "VmRSS")
+    _trim()
     return {"heap MiB": (runtime.totalMemory() - runtime.freeMemory()) / 2 ** 20,
             "storage MiB": storage / 2 ** 20,
             "persisted RDDs": spark.sparkContext._jsc.getPersistentRDDs().size(),
-            "RSS MiB": _status("/proc/self/status", "VmRSS"), "anon MiB": _status("/proc/self/status", "RssAnon"),
+            "RSS MiB": rss, "RSS trimmed MiB": _status("/proc/self/status", "VmRSS"),
+            "anon MiB": _status("/proc/self/status", "RssAnon"),
             "Python objects": len(gc.get_objects()), "fds": _count("/proc/self/fd"), "maps": mapped,
             "JVM RSS MiB": _status(f"/proc/{jpid}/status", "VmRSS") if jpid else 0.0,
             "JVM fds": _count(f"/proc/{jpid}/fd") if jpid else 0, "Python workers": _workers(),
             "state MiB": size / 2 ** 20}
+
+
+def _trim() -> None:
+    """Hand the C allocator's free memory back to the system (glibc's ``malloc_trim``)."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
 
 
 def _workers() -> int:
