@@ -75,7 +75,7 @@ KEEP_MANIFESTS = 3
 CACHE_BYTES = 4 << 20
 #: a compaction this small is merged in the driver (pyarrow) rather than by a Spark job
 ARROW_MERGE_BYTES = 32 << 20
-#: files a compaction replaced stay this long (and at least one tick) for queries that
+#: batches a compaction replaced stay this long (and at least one tick) for queries that
 #: planned against the catalog before the commit and still read them
 RETIRED_GRACE_SECONDS = 60.0
 #: a spine or bucket this many times past its bound waits for the merge running aside
@@ -314,7 +314,7 @@ class StateStore:
         #: arrangement runs, where pyarrow reaches the location (None: it does not, e.g. hdfs:)
         self.runs: RunStore | None = RunStore.open(self.fs.root)
         self.meta: dict[str, Any] = {}
-        #: compacted-away files, with the tick and time they were retired, kept for readers
+        #: compacted-away batches, with the tick and time they were retired, kept for readers
         self._retired: dict[str, tuple[int, float]] = {}
         #: merges running beside the ticks, in one thread (pyarrow works outside the GIL):
         #: of arrangements' runs by (node, key, bucket part), of spines by node (with inputs)
