@@ -98,13 +98,13 @@ def sample(spark, state: Path) -> dict[str, float]:
     with open("/proc/self/maps") as maps:
         mapped = sum(1 for _ in maps)
     size = sum(f.stat().st_size for f in state.rglob("*") if f.is_file()) if state.exists() else 0
-    rss = _status("/proc/self/status", "VmRSS")
+    rss, anon = _status("/proc/self/status", "VmRSS"), _status("/proc/self/status", "RssAnon")
     _trim()
     return {"heap MiB": (runtime.totalMemory() - runtime.freeMemory()) / 2 ** 20,
             "storage MiB": storage / 2 ** 20,
             "persisted RDDs": spark.sparkContext._jsc.getPersistentRDDs().size(),
             "RSS MiB": rss, "RSS trimmed MiB": _status("/proc/self/status", "VmRSS"),
-            "anon MiB": _status("/proc/self/status", "RssAnon"),
+            "anon MiB": anon,
             "Python objects": len(gc.get_objects()), "fds": _count("/proc/self/fd"), "maps": mapped,
             "JVM RSS MiB": _status(f"/proc/{jpid}/status", "VmRSS") if jpid else 0.0,
             "JVM fds": _count(f"/proc/{jpid}/fd") if jpid else 0, "Python workers": _workers(),
