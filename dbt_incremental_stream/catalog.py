@@ -17,9 +17,7 @@ view's stored definition and the next tick's rewrite is a single catalog write.
 """
 from __future__ import annotations
 
-import functools
 import json
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Mapping
 
 from pyspark.errors import AnalysisException
@@ -27,20 +25,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
 
 from .circuit.operators import quote
-
-#: catalog views written at once after a tick
-PUBLISHERS = 4
-
-
-@functools.cache
-def publishers() -> ThreadPoolExecutor:
-    """The threads that write catalog views, one set for the process. A Python thread that
-    calls Spark gets a JVM thread of its own, and the Hive metastore client keeps a
-    connection (a DataNucleus persistence manager) for every JVM thread that touched it,
-    never released: threads made per tick leaked four of them a tick, 40 MiB of heap in
-    2,300 ticks of the shop project (``bench/soak.py --shop-ticks``)."""
-    return ThreadPoolExecutor(PUBLISHERS, thread_name_prefix="dbt-stream-publish")
-
+from .threads import map_all
 
 def quote_relation(relation: str) -> str:
     return ".".join(quote(p) for p in relation.split("."))
@@ -80,7 +65,7 @@ class Catalog:
             return
         direct = self.spark._jsparkSession.sharedState().cacheManager().isEmpty()
         if len(changed) > 1:
-            list(publishers().map(lambda rel: self._define_view(rel, *changed[rel], direct), changed))
+            map_all("publish", lambda rel: self._define_view(rel, *changed[rel], direct), changed)
         else:
             for rel, (sql, schema) in changed.items():
                 self._define_view(rel, sql, schema, direct)

@@ -14,7 +14,6 @@ rows, with no Spark job.
 from __future__ import annotations
 
 import json
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
@@ -26,6 +25,7 @@ from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, Str
 
 from ..circuit.operators import WEIGHT
 from ..runtime import zsets
+from ..threads import map_all
 from .columnar import ChunkDecoder
 from .formats import Registry
 from .kafka import KafkaSettings, KafkaSource, Ranges, is_secret, read_chunks, record
@@ -140,8 +140,7 @@ def driver_table(settings: KafkaSettings, source: KafkaSource, ranges: Ranges, m
 
     busy = sorted(p for p, (start, end) in ranges.items() if end > start and (most is None or most[p]))
     # a thread per partition: the client fetches (without the GIL) while another decodes
-    with ThreadPoolExecutor(max_workers=min(4, len(busy) or 1)) as pool:
-        read_ = dict(zip(busy, pool.map(read, busy)))
+    read_ = dict(zip(busy, map_all("kafka", read, busy)))
     tables = [t for p in busy for t in read_[p][0]]
     table = pa.concat_tables(tables) if tables else pa.Table.from_batches([], zsets.arrow_schema(row_schema(source)))
     return table, {p: (start, read_[p][1] if p in read_ else (start if most is not None else end))

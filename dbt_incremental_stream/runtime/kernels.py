@@ -21,7 +21,6 @@ as in Spark's bags.
 from __future__ import annotations
 
 import math
-from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
 from typing import Callable, Iterable, Mapping, Sequence
 
@@ -30,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..circuit.operators import COUNT, WEIGHT, AggCall, nonfinite_columns, partial_columns
+from ..threads import map_all
 
 HASH = "_h"
 #: an arrangement key ``(ORDERED, column)``: runs sorted by that column's values (NULLs left
@@ -237,8 +237,7 @@ def _hash_order(h: np.ndarray) -> np.ndarray:
     if len(h) < SIDE_BY_SIDE:
         return np.argsort(h)
     top = h >= np.uint64(1 << 63)
-    with ThreadPoolExecutor(2) as pool:
-        halves = list(pool.map(lambda part: part[np.argsort(h[part])], (np.flatnonzero(~top), np.flatnonzero(top))))
+    halves = map_all("sort", lambda part: part[np.argsort(h[part])], (np.flatnonzero(~top), np.flatnonzero(top)))
     return np.concatenate(halves)
 
 

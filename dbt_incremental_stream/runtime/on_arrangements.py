@@ -29,6 +29,7 @@ from pyspark.sql.types import StructType
 
 from ..circuit.operators import GroupDiff, walk
 from ..sql.temporal import CLOCK
+from ..threads import fan_out, map_all
 from . import tasks, zsets
 from .arranged import ArrangedTick, NotArranged, Plan, Spec
 from .arrangement import BUILT_DDL, Arrangement, Run, buckets_for
@@ -59,8 +60,6 @@ ARRANGED_BYTES = 64 << 20
 FETCH_BYTES = 4 * DRIVER_BYTES
 #: rows of each input a tick for Spark tasks is first rehearsed on in the driver
 REHEARSAL_ROWS = 1_000
-#: threads that write a tick's state batches and arrangement runs from the driver
-WRITERS = 4
 #: batches of at most this many bytes in all are arranged in the driver, not by a Spark job
 SMALL_BUILD_BYTES = 8 << 20
 
@@ -312,8 +311,7 @@ class ArrangedTicks:
         complete = [source for source, df in given.items() if collects_whole(df)]
         collect = inheritable_thread_target(self.spark)(lambda source: given[source].toArrow())
         # side by side: a small input's job is mostly the scheduler's latency, not work
-        with ThreadPoolExecutor(max(1, len(complete))) as pool:
-            for source, table in zip(complete, pool.map(collect, complete)):
+        for source, table in zip(complete, map_all("collect", collect, complete)):
                 room -= table.num_rows
                 out[source] = self.circuit.conform_arrow(source, table)
         for source, df in given.items():
@@ -385,12 +383,12 @@ class ArrangedTicks:
         tables: dict[str, pa.Table | None] = {}
         batches: dict[str, Future[dict[str, Batch]]] = {}
         appended: dict[str, dict[tuple[str, ...], Future[Arrangement]]] = {}
-        with ThreadPoolExecutor(WRITERS) as pool:
+        with fan_out("write") as submit:
             def write(node: str) -> None:
                 t = tables[node]
-                batches[node] = pool.submit(self.store.write_arrow, tick, {node: t}, {node: schemas[node]})
+                batches[node] = submit(self.store.write_arrow, tick, {node: t}, {node: schemas[node]})
                 if node in arranged:
-                    appended[node] = {key: pool.submit(runs.append, arr, tick, t)
+                    appended[node] = {key: submit(runs.append, arr, tick, t)
                                       for key, arr in arranged[node].items()}
 
             for state in nodes:

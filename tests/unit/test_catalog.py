@@ -7,7 +7,8 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from dbt_incremental_stream.catalog import PUBLISHERS, Catalog
+from dbt_incremental_stream.catalog import Catalog
+from dbt_incremental_stream.threads import WORKERS
 
 AB = StructType([StructField("a", LongType()), StructField("b", StringType())])
 
@@ -83,4 +84,4 @@ def test_views_are_published_by_the_same_threads_every_tick(spark, files):
     for tick in range(3):
         catalog.publish({f"cat3.v{i}": (files(f"p{tick}{i}", a=[tick], b=["x"]), AB) for i in range(3)})
         seen.append(publishers())
-    assert seen[0] and seen[0] <= seen[1] <= seen[2] and len(seen[2]) <= PUBLISHERS
+    assert seen[0] and seen[0] <= seen[1] <= seen[2] and len(seen[2]) <= WORKERS["publish"]

@@ -122,3 +122,36 @@ def test_closing_lets_a_running_merge_finish(spark, tmp_path, monkeypatch):
     assert task_sets() == 0
     tracker = spark.sparkContext.statusTracker()
     assert [str(tracker.getJobInfo(j).status) for j in tracker.getJobIdsForGroup(group)] == ["SUCCEEDED"]
+
+
+def test_ticks_start_no_threads(spark, tmp_path, monkeypatch):
+    """A tick fans its writing out to threads the process keeps, not to threads made for
+    the tick: Arrow's allocator keeps the pages of every thread that exits (the process
+    grew in steps as it ticked), and each thread that calls Spark is a JVM thread too."""
+    import threading
+
+    pipe = Pipeline(spark, str(tmp_path / "state"))
+    pipe.add_source("orders", "id INT, cust INT, amount DOUBLE")
+    pipe.add_view("by_cust", "SELECT cust, COUNT(*) AS n, SUM(amount) AS s FROM orders GROUP BY cust")
+    pipe.add_view("ranked", "SELECT id, RANK() OVER (PARTITION BY cust ORDER BY amount DESC) AS r FROM orders")
+    pipe.step({"orders": [((i, i % 5, float(i)), 1) for i in range(300)]})
+    for form in range(2):  # the first small ticks make the pools' threads
+        rows = [((1000 + form, 1, 1.0), 1)]
+        pipe.step({"orders": rows if form else spark.createDataFrame(
+            [(*r, w) for r, w in rows], "id INT, cust INT, amount DOUBLE, _w BIGINT")})
+    started: list[str] = []
+    start = threading.Thread.start
+
+    def counted(thread: threading.Thread) -> None:
+        started.append(thread.name)
+        start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", counted)
+    for t in range(4):  # as rows, then as a DataFrame (collected from Spark)
+        rows = [((2000 + t, t % 5, 2.0), 1), ((t, t % 5, float(t)), -1)]
+        pipe.step({"orders": rows if t % 2 else spark.createDataFrame(
+            [(*r, w) for r, w in rows], "id INT, cust INT, amount DOUBLE, _w BIGINT")})
+    monkeypatch.undo()
+    pipe.close()
+    # but the pipeline's merge thread, made at its first merge and kept until it closes
+    assert [name for name in started if not name.startswith("merge_")] == [] and len(started) <= 1
