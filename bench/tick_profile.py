@@ -1,9 +1,9 @@
 """Where a served tick of the shop project goes: the demo's workload, ticked in this process.
 
-    python bench/tick_profile.py [--ticks 20] [--orders 15] [--profile 20]
+    python bench/tick_profile.py [--ticks 20] [--orders 15] [--history 200] [--profile 20]
 
 Starts a local broker, ``dbt build``s examples/shop in a temporary copy (as ``make demo``
-does), then opens the deployed project the way ``dbt-stream serve`` does and runs ``--ticks``
+does, after ``--history`` orders), then opens the deployed project the way ``dbt-stream serve`` does and runs ``--ticks``
 ticks, each after sending ``--orders`` orders (with their payments, customer and product
 changes). Prints, per tick and as medians: the tick's time split (read: Kafka ranges and
 decoding; spark / driver / write: the pipeline; outputs: sink, changelogs; commit; publish:
@@ -42,6 +42,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ticks", type=int, default=20)
     parser.add_argument("--orders", type=int, default=15, help="orders sent before each tick (the demo: 15)")
+    parser.add_argument("--history", type=int, default=200,
+                        help="orders sent before the build: the state a long-served project has (5,000 ticks: 100,000)")
     parser.add_argument("--profile", type=int, default=0, help="print the top N functions by cumulative time")
     parser.add_argument("--fresh", action="store_true",
                         help="open the project anew before each tick, as each `dbt run` does")
@@ -54,7 +56,7 @@ def main() -> int:
         os.environ["KAFKA_BOOTSTRAP_SERVERS"] = bootstrap
         create_topics(bootstrap, *TOPICS, SINK)
         feed = Feed(bootstrap)
-        feed.send(orders=200)
+        feed.send(orders=args.history)
         if subprocess.run([str(BIN / "dbt"), "build", "--quiet"], cwd=project_dir).returncode != 0:
             return 1
         from dbt.adapters.incremental_stream.serve import credentials
