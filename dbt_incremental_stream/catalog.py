@@ -25,7 +25,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
 
 from .circuit.operators import quote
-from .threads import map_all
+from .process import map_all
 
 def quote_relation(relation: str) -> str:
     return ".".join(quote(p) for p in relation.split("."))

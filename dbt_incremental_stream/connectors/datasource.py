@@ -25,7 +25,7 @@ from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, Str
 
 from ..circuit.operators import WEIGHT
 from ..runtime import zsets
-from ..threads import map_all
+from ..process import map_all
 from .columnar import ChunkDecoder
 from .formats import Registry
 from .kafka import KafkaSettings, KafkaSource, Ranges, is_secret, read_chunks, record

@@ -29,7 +29,7 @@ from pyspark.sql.types import StructType
 
 from ..circuit.operators import GroupDiff, walk
 from ..sql.temporal import CLOCK
-from ..threads import fan_out, map_all
+from ..process import fan_out, map_all
 from . import tasks, zsets
 from .arranged import ArrangedTick, NotArranged, Plan, Spec
 from .arrangement import BUILT_DDL, Arrangement, Run, buckets_for

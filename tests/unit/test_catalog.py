@@ -8,7 +8,7 @@ import pytest
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from dbt_incremental_stream.catalog import Catalog
-from dbt_incremental_stream.threads import WORKERS
+from dbt_incremental_stream.process import WORKERS
 
 AB = StructType([StructField("a", LongType()), StructField("b", StringType())])
 

@@ -1,30 +1,37 @@
-"""The threads the process keeps: one pool per purpose, made once, for as long as it runs.
+"""What the process keeps for as long as it runs: one pool of threads per purpose, and the
+allocator Arrow's memory comes from.
 
 Work a tick fans out (writing its batches and runs, reading Kafka partitions, collecting
-DataFrame inputs, sorting a large delta, writing catalog views) runs on these pools, not on
-threads made for the tick, because a thread made per tick costs more than its start in a
-process that runs for weeks:
-
-- Arrow's default allocator (mimalloc) gives every thread a heap of its own and, when the
-  thread exits, abandons it with the pages it holds: the process's memory grew in steps of
-  10–25 MiB, +3.4% per 1,000 ticks (``bench/soak.py``), and stays flat with kept threads.
-- A Python thread that calls Spark gets a JVM thread of its own, and the Hive metastore
-  client keeps a connection (a DataNucleus persistence manager) for every JVM thread that
-  touched it, never released: threads made per tick to write catalog views leaked four of
-  them a tick (40 MiB of heap in 2,300 ticks of the shop project).
+DataFrame inputs, sorting a large delta, writing catalog views) runs on pools made once,
+not on threads made for the tick, because a thread made per tick costs more than its
+start in a process that runs for weeks: a Python thread that calls Spark gets a JVM thread
+of its own, and the Hive metastore client keeps a connection (a DataNucleus persistence
+manager) for every JVM thread that touched it, never released (threads made per tick to
+write catalog views leaked four of them a tick, 40 MiB of heap in 2,300 ticks of the shop
+project); and every thread is one more heap for an allocator that keeps one per thread.
 
 :func:`fan_out` keeps what leaving a ``with ThreadPoolExecutor(...)`` block gave: every
 call submitted in the block has finished when it is left, an error or not, so a failed
 tick leaves nothing writing behind it. One purpose's calls never wait on the same
 purpose's pool (that could take every worker and wait forever), so each caller that
 fans out from inside another fan-out has a purpose of its own.
+
+Arrow allocates from the C library's ``malloc`` here (:func:`use_system_allocator`), not
+from the mimalloc pool pyarrow's wheels default to: ticking, mimalloc kept pages after
+each large merge and the process grew in steps of 10–25 MiB (RSS +6–7% per 1,000 ticks
+of ``bench/soak.py`` after the first 1,000, with the same threads throughout; the C
+library's: +3.5%, jemalloc's +4.2%), at the same tick time. A process that chose its
+pool (``ARROW_DEFAULT_MEMORY_POOL``) keeps its choice.
 """
 from __future__ import annotations
 
 import functools
+import os
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from typing import Any, Callable, Iterable, Iterator, TypeVar
+
+import pyarrow as pa
 
 T = TypeVar("T")
 
@@ -63,3 +70,10 @@ def map_all(purpose: str, fn: Callable[[Any], T], items: Iterable[Any]) -> list[
     with fan_out(purpose) as submit:
         futures = [submit(fn, item) for item in items]
     return [f.result() for f in futures]
+
+
+def use_system_allocator() -> None:
+    """Arrow's default pool: the C library's allocator, unless ``ARROW_DEFAULT_MEMORY_POOL``
+    names one (see the module's docstring)."""
+    if not os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):
+        pa.set_memory_pool(pa.system_memory_pool())

@@ -1,0 +1,67 @@
+"""What the process keeps for as long as it runs (``process.py``): its pools of threads, which
+behave as a ``with ThreadPoolExecutor`` block did, and the allocator Arrow uses."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from dbt_incremental_stream.process import fan_out, map_all, pool
+
+
+def test_leaving_a_fan_out_waits_for_every_call_even_after_an_error():
+    finished = []
+
+    def slow(i: int) -> None:
+        time.sleep(0.05)
+        finished.append(i)
+
+    with pytest.raises(RuntimeError):
+        with fan_out("write") as submit:
+            for i in range(3):
+                submit(slow, i)
+            raise RuntimeError("the tick failed")
+    assert sorted(finished) == [0, 1, 2]  # nothing is left writing behind a failed tick
+
+
+def test_map_all_keeps_the_order_and_raises_after_all_finished():
+    assert map_all("collect", lambda x: x * 2, range(10)) == [x * 2 for x in range(10)]
+    done = []
+
+    def one(i: int) -> int:
+        if i == 0:
+            raise ValueError("first")
+        time.sleep(0.05)
+        done.append(i)
+        return i
+
+    with pytest.raises(ValueError, match="first"):
+        map_all("collect", one, range(4))
+    assert sorted(done) == [1, 2, 3]
+
+
+def test_every_call_runs_on_the_same_threads():
+    def name(_: int) -> str:
+        time.sleep(0.01)
+        return threading.current_thread().name
+
+    seen: set[str] = set()
+    for _ in range(3):
+        seen |= set(map_all("sort", name, range(8)))
+    assert len(seen) <= pool("sort")._max_workers
+
+
+def allocator(env: dict[str, str]) -> str:
+    code = "import dbt_incremental_stream, pyarrow as pa; print(pa.default_memory_pool().backend_name)"
+    clean = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+    return subprocess.run([sys.executable, "-c", code], env={**clean, **env}, capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def test_the_engine_allocates_arrow_memory_with_the_c_library_unless_told_otherwise():
+    assert allocator({}) == "system"
+    assert allocator({"ARROW_DEFAULT_MEMORY_POOL": "mimalloc"}) == "mimalloc"
