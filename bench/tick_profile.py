@@ -56,7 +56,7 @@ def main() -> int:
         os.environ["KAFKA_BOOTSTRAP_SERVERS"] = bootstrap
         create_topics(bootstrap, *TOPICS, SINK)
         feed = Feed(bootstrap)
-        feed.send(orders=args.history)
+        feed.send(orders=args.orders, rounds=max(1, args.history // args.orders))  # as served: in rounds
         if subprocess.run([str(BIN / "dbt"), "build", "--quiet"], cwd=project_dir).returncode != 0:
             return 1
         from dbt.adapters.incremental_stream.serve import credentials

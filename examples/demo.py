@@ -51,8 +51,13 @@ class Feed:
         self.sent = {t: 0 for t in TOPICS}  # records per topic
         self.stop = threading.Event()
 
-    def send(self, orders: int) -> None:
-        for topic, records in self.events.round(orders=orders).items():
+    def send(self, orders: int, rounds: int = 1) -> None:
+        """``rounds`` rounds of shop events with ``orders`` orders each, one produce per topic."""
+        merged: dict[str, list] = {}
+        for _ in range(rounds):
+            for topic, records in self.events.round(orders=orders).items():
+                merged.setdefault(topic, []).extend(records)
+        for topic, records in merged.items():
             produce(self.bootstrap, topic, records)
             self.sent[topic] += len(records)
             if topic == "shop.orders":
