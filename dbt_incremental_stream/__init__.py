@@ -1,11 +1,12 @@
 """dbt-incremental-stream: SQL views maintained incrementally (DBSP) on Apache Spark."""
 from __future__ import annotations
 
-from .errors import CompileError, ConnectorError, StateError, StreamError, UnsupportedSqlError
 from .process import use_system_allocator
-from .runtime.pipeline import Pipeline
+
+use_system_allocator()  # before anything loads Arrow: see process.py
+
+from .errors import CompileError, ConnectorError, StateError, StreamError, UnsupportedSqlError  # noqa: E402
+from .runtime.pipeline import Pipeline  # noqa: E402
 
 __all__ = ["Pipeline", "StreamError", "CompileError", "UnsupportedSqlError", "StateError", "ConnectorError"]
 __version__ = "0.1.0"
-
-use_system_allocator()  # before the engine allocates: see process.py

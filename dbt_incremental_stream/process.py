@@ -21,7 +21,9 @@ from the mimalloc pool pyarrow's wheels default to: ticking, mimalloc kept pages
 each large merge and the process grew in steps of 10–25 MiB (RSS +6–7% per 1,000 ticks
 of ``bench/soak.py`` after the first 1,000, with the same threads throughout; the C
 library's: +3.5%, jemalloc's +4.2%), at the same tick time. A process that chose its
-pool (``ARROW_DEFAULT_MEMORY_POOL``) keeps its choice.
+pool (``ARROW_DEFAULT_MEMORY_POOL``) keeps its choice. Arrow reads that choice once, as
+it loads: a process that loaded pyarrow before the engine keeps mimalloc for Arrow's own
+allocations (reading and writing Parquet and IPC files) and only pyarrow's calls move.
 """
 from __future__ import annotations
 
@@ -30,8 +32,6 @@ import os
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from typing import Any, Callable, Iterable, Iterator, TypeVar
-
-import pyarrow as pa
 
 T = TypeVar("T")
 
@@ -74,6 +74,12 @@ def map_all(purpose: str, fn: Callable[[Any], T], items: Iterable[Any]) -> list[
 
 def use_system_allocator() -> None:
     """Arrow's default pool: the C library's allocator, unless ``ARROW_DEFAULT_MEMORY_POOL``
-    names one (see the module's docstring)."""
-    if not os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):
-        pa.set_memory_pool(pa.system_memory_pool())
+    names one (see the module's docstring). Arrow reads that variable once, as it loads:
+    set before, it takes every allocation (also Arrow's own, inside Parquet and IPC, and in
+    Spark's Python workers, which inherit it); once loaded, pyarrow's default is set too."""
+    if os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):
+        return
+    os.environ["ARROW_DEFAULT_MEMORY_POOL"] = "system"
+    import pyarrow as pa
+
+    pa.set_memory_pool(pa.system_memory_pool())
