@@ -49,7 +49,7 @@ from pyspark.sql.types import (DecimalType, LongType, StringType, StructField, S
 
 from dbt_incremental_stream.connectors.broker import LocalBroker  # noqa: E402
 from dbt_incremental_stream.connectors.datasource import chunk_decoder, kafka_frame  # noqa: E402
-from dbt_incremental_stream.connectors.kafka import KafkaSettings, KafkaSource, KafkaTopics, read_chunks  # noqa: E402
+from dbt_incremental_stream.connectors.kafka import CLIENT_LOGS, KafkaSettings, KafkaSource, KafkaTopics, read_chunks  # noqa: E402
 from dbt_incremental_stream.circuit.operators import WEIGHT  # noqa: E402
 from dbt_incremental_stream.connectors.sinks import KafkaSink, TopicWriter  # noqa: E402
 from dbt_incremental_stream.project import Model, Project  # noqa: E402
@@ -75,7 +75,7 @@ def produce_rate(bootstrap: str, topic: str, records: list[tuple[bytes | None, b
 
 def consume_rate(bootstrap: str, topic: str, partitions: int, n: int) -> float:
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{time.time()}", "enable.partition.eof": True,
-                  "fetch.wait.max.ms": 10})
+                  "fetch.wait.max.ms": 10, **CLIENT_LOGS})
     c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
     started, seen, open_ = time.perf_counter(), 0, set(range(partitions))
     while open_:

@@ -55,7 +55,7 @@ from bench.join_aggregate import SparkWork  # noqa: E402
 from dbt_incremental_stream.connectors.broker import LocalBroker  # noqa: E402
 from devkit.kafka import create_topics, produce  # noqa: E402
 from dbt_incremental_stream.connectors.datasource import KafkaRangeSource  # noqa: E402
-from dbt_incremental_stream.connectors.kafka import KafkaSettings, KafkaSource, KafkaTopics  # noqa: E402
+from dbt_incremental_stream.connectors.kafka import CLIENT_LOGS, KafkaSettings, KafkaSource, KafkaTopics  # noqa: E402
 from dbt_incremental_stream.connectors.sinks import KafkaSink  # noqa: E402
 from dbt_incremental_stream.differential import Oracle, check_project, compare  # noqa: E402
 from dbt_incremental_stream.project import Model, Project  # noqa: E402
@@ -229,7 +229,7 @@ def run_sss(spark, work: Path, bootstrap: str, name: str, rounds: Rounds, oracle
          .load().createOrReplaceTempView(f"sss_{s}"))
     frame = spark.sql(renamed(QUERIES[name], "sss_{s}"))
     batches: list[list[tuple]] = []
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    producer = Producer({"bootstrap.servers": bootstrap, **CLIENT_LOGS, "linger.ms": 5})
 
     def sink(batch, _id: int) -> None:
         rows = [tuple(r) for r in batch.collect()]

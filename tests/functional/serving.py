@@ -17,6 +17,8 @@ from pathlib import Path
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
+from dbt_incremental_stream.connectors.kafka import CLIENT_LOGS
+
 BIN = Path(sys.executable).parent
 CATEGORIES = ["books", "games", "garden", "toys", "tools"]
 
@@ -164,7 +166,7 @@ def caught_up(event: dict) -> bool:
 
 def committed(bootstrap: str, topic: str) -> list[tuple[int, int, bytes | None, bytes | None]]:
     """A topic's messages in committed transactions: (partition, tick header, key, value)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{topic}-{time.time()}",
+    consumer = Consumer({"bootstrap.servers": bootstrap, **CLIENT_LOGS, "group.id": f"check-{topic}-{time.time()}",
                          "enable.partition.eof": True, "isolation.level": "read_committed"})
     meta = consumer.list_topics(topic, timeout=10).topics[topic]
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in meta.partitions])

@@ -19,7 +19,7 @@ from pyspark.sql.types import (BooleanType, DateType, DecimalType, DoubleType, L
 
 from dbt_incremental_stream.connectors.envelopes import ENVELOPES_OF
 from dbt_incremental_stream.connectors.formats import Registry
-from dbt_incremental_stream.connectors.kafka import KafkaSettings, KafkaSource
+from dbt_incremental_stream.connectors.kafka import CLIENT_LOGS, KafkaSettings, KafkaSource
 from dbt_incremental_stream.connectors.sinks import KafkaSink
 from dbt_incremental_stream.errors import StreamError
 from dbt_incremental_stream.project import Model, Project
@@ -150,7 +150,7 @@ def test_metadata_columns_and_where_a_source_starts(spark, kafka, tmp_path):
                    streams=[KafkaSource("meta_raw.since", "meta_t", schema, start=cut.isoformat())])
     from confluent_kafka import Producer
 
-    p = Producer({"bootstrap.servers": kafka})
+    p = Producer({"bootstrap.servers": kafka, **CLIENT_LOGS})
     p.produce("meta_t", key=b"k1", value=b'{"v": 1}', headers=[("trace", b"abc")])
     p.flush(10)
     project.new_frontier()
@@ -201,7 +201,8 @@ def test_bad_records_of_every_format_go_to_dead_letters(spark, kafka, registry, 
     assert "schema id 7 is not in the schema registry" in avro_dead[0]
     assert "no magic byte" in avro_dead[1]
 
-    consumer = Consumer({"bootstrap.servers": kafka, "group.id": "dlq-check", "enable.partition.eof": True})
+    consumer = Consumer({"bootstrap.servers": kafka, "group.id": "dlq-check", "enable.partition.eof": True,
+                         **CLIENT_LOGS})
     consumer.assign([TopicPartition("bad_dlq", 0, OFFSET_BEGINNING)])
     letters = []
     while (msg := consumer.poll(10)) is not None and msg.error() is None:

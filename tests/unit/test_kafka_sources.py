@@ -15,7 +15,7 @@ from dbt_incremental_stream.connectors.kafka import KafkaSource
 from dbt_incremental_stream.differential import check_project
 from dbt_incremental_stream.errors import ConnectorError, ModelFailed
 from dbt_incremental_stream.project import Model, Project
-from dbt_incremental_stream.connectors.kafka import KafkaSettings
+from dbt_incremental_stream.connectors.kafka import CLIENT_LOGS, KafkaSettings
 from devkit.kafka import create_topics, produce
 
 SCHEMA = StructType([StructField("id", LongType()), StructField("name", StringType()),
@@ -122,7 +122,7 @@ def consume(bootstrap, topic, partitions=1):
 
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{topic}", "enable.partition.eof": True,
-                  "isolation.level": "read_committed"})
+                  "isolation.level": "read_committed", **CLIENT_LOGS})
     c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
     out, ends = [], 0
     while ends < partitions and (msg := c.poll(10)) is not None:
@@ -284,7 +284,7 @@ def _partition_ticks(bootstrap, topic, partitions=3):
     messages have consecutive offsets; its commit marker takes the next one)."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"ticks-{topic}", "enable.partition.eof": True,
-                  "isolation.level": "read_committed"})
+                  "isolation.level": "read_committed", **CLIENT_LOGS})
     c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
     out, last, ends = {p: [] for p in range(partitions)}, {}, 0
     while ends < partitions and (msg := c.poll(10)) is not None:
@@ -533,7 +533,7 @@ def test_max_records_counts_records_not_offsets(spark, kafka, tmp_path, monkeypa
     from dbt_incremental_stream.project import inputs
 
     create_topics(kafka, "t_txn", partitions=2)
-    producer = Producer({"bootstrap.servers": kafka, "transactional.id": "t_txn-test"})
+    producer = Producer({"bootstrap.servers": kafka, **CLIENT_LOGS, "transactional.id": "t_txn-test"})
     producer.init_transactions(10)
     for i in range(50):
         producer.begin_transaction()
