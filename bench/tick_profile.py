@@ -5,11 +5,11 @@
 Starts a local broker, ``dbt build``s examples/shop in a temporary copy (as ``make demo``
 does, after ``--history`` orders), then opens the deployed project the way ``dbt-stream
 serve`` does and runs ``--ticks`` ticks, each after sending ``--orders`` orders (with their
-payments, customer and product changes). Prints, per tick and as medians: the tick's time split (read: Kafka ranges and
-decoding; spark / driver / write: the pipeline; outputs: sink, changelogs; commit; publish:
-catalog views) and the Spark jobs and stages it ran. ``--profile N`` adds the N functions
-with the most cumulative time over all ticks (cProfile); ``--fresh`` opens the project
-anew before each tick, as each ``dbt run`` does.
+payments, customer and product changes). Prints, per tick and as medians: the tick's time
+split (read: Kafka ranges and decoding; spark / driver / write: the pipeline; outputs:
+sink, changelogs; commit; publish: catalog views) and the Spark jobs and stages it ran.
+``--profile N`` adds the N functions with the most cumulative time over all ticks
+(cProfile); ``--fresh`` opens the project anew before each tick, as each ``dbt run`` does.
 """
 from __future__ import annotations
 

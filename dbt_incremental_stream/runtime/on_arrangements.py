@@ -312,8 +312,8 @@ class ArrangedTicks:
         collect = inheritable_thread_target(self.spark)(lambda source: given[source].toArrow())
         # side by side: a small input's job is mostly the scheduler's latency, not work
         for source, table in zip(complete, map_all("collect", collect, complete)):
-                room -= table.num_rows
-                out[source] = self.circuit.conform_arrow(source, table)
+            room -= table.num_rows
+            out[source] = self.circuit.conform_arrow(source, table)
         for source, df in given.items():
             if room < 0:
                 break

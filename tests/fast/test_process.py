@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from dbt_incremental_stream.process import fan_out, map_all, pool
+from dbt_incremental_stream.process import WORKERS, fan_out, map_all
 
 
 def test_leaving_a_fan_out_waits_for_every_call_even_after_an_error():
@@ -52,7 +52,7 @@ def test_every_call_runs_on_the_same_threads():
     seen: set[str] = set()
     for _ in range(3):
         seen |= set(map_all("sort", name, range(8)))
-    assert len(seen) <= pool("sort")._max_workers
+    assert len(seen) <= WORKERS["sort"]
 
 
 def allocator(env: dict[str, str], first: str = "") -> str:

@@ -125,9 +125,9 @@ def test_closing_lets_a_running_merge_finish(spark, tmp_path, monkeypatch):
 
 
 def test_ticks_start_no_threads(spark, tmp_path, monkeypatch):
-    """A tick fans its writing out to threads the process keeps, not to threads made for
-    the tick: Arrow's allocator keeps the pages of every thread that exits (the process
-    grew in steps as it ticked), and each thread that calls Spark is a JVM thread too."""
+    """A tick fans its writing and its DataFrame collection out to threads the process
+    keeps, not to threads made for the tick: each Python thread that calls Spark is a JVM
+    thread too, and a long-lived process should not make them by the thousand."""
     import threading
 
     pipe = Pipeline(spark, str(tmp_path / "state"))
