@@ -17,7 +17,7 @@ import math
 import random
 import struct
 import traceback
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
@@ -37,6 +37,7 @@ from .circuit.operators import WEIGHT, quote
 from .catalog import quote_relation
 from .project import CHANGELOG_COLUMNS, CHANGELOG_TABLE, Project
 from .errors import StreamError
+from .process import threads
 from .runtime import zsets
 from .runtime.circuit import coerce_row
 from .runtime.pipeline import Pipeline
@@ -823,7 +824,7 @@ class Twin:
         # the batch answer is computed while the pipelines step (its own session, no
         # state of theirs), and one pipeline's views are read while the next one steps
         running = [(p, pipe) for p, pipe in self.pipelines.items() if p not in self.broken]
-        with ThreadPoolExecutor(max_workers=1 + len(running)) as pool:
+        with threads(1 + len(running), "differential") as pool:
             want = pool.submit(self.oracle.answers, names) if check else None
 
             def tick(placement: str, pipe: Pipeline) -> Finding | Future[dict[str, pa.Table] | Finding] | None:

@@ -1,5 +1,5 @@
-"""What the process keeps for as long as it runs: one pool of threads per purpose, and the
-allocator Arrow's memory comes from.
+"""What the process keeps for as long as it runs: one pool of threads per purpose, the
+allocator Arrow's memory comes from, and which thread takes a stop signal.
 
 Work a tick fans out (writing its batches and runs, reading Kafka partitions, collecting
 DataFrame inputs, sorting a large delta, writing catalog views) runs on pools made once,
@@ -18,6 +18,9 @@ tick leaves nothing writing behind it. One purpose's calls never wait on the sam
 purpose's pool (that could take every worker and wait forever), so each caller that
 fans out from inside another fan-out has a purpose of its own.
 
+Every thread the engine makes leaves SIGINT and SIGTERM to the main thread
+(:func:`leave_signals_to_main`), where Python handles them.
+
 Arrow allocates from the C library's ``malloc`` here (:func:`use_system_allocator`), not
 from the mimalloc pool pyarrow's wheels default to: ticking, mimalloc kept pages after
 each large merge and the process grew in steps of 10–25 MiB (RSS +6–7% per 1,000 ticks
@@ -31,6 +34,8 @@ from __future__ import annotations
 
 import functools
 import os
+import signal
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from typing import Any, Callable, Iterable, Iterator, TypeVar
@@ -43,10 +48,38 @@ T = TypeVar("T")
 WORKERS = {"write": 4, "kafka": 4, "collect": 4, "publish": 4, "sort": 2}
 
 
+#: what a host stops on (a terminal's Ctrl-C, ``docker stop``, systemd, Kubernetes)
+STOP_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM})
+
+
+def leave_signals_to_main() -> None:
+    """Block :data:`STOP_SIGNALS` in the calling thread, unless it is the main thread (POSIX).
+
+    Python runs signal handlers in the main thread only, but the kernel hands a signal sent
+    to the process to any thread that does not block it: a thread that starts a thread or a
+    process (glibc blocks and restores its signals around both) takes a pending signal off
+    the process's queue, and a main thread asleep on a lock is never woken. dbt's main
+    thread waits so for its models: a Ctrl-C taken by the thread running a model (starting
+    Kafka readers, Spark, these pools) was seen only once every model had run. Threads
+    started from a blocking thread inherit its mask."""
+    if threading.current_thread() is not threading.main_thread() and hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+
+
+def threads(workers: int, name: str, initializer: Callable[[], None] | None = None) -> ThreadPoolExecutor:
+    """A pool whose threads leave the stop signals to the main thread (and then run
+    ``initializer``); the engine makes its threads here."""
+    def start() -> None:
+        leave_signals_to_main()
+        if initializer is not None:
+            initializer()
+    return ThreadPoolExecutor(workers, thread_name_prefix=name, initializer=start)
+
+
 @functools.cache
 def pool(purpose: str) -> ThreadPoolExecutor:
     """The process's threads for ``purpose`` (a key of :data:`WORKERS`), made on first use."""
-    return ThreadPoolExecutor(WORKERS[purpose], thread_name_prefix=f"dbt-stream-{purpose}")
+    return threads(WORKERS[purpose], f"dbt-stream-{purpose}")
 
 
 @contextmanager

@@ -24,7 +24,6 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -35,6 +34,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from .connectors.kafka import KafkaSource
 from .errors import CompileError, StreamError
+from .process import leave_signals_to_main, threads
 from .project import Model, Project, TickReport
 from .runtime.state import announce, announced
 
@@ -106,7 +106,7 @@ class Server:
         self._handlers: dict[int, Any] | None = None
         #: deploys run on one thread for the process's life, not on each request's: every
         #: JVM thread that touches the Hive metastore keeps a connection there for good
-        self._deployer = ThreadPoolExecutor(1, thread_name_prefix="dbt-stream-deploy")
+        self._deployer = threads(1, "dbt-stream-deploy")
 
     @property
     def address(self) -> tuple[str, int] | None:
@@ -114,6 +114,10 @@ class Server:
 
     def stop(self) -> None:
         self._stop.set()
+
+    def _serve_http(self) -> None:
+        leave_signals_to_main()  # and each request's thread, started from this one
+        self._http.serve_forever()  # type: ignore[union-attr]
 
     def catch_signals(self) -> None:
         """From now on SIGTERM and SIGINT stop the server once the tick in flight commits;
@@ -142,7 +146,7 @@ class Server:
         when the last tick failed (it is redone at the next start)."""
         self.catch_signals()
         if self._http is not None:
-            threading.Thread(target=self._http.serve_forever, daemon=True, name="dbt-stream-http").start()
+            threading.Thread(target=self._serve_http, daemon=True, name="dbt-stream-http").start()
             log.info("serving", extra={"event": "http", "url": "http://%s:%d/" % self.address})  # type: ignore
         committed = 0
         try:

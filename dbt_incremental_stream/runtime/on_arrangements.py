@@ -17,7 +17,7 @@ evaluator wrote.
 from __future__ import annotations
 
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, AbstractSet, Callable, Mapping, Sequence
@@ -29,7 +29,7 @@ from pyspark.sql.types import StructType
 
 from ..circuit.operators import GroupDiff, walk
 from ..sql.temporal import CLOCK
-from ..process import fan_out, map_all
+from ..process import fan_out, map_all, threads
 from . import tasks, zsets
 from .arranged import ArrangedTick, NotArranged, Plan, Spec
 from .arrangement import BUILT_DDL, Arrangement, Run, buckets_for
@@ -561,5 +561,5 @@ class ArrangedTicks:
                 new.setdefault(r["bucket"], []).append(Run(r["path"], r["rows"]))
             return arr.with_runs(new)
 
-        with ThreadPoolExecutor(max_workers=max(1, len(specs))) as pool:
+        with threads(max(1, len(specs)), "dbt-stream-build") as pool:
             return list(pool.map(one, specs))

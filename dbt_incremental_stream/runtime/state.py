@@ -46,7 +46,7 @@ import shutil
 import threading
 import time
 import uuid
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from functools import reduce
 from typing import Any, Callable, cast
@@ -57,6 +57,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructField, StructType
 
 from ..errors import StateError
+from ..process import threads
 from .arrangement import MAX_RUNS, Arrangement, Merge, Part, Run, RunStore, position
 from .location import local_directory
 from .zsets import arrow_schema, pack
@@ -318,7 +319,7 @@ class StateStore:
         self._retired: dict[str, tuple[int, float]] = {}
         #: merges running beside the ticks, in one thread (pyarrow works outside the GIL):
         #: of arrangements' runs by (node, key, bucket part), of spines by node (with inputs)
-        self._aside = ThreadPoolExecutor(max_workers=1, thread_name_prefix="merge", initializer=_yielding)
+        self._aside = threads(1, "merge", initializer=_yielding)
         self._merge_group = f"merge-{uuid.uuid4().hex[:8]}"
         self._run_merges: dict[tuple[str, tuple[str, ...], Part], Future[Merge]] = {}
         self._spine_merges: dict[str, tuple[tuple[Batch, ...], Future[Batch | None]]] = {}

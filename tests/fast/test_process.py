@@ -3,6 +3,7 @@ behave as a ``with ThreadPoolExecutor`` block did, and the allocator Arrow uses.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -69,3 +70,43 @@ def test_the_engine_allocates_arrow_memory_with_the_c_library_unless_told_otherw
     assert allocator({}) == "system system"
     assert allocator({}, first="import pyarrow; ") == "system system"  # pyarrow's own calls, at least
     assert allocator({"ARROW_DEFAULT_MEMORY_POOL": "mimalloc"}) == "mimalloc mimalloc"
+
+
+#: a main thread asleep on a lock (as dbt's waits for its models) while one of the
+#: engine's threads changes its signal mask over and over, as glibc does around starting
+#: each thread or process (Kafka readers, Spark, a pool's threads)
+SIGNAL_THIEF = """
+import signal, threading
+from dbt_incremental_stream.process import pool
+running, stop = threading.Event(), threading.Event()
+def starting_threads():
+    while not stop.is_set():
+        signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR1])
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGUSR1])
+        running.set()
+pool("write").submit(starting_threads)
+running.wait()
+try:
+    print("asleep", flush=True)
+    threading.Event().wait()
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+finally:
+    stop.set()
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "killpg"), reason="POSIX signals")
+def test_a_stop_signal_wakes_the_main_thread_while_engine_threads_start_threads():
+    """A thread that does not block SIGINT takes it whenever its mask changes while the
+    signal waits for the main thread, which then sleeps on (a Ctrl-C during a `dbt run`
+    was seen once all its models had run); the engine's threads leave it to the main one."""
+    proc = subprocess.Popen([sys.executable, "-c", SIGNAL_THIEF], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "asleep"
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail("the main thread never saw the SIGINT: another thread took it")
+    assert out.strip() == "interrupted"

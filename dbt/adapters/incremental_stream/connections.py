@@ -21,6 +21,7 @@ from pyspark import SparkContext
 
 from dbt_incremental_stream.connectors.kafka import KafkaSettings
 from dbt_incremental_stream.errors import StreamError
+from dbt_incremental_stream.process import leave_signals_to_main
 from dbt_incremental_stream.runtime.session import session
 
 logger = AdapterLogger("incremental_stream")
@@ -127,6 +128,13 @@ class IncrementalStreamCredentials(SparkCredentials):
 
 class IncrementalStreamConnectionManager(SparkConnectionManager):
     TYPE = "incremental_stream"
+
+    def set_connection_name(self, name: str | None = None) -> Connection:
+        # dbt names a connection on each thread as a model starts on it: from then on that
+        # thread leaves Ctrl-C to dbt's main thread, which waits for the models and stops
+        # the run (the model's thread starts Spark, Kafka readers and the engine's threads)
+        leave_signals_to_main()
+        return super().set_connection_name(name)
 
     @classmethod
     def open(cls, connection: Connection) -> Connection:
