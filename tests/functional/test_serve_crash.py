@@ -147,6 +147,12 @@ def _partitions_of_ticks(bootstrap: str, topic: str) -> dict[int, set[int]]:
 
 
 
+def as_in_a_terminal() -> None:
+    """Ctrl-C's default action, which a command started in the background (as CI may
+    start the suite) inherits as ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_stops_dbt_run_after_the_current_model(tmp_path, kafka):
     """SIGINT to `dbt run`'s process group (a terminal's Ctrl-C) while its first model
     deploys: that model's tick commits (Spark's jobs are not cancelled under it), the next
@@ -158,11 +164,16 @@ def test_ctrl_c_stops_dbt_run_after_the_current_model(tmp_path, kafka):
     root = make_project(tmp_path / "p", topic, "ctrl_c")
     env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka}
     run = subprocess.Popen([str(BIN / "dbt"), "run", "--threads", "1"], cwd=root, env=env, stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                           stderr=subprocess.STDOUT, text=True, start_new_session=True, preexec_fn=as_in_a_terminal)
     lines = []
     for line in run.stdout:  # type: ignore[union-attr]
         lines.append(line)
         if " 1 of 2 START " in line:
+            # dbt's main thread enters its wait for the models as the first one starts;
+            # CPython sees a signal that lands while that thread takes the GIL just before
+            # the wait only once the wait ends (after every model): a user's Ctrl-C comes
+            # later than a log line's first milliseconds
+            time.sleep(0.5)
             os.killpg(run.pid, signal.SIGINT)
     out = "".join(lines)
     assert run.wait(120) != 0, out
