@@ -210,11 +210,13 @@ def p99(times: list[float]) -> float:
     return sorted(times)[int(0.99 * (len(times) - 1))]
 
 
-def shop(work: Path, ticks: int, every: int) -> tuple[list[tuple[int, dict[str, float]]], list[float], bool]:
+def shop(work: Path, ticks: int, every: int
+         ) -> tuple[list[tuple[int, dict[str, float]]], list[float], list[dict[str, float]], bool]:
     """examples/shop as ``dbt-stream serve`` runs it: a local broker, ``dbt build``, then
     ``ticks`` ticks of serve's loop (a new frontier, one advance) after each round of shop
     events (20 orders, their payments, customer and product changes, all kept: the data
-    grows). Returns the samples, the tick times, and whether revenue_by_category equals
+    grows). Returns the samples, the tick times and their splits (``TickReport.split``:
+    read, the pipeline's spark / driver / write, outputs, commit, publish), and whether revenue_by_category equals
     DuckDB's answer over every event sent. Starts this process's Spark (with its catalog
     in the project, as serve's)."""
     import subprocess
@@ -239,20 +241,21 @@ def shop(work: Path, ticks: int, every: int) -> tuple[list[tuple[int, dict[str, 
         spark = session("local[2]", hive=True)
         project = Project(spark, str(state), kafka=KafkaSettings.from_profile({"bootstrap_servers": bootstrap}),
                           max_records=5000)
-        samples, times = [(0, sample(spark, state))], []
+        samples, times, splits = [(0, sample(spark, state))], [], []
         for tick in range(1, ticks + 1):
             feed.send(orders=20)
             started = time.perf_counter()
             project.new_frontier()
             project.advance()
             times.append(time.perf_counter() - started)
+            splits.append(project.last.split)
             if tick % every == 0:
                 samples.append((tick, sample(spark, state)))
                 print(f"  shop tick {tick}: {fmt(samples[-1][1])}, p50 {statistics.median(times[-every:]):.3f} s",
                       file=sys.stderr, flush=True)
         ok = batch_check(spark, feed)
         project.close()
-    return samples, times, ok
+    return samples, times, splits, ok
 
 
 def table(parts: list[tuple[str, list[tuple[int, dict[str, float]]], int, int]]) -> None:
@@ -275,6 +278,23 @@ def tails(title: str, times: list[float], window: int) -> None:
           f"{window} {p99(first):.3f} s, of the last {window} {p99(last):.3f} s ({p99(last) / p99(first):.2f}x)")
 
 
+def slowest(times: list[float], splits: list[dict[str, float]], window: int) -> None:
+    """Where the slowest 1% of the first and last ``window`` ticks went, beside the median
+    tick's: the mean of each part of their splits, and of what no part holds (other)."""
+    window = min(window, len(times))
+    parts = sorted({p for s in splits for p in s})
+    print("| ticks | which | total | " + " | ".join(parts) + " | other |")
+    print("|---|---|---|" + "---|" * (len(parts) + 1))
+    for name, span in (("first", range(window)), ("last", range(len(times) - window, len(times)))):
+        ranked = sorted(span, key=lambda i: times[i])
+        for which, chosen in (("median", [ranked[len(ranked) // 2]]),
+                              ("slowest 1%", ranked[-max(1, len(ranked) // 100):])):
+            mean = {p: statistics.fmean(splits[i].get(p, 0.0) for i in chosen) for p in parts}
+            other = statistics.fmean(times[i] - sum(splits[i].values()) for i in chosen)
+            print(f"| {name} {window} | {which} | {statistics.fmean(times[i] for i in chosen):.3f} | "
+                  + " | ".join(f"{mean[p]:.3f}" for p in parts) + f" | {other:.3f} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ticks", type=int, default=2000)
@@ -289,7 +309,7 @@ def main() -> None:
     parts, timings, out = [], [], Path(__file__).parent / "results"
     try:
         if args.shop_ticks:
-            shop_samples, shop_times, ok = shop(work, args.shop_ticks, args.every)
+            shop_samples, shop_times, shop_splits, ok = shop(work, args.shop_ticks, args.every)
             parts.append(("shop project", shop_samples, 1000, min(args.warmup, args.shop_ticks // 2)))
             timings.append(("shop project", shop_times))
         spark = session("local[2]")
@@ -311,6 +331,8 @@ def main() -> None:
     for title, times in timings:
         tails(title, times, args.every)
     if args.shop_ticks:
+        print("\nshop project, where its ticks went (seconds):")
+        slowest(shop_times, shop_splits, args.every)
         print(f"shop project: revenue_by_category equals DuckDB's batch answer over every event sent: "
               f"{'yes' if ok else 'NO'}")
     import matplotlib
