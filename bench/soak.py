@@ -216,9 +216,9 @@ def shop(work: Path, ticks: int, every: int
     ``ticks`` ticks of serve's loop (a new frontier, one advance) after each round of shop
     events (20 orders, their payments, customer and product changes, all kept: the data
     grows). Returns the samples, the tick times and their splits (``TickReport.split``:
-    read, the pipeline's spark / driver / write, outputs, commit, publish), and whether revenue_by_category equals
-    DuckDB's answer over every event sent. Starts this process's Spark (with its catalog
-    in the project, as serve's)."""
+    read, the pipeline's spark / driver / write, outputs, commit, publish), and whether
+    revenue_by_category equals DuckDB's answer over every event sent. Starts this
+    process's Spark (with its catalog in the project, as serve's)."""
     import subprocess
 
     from devkit.kafka import create_topics

@@ -96,7 +96,7 @@ finally:
 """
 
 
-@pytest.mark.skipif(not hasattr(os, "killpg"), reason="POSIX signals")
+@pytest.mark.skipif(not hasattr(signal, "pthread_sigmask"), reason="POSIX thread signal masks")
 def test_a_stop_signal_wakes_the_main_thread_while_engine_threads_start_threads():
     """A thread that does not block SIGINT takes it whenever its mask changes while the
     signal waits for the main thread, which then sleeps on (a Ctrl-C during a `dbt run`
