@@ -33,6 +33,7 @@ import os
 import random
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -97,7 +98,7 @@ def sample(spark, state: Path) -> dict[str, float]:
     jpid = proc.pid if proc is not None else None
     with open("/proc/self/maps") as maps:
         mapped = sum(1 for _ in maps)
-    size = sum(f.stat().st_size for f in state.rglob("*") if f.is_file()) if state.exists() else 0
+    size = _bytes_under(state)
     rss, anon = _status("/proc/self/status", "VmRSS"), _status("/proc/self/status", "RssAnon")
     _trim()
     return {"heap MiB": (runtime.totalMemory() - runtime.freeMemory()) / 2 ** 20,
@@ -109,6 +110,16 @@ def sample(spark, state: Path) -> dict[str, float]:
             "JVM RSS MiB": _status(f"/proc/{jpid}/status", "VmRSS") if jpid else 0.0,
             "JVM fds": _count(f"/proc/{jpid}/fd") if jpid else 0, "Python workers": _workers(),
             "state MiB": size / 2 ** 20}
+
+
+def _bytes_under(path: Path) -> int:
+    """The bytes of the files under ``path``, counted by ``du`` in a process of its own:
+    walking the state location in this process (``Path.rglob``, each file stat'ed) grew
+    its RSS by about 1 MiB a walk while it ticked (1,000 ticks sampled every 100: 168 →
+    178 MiB, against 164 → 165 MiB without the walk), and the soak measured itself."""
+    if not path.exists():
+        return 0
+    return int(subprocess.run(["du", "-sb", str(path)], capture_output=True, text=True, check=True).stdout.split()[0])
 
 
 def _trim() -> None:
