@@ -19,10 +19,10 @@ RDDs and DataFrames, broadcasts), persisted RDDs, this process's RSS (then again
 glibc's ``malloc_trim``, and its anonymous part: not mapped files), its Python objects,
 open files and memory maps, the JVM's RSS and open files, Spark's Python workers, the
 bytes under the state location, and the tick time. It prints the samples, the growth of
-each quantity per 1,000 ticks after ``--warmup`` ticks and per 100 pipelines (a least-
-squares slope over those samples, as a share of the first of them), the p99 tick of the
-last sample window against the first, and saves bench/results/soak.png (and its samples in
-soak.json).
+each quantity per 1,000 ticks after ``--warmup`` ticks and per 100 pipelines (a
+least-squares slope over those samples, as a share of the first of them), the p99 tick of
+the last sample window against the first, and saves bench/results/soak.png (and its
+samples in soak.json).
 """
 from __future__ import annotations
 
