@@ -92,7 +92,8 @@ def test_changed_source_schema_is_refused(spark, tmp_path):
 
 def test_compacted_files_outlive_queries_planned_before_the_commit(spark, tmp_path, monkeypatch):
     """A catalog query planned against a tick's files may still read them after the next
-    commit compacts them away: they stay for a grace period, then go."""
+    commit compacts them away: they stay for a grace period, then go, and with the last of
+    them their tick's directory (a long run otherwise keeps one a tick per node)."""
     from dbt_incremental_stream.runtime import state
 
     def files(pipe: Pipeline) -> set[str]:
@@ -116,6 +117,9 @@ def test_compacted_files_outlive_queries_planned_before_the_commit(spark, tmp_pa
     monkeypatch.setattr(state, "RETIRED_GRACE_SECONDS", 0.0)
     pipe.step({"orders": [((10, 1, 1.0), 1)]})
     assert not any(exists(p) for p in retired)
+    emptied = {p.rsplit("/", 1)[0] for p in retired} - {p.rsplit("/", 1)[0] for p in files(pipe)}
+    assert emptied and not any(exists(d) for d in emptied), "a tick's directory outlived its last batch"
+    assert all(any(d.iterdir()) for d in (tmp_path / "state").iterdir())
     pipe.close()
 
 
