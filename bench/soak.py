@@ -18,10 +18,10 @@ what the JVM has committed for it, the storage memory Spark's block managers hol
 RDDs and DataFrames, broadcasts), persisted RDDs, this process's RSS (then again after
 glibc's ``malloc_trim``, and its anonymous part: not mapped files), its Python objects,
 open files and memory maps, the JVM's RSS and open files, Spark's Python workers, the
-bytes under the state location, and the tick time. It prints the samples, the growth of
-each quantity per 1,000 ticks after ``--warmup`` ticks and per 100 pipelines (a
-least-squares slope over those samples, as a share of the first of them), the p99 tick of
-the last sample window against the first, and saves bench/results/soak.png (and its
+bytes and directories under the state location, and the tick time. It prints the samples,
+the growth of each quantity per 1,000 ticks after ``--warmup`` ticks and per 100 pipelines
+(a least-squares slope over those samples, as a share of the first of them), the p99 tick
+of the last sample window against the first, and saves bench/results/soak.png (and its
 samples in soak.json).
 """
 from __future__ import annotations
@@ -62,7 +62,8 @@ VIEWS = {
 #: evaluator, so that Spark's jobs (its memory, accumulators, broadcasts) are soaked too
 PLACEMENTS = ("auto", "tasks", "dataframe")
 QUANTITIES = ("heap MiB", "heap committed MiB", "storage MiB", "persisted RDDs", "RSS MiB", "RSS trimmed MiB",
-              "anon MiB", "Python objects", "fds", "maps", "JVM RSS MiB", "JVM fds", "Python workers", "state MiB")
+              "anon MiB", "Python objects", "fds", "maps", "JVM RSS MiB", "JVM fds", "Python workers", "state MiB",
+              "state directories")
 
 
 def _status(path: str, key: str) -> float:
@@ -106,7 +107,7 @@ def sample(spark, state: Path) -> dict[str, float]:
     jpid = proc.pid if proc is not None else None
     with open("/proc/self/maps") as maps:
         mapped = sum(1 for _ in maps)
-    size = _bytes_under(state)
+    size, dirs = _under(state)
     rss, anon = _status("/proc/self/status", "VmRSS"), _status("/proc/self/status", "RssAnon")
     _trim()
     return {"heap MiB": used / 2 ** 20, "heap committed MiB": runtime.totalMemory() / 2 ** 20,
@@ -117,17 +118,24 @@ def sample(spark, state: Path) -> dict[str, float]:
             "Python objects": len(gc.get_objects()), "fds": _count("/proc/self/fd"), "maps": mapped,
             "JVM RSS MiB": _status(f"/proc/{jpid}/status", "VmRSS") if jpid else 0.0,
             "JVM fds": _count(f"/proc/{jpid}/fd") if jpid else 0, "Python workers": _workers(),
-            "state MiB": size / 2 ** 20}
+            "state MiB": size / 2 ** 20, "state directories": dirs}
 
 
-def _bytes_under(path: Path) -> int:
-    """The bytes of the files under ``path``, counted by ``du`` in a process of its own:
-    walking the state location in this process (``Path.rglob``, each file stat'ed) grew
-    its RSS by about 1 MiB a walk while it ticked (1,000 ticks sampled every 100: 168 →
-    178 MiB, against 164 → 165 MiB without the walk), and the soak measured itself."""
+def _under(path: Path) -> tuple[int, int]:
+    """The bytes of the files under ``path`` and its directories, listed by ``find`` in a
+    process of its own: walking the state location in this process (``Path.rglob``, each
+    file stat'ed) grew its RSS by about 1 MiB a walk while it ticked (1,000 ticks sampled
+    every 100: 168 → 178 MiB, against 164 → 165 MiB without the walk): the soak measured
+    itself."""
     if not path.exists():
-        return 0
-    return int(subprocess.run(["du", "-sb", str(path)], capture_output=True, text=True, check=True).stdout.split()[0])
+        return 0, 0
+    listed = subprocess.run(["find", str(path), "-printf", "%y %s\n"], capture_output=True, text=True).stdout
+    size = dirs = 0
+    for line in listed.splitlines():
+        kind, _, n = line.partition(" ")
+        size += int(n) if kind == "f" else 0
+        dirs += kind == "d"
+    return size, dirs
 
 
 def _trim() -> None:
