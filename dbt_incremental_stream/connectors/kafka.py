@@ -18,7 +18,7 @@ import logging
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Iterator, Mapping, Sequence, cast
+from typing import Any, Iterator, Mapping, cast
 
 from pyspark.sql.types import StructField, StructType
 
@@ -47,6 +47,31 @@ class _DebugLog:
 
 #: the setting every Kafka client here is made with
 CLIENT_LOGS: dict[str, Any] = {"logger": _DebugLog()}
+
+
+class ClientErrors:
+    """librdkafka's error callback, keeping the last :data:`KEPT` distinct errors it reported,
+    for the message of a read or a connection that failed. Bounded: a consumer kept for the
+    life of ``dbt-stream serve`` sees a broker outage reported every few seconds for as long
+    as it lasts."""
+
+    KEPT = 10
+
+    def __init__(self) -> None:
+        self._seen: dict[str, None] = {}
+
+    def __call__(self, error: Any) -> None:
+        text = str(error)
+        self._seen.pop(text, None)  # the latest last
+        self._seen[text] = None
+        while len(self._seen) > self.KEPT:
+            del self._seen[next(iter(self._seen))]
+
+    def __len__(self) -> int:
+        return len(self._seen)
+
+    def __str__(self) -> str:
+        return "; ".join(self._seen)
 
 
 @dataclass(frozen=True)
@@ -98,19 +123,19 @@ class KafkaSettings:
         from confluent_kafka import KafkaException
         from confluent_kafka.admin import AdminClient
 
-        errors: list[str] = []
+        errors = ClientErrors()
         # the stub types conf values as str / int / float / bool; librdkafka takes callbacks too
-        settings: dict[str, Any] = {**self.config, **CLIENT_LOGS, "error_cb": lambda e: errors.append(str(e))}
+        settings: dict[str, Any] = {**self.config, **CLIENT_LOGS, "error_cb": errors}
         admin = AdminClient(settings)
         try:
             return len(admin.list_topics(timeout=timeout).topics)
         except KafkaException as e:
             raise self.unreachable(timeout, errors, e) from e
 
-    def unreachable(self, timeout: float, errors: Sequence[str], cause: Any, who: str = "") -> ConnectorError:
+    def unreachable(self, timeout: float, errors: ClientErrors, cause: Any, who: str = "") -> ConnectorError:
         """The error for a broker that did not answer: the librdkafka errors seen, and the
         settings to look at (the security ones when it was authentication or TLS)."""
-        detail = "; ".join(dict.fromkeys(errors)) or str(cause)
+        detail = str(errors) or str(cause)
         if any(w in detail.lower() for w in ("sasl", "authentication", "ssl", "certificate")):
             return ConnectorError(f"{who}Kafka at {self.bootstrap_servers} refused the connection's security "
                                   f"({detail}); check the security settings (security.protocol, sasl.*, ssl.*) in "
@@ -256,8 +281,8 @@ class KafkaTopics:
 
     def __init__(self, settings: KafkaSettings, *, timeout: float = 10.0):
         self.settings, self.timeout = settings, timeout
-        self._errors: list[str] = []
-        self._consumer = settings.consumer({"error_cb": lambda e: self._errors.append(str(e))})
+        self._errors = ClientErrors()
+        self._consumer = settings.consumer({"error_cb": self._errors})
 
     def partitions(self, source: KafkaSource) -> list[int]:
         from confluent_kafka import KafkaException
@@ -321,7 +346,7 @@ class KafkaTopics:
                 if msg is None:
                     raise ConnectorError(f"Kafka source {source.relation!r}: no answer from "
                                          f"{self.settings.bootstrap_servers} within {self.timeout:.0f}s "
-                                         f"({'; '.join(self._errors) or 'no error reported'})")
+                                         f"({self._errors or 'no error reported'})")
                 err = msg.error()
                 if err is not None and err.code() != KafkaError._PARTITION_EOF:
                     raise ConnectorError(f"Kafka source {source.relation!r}: {err}")
@@ -348,8 +373,8 @@ def read_chunks(settings: KafkaSettings, topic: str, partition: int, start: int,
     (``end``, or after the last record when ``most`` stopped it short of records left)."""
     from confluent_kafka import KafkaError, TopicPartition
 
-    errors: list[str] = []
-    consumer = settings.consumer({"error_cb": lambda e: errors.append(str(e))})
+    errors = ClientErrors()
+    consumer = settings.consumer({"error_cb": errors})
     try:
         consumer.assign([TopicPartition(topic, partition, start)])
         position, left = start, end - start if most is None else most
@@ -357,7 +382,7 @@ def read_chunks(settings: KafkaSettings, topic: str, partition: int, start: int,
             msgs = consumer.consume(min(size, end - position, left), timeout)
             if not msgs:
                 raise ConnectorError(f"Kafka topic {topic!r} partition {partition}: offsets {position}..{end} "
-                                     f"not readable within {timeout:.0f}s ({'; '.join(errors) or 'no error'})")
+                                     f"not readable within {timeout:.0f}s ({errors or 'no error'})")
             chunk = []
             for msg in msgs:
                 err = msg.error()
