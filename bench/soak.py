@@ -246,8 +246,6 @@ def shop(work: Path, ticks: int, every: int
     read, the pipeline's spark / driver / write, outputs, commit, publish), and whether
     revenue_by_category equals DuckDB's answer over every event sent. Starts this
     process's Spark (with its catalog in the project, as serve's)."""
-    import subprocess
-
     from devkit.kafka import create_topics
     from devkit.shop import TOPICS
     from dbt_incremental_stream.connectors.broker import LocalBroker

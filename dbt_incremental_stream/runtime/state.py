@@ -310,7 +310,7 @@ class FileSystem:
                 os.rmdir(self._os(parent))
             except OSError:  # another node's batch is still in it (or it is gone)
                 pass
-        elif self.exists(parent) and not self.list(parent):
+        elif not self.list(parent):  # (a listing is empty for a directory that is gone too)
             self._fs.delete(self._Path(parent), False)
 
 
