@@ -121,15 +121,17 @@ def chunk_decoder(settings: KafkaSettings, source: KafkaSource) -> ChunkDecoder:
     return ChunkDecoder(source, source.decoder(settings.registry), row_schema(source))
 
 
-def driver_table(settings: KafkaSettings, source: KafkaSource, ranges: Ranges, most: Mapping[int, int] | None = None
-                 ) -> tuple[pa.Table, Ranges] | None:
+def driver_table(settings: KafkaSettings, source: KafkaSource, ranges: Ranges, most: Mapping[int, int] | None = None,
+                 records: Mapping[int, list[Any]] | None = None) -> tuple[pa.Table, Ranges] | None:
     """The records in ``ranges`` read and decoded in the driver (for a small tick, whose
     read as a Spark job costs more than the records do), and the ranges read: with
-    ``most``, each partition's ends after its last record read. None for nested column
-    types."""
+    ``most``, each partition's ends after its last record read. ``records``: those of
+    ``ranges``, fetched already (:meth:`.KafkaTopics.fetch`). None for nested column types."""
     decoder = chunk_decoder(settings, source)
     if not decoder.columnar:
         return None
+    if records is not None:
+        return _concat(source, [decoder(records[p]) for p in sorted(records) if records[p]]), dict(ranges)
 
     def read(p: int) -> tuple[list[pa.Table], int]:
         start, end = ranges[p]
@@ -141,10 +143,13 @@ def driver_table(settings: KafkaSettings, source: KafkaSource, ranges: Ranges, m
     busy = sorted(p for p, (start, end) in ranges.items() if end > start and (most is None or most[p]))
     # a thread per partition: the client fetches (without the GIL) while another decodes
     read_ = dict(zip(busy, map_all("kafka", read, busy)))
-    tables = [t for p in busy for t in read_[p][0]]
-    table = pa.concat_tables(tables) if tables else pa.Table.from_batches([], zsets.arrow_schema(row_schema(source)))
-    return table, {p: (start, read_[p][1] if p in read_ else (start if most is not None else end))
-                   for p, (start, end) in ranges.items()}
+    return _concat(source, [t for p in busy for t in read_[p][0]]), {
+        p: (start, read_[p][1] if p in read_ else (start if most is not None else end))
+        for p, (start, end) in ranges.items()}
+
+
+def _concat(source: KafkaSource, tables: list[pa.Table]) -> pa.Table:
+    return pa.concat_tables(tables) if tables else pa.Table.from_batches([], zsets.arrow_schema(row_schema(source)))
 
 
 def stops(frame: DataFrame, ranges: Ranges, most: Mapping[int, int]) -> Ranges:

@@ -4,10 +4,13 @@ A source names a topic, a format (:mod:`.formats`), an envelope (:mod:`.envelope
 typed columns, optional Kafka metadata columns and where to start (``earliest``,
 ``latest`` or a timestamp). Offsets are not committed to Kafka: the pipeline commits them
 with each tick's state, so a restart reads exactly the records after the last committed
-tick. The driver only decides each partition's offset range for a tick
+tick. The driver decides each partition's offset range for a tick
 (:class:`KafkaTopics`); executors read and decode the ranges in parallel
-(:mod:`.datasource`). A record that does not parse or does not fit the columns becomes a
-dead letter instead of stopping the pipeline.
+(:mod:`.datasource`). While serving, a tick's few records of sources read to their end
+at the last tick are fetched by the driver's kept consumer in one pass over all of them
+(:meth:`KafkaTopics.fetch`): on a broker whose every request costs, requests per tick are
+what a long-lived process's tick time follows. A record that does not parse or does not
+fit the columns becomes a dead letter instead of stopping the pipeline.
 
 Sinks, the other way, are in :mod:`.sinks`.
 """
@@ -16,7 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Iterator, Mapping, cast
 
@@ -342,11 +345,7 @@ class KafkaTopics:
         open_ = set(partitions)
         try:
             while open_:
-                msg = self._consumer.poll(self.timeout)
-                if msg is None:
-                    raise ConnectorError(f"Kafka source {source.relation!r}: no answer from "
-                                         f"{self.settings.bootstrap_servers} within {self.timeout:.0f}s "
-                                         f"({self._errors or 'no error reported'})")
+                msg = self._poll(f"Kafka source {source.relation!r}")
                 err = msg.error()
                 if err is not None and err.code() != KafkaError._PARTITION_EOF:
                     raise ConnectorError(f"Kafka source {source.relation!r}: {err}")
@@ -360,8 +359,92 @@ class KafkaTopics:
             self._consumer.unassign()
         return ends
 
+    def fetch(self, wanted: Mapping[str, tuple[KafkaSource, Mapping[int, int]]], limit: int) -> dict[str, Fetched]:
+        """The records of several sources (relation → the source and its committed
+        offsets) from the committed offsets to each partition's end now, read together by
+        the kept consumer: while serving, one fetch round trip for all of them, in place
+        of a watermark request and an end probe per partition and a consumer per
+        partition read. A partition's end is where the fetch response that carried its
+        last record put the high watermark, or its end-of-partition event. Left out, for
+        :meth:`ranges` and a read of their own: a source with a partition not read yet,
+        one whose topic an earlier source takes, and one with more than ``limit`` records."""
+        from confluent_kafka import KafkaError, TopicPartition
+
+        reads: dict[str, _Fetch] = {}  # by topic
+        for rel, (source, committed) in wanted.items():
+            partitions = self.partitions(source)
+            if source.topic not in reads and all(p in committed for p in partitions):
+                reads[source.topic] = _Fetch(rel, {p: committed[p] for p in partitions})
+        if not reads:
+            return {}
+        self._consumer.assign([TopicPartition(t, p, o) for t, f in reads.items() for p, o in f.starts.items()])
+        paused: list[Any] = []
+        who = "Kafka sources " + ", ".join(repr(f.relation) for f in reads.values())
+        try:
+            while any(f.open for f in reads.values()):
+                for msg in self._consumer.consume(10_000, 0) or [self._poll(who)]:
+                    f, p, err = reads[msg.topic()], msg.partition(), msg.error()
+                    if err is not None and err.code() != KafkaError._PARTITION_EOF:
+                        raise ConnectorError(f"Kafka source {f.relation!r}: {err}")
+                    if f.over or p in f.ends:
+                        continue
+                    if err is not None:
+                        f.ends[p] = max(f.starts[p], msg.offset())
+                        continue
+                    f.records[p].append(msg)
+                    f.count += 1
+                    if f.count > limit:  # its own read will do: stop fetching it
+                        f.over = True
+                        paused += [TopicPartition(msg.topic(), q) for q in f.starts]
+                        self._consumer.pause(paused[-len(f.starts):])
+                    elif msg.offset() + 1 >= self._consumer.get_watermark_offsets(
+                            TopicPartition(msg.topic(), p), cached=True)[1]:
+                        f.ends[p] = msg.offset() + 1
+        finally:
+            if paused:
+                self._consumer.resume(paused)
+            self._consumer.unassign()
+        return {f.relation: Fetched({p: (s, f.ends[p]) for p, s in f.starts.items()}, f.records)
+                for f in reads.values() if not f.over}
+
+    def _poll(self, who: str) -> Any:
+        """The next message or event of the kept consumer; a ConnectorError if none comes."""
+        msg = self._consumer.poll(self.timeout)
+        if msg is None:
+            raise ConnectorError(f"{who}: no answer from {self.settings.bootstrap_servers} within "
+                                 f"{self.timeout:.0f}s ({self._errors or 'no error reported'})")
+        return msg
+
     def close(self) -> None:
         self._consumer.close()
+
+
+@dataclass(frozen=True)
+class Fetched:
+    """A source's records read to the end by :meth:`KafkaTopics.fetch`: each partition's
+    range and its records (confluent-kafka's ``Message`` objects)."""
+
+    ranges: Ranges
+    records: dict[int, list[Any]]
+
+
+@dataclass
+class _Fetch:
+    """One source's part of a :meth:`KafkaTopics.fetch` under way."""
+
+    relation: str
+    starts: dict[int, int]
+    ends: dict[int, int] = field(default_factory=dict)
+    records: dict[int, list[Any]] = field(init=False)
+    count: int = 0
+    over: bool = False  # more records than the limit
+
+    def __post_init__(self) -> None:
+        self.records = {p: [] for p in self.starts}
+
+    @property
+    def open(self) -> bool:
+        return not self.over and len(self.ends) < len(self.starts)
 
 
 def read_chunks(settings: KafkaSettings, topic: str, partition: int, start: int, end: int, size: int = 10_000,
@@ -377,13 +460,14 @@ def read_chunks(settings: KafkaSettings, topic: str, partition: int, start: int,
     consumer = settings.consumer({"error_cb": errors})
     try:
         consumer.assign([TopicPartition(topic, partition, start)])
-        position, left = start, end - start if most is None else most
+        position, left, chunk = start, end - start if most is None else most, []
         while position < end and left > 0:
-            msgs = consumer.consume(min(size, end - position, left), timeout)
+            # what the client holds now, else wait for one: a range whose transactions left
+            # markers holds fewer messages than offsets, which a count would wait for
+            msgs = consumer.consume(min(size - len(chunk), end - position, left), 0) or consumer.consume(1, timeout)
             if not msgs:
                 raise ConnectorError(f"Kafka topic {topic!r} partition {partition}: offsets {position}..{end} "
                                      f"not readable within {timeout:.0f}s ({errors or 'no error'})")
-            chunk = []
             for msg in msgs:
                 err = msg.error()
                 if err is not None:
@@ -399,8 +483,9 @@ def read_chunks(settings: KafkaSettings, topic: str, partition: int, start: int,
                 left -= 1
                 if not left:
                     break
-            if chunk:
+            if len(chunk) == size or chunk and (position >= end or not left):
                 yield chunk
+                chunk = []
         if position < end:  # stopped by ``most``: only markers may be left before the end
             for msg in consumer.consume(1, 0.2):
                 if msg.error() is not None and msg.error().code() == KafkaError._PARTITION_EOF or msg.offset() >= end:

@@ -12,6 +12,8 @@ Two kinds of source feed the models:
 - a *Kafka source*, read from where the last committed tick ended, to the end of the topic
   (once per :class:`Inputs`: one ``dbt run`` sees one frontier), at most ``max_records``
   records a tick. A small read is decoded in the driver into Arrow, a large one by Spark.
+  Sources read to their end at the last tick are fetched together first, in one pass of
+  the driver's consumer, when their new records are few.
 
 The positions are committed with each tick, in the pipeline's notes: ``tables`` (table
 source → its listing; the file list only for up to :data:`LISTED_FILES` files) and
@@ -39,7 +41,7 @@ from pyspark.sql import functions as F
 from ..catalog import quote_relation
 from ..circuit.operators import WEIGHT
 from ..connectors.datasource import driver_table, kafka_frame, stops
-from ..connectors.kafka import KafkaSettings, KafkaSource, KafkaTopics, Ranges, shares
+from ..connectors.kafka import Fetched, KafkaSettings, KafkaSource, KafkaTopics, Ranges, shares
 from ..errors import ConnectorError
 from ..runtime import kernels, zsets
 from ..runtime.location import local_directory
@@ -88,6 +90,7 @@ class Inputs:
         self.offsets: dict[str, dict[int, int]] = {rel: {int(p): o for p, o in parts.items()}
                                                    for rel, parts in pipe.notes.get("offsets", {}).items()}
         self.caught_up: set[str] = set()  # Kafka sources read to their end by this instance
+        self.backlog: set[str] = set()  # Kafka sources the last tick left records of
         doc = pipe.store.intent()  # offset ranges a crashed tick had read: read them again
         self.replay: dict[str, Ranges] | None = None if doc is None else {
             rel: {int(p): (s, e) for p, (s, e) in parts.items()} for rel, parts in doc["ranges"].items()}
@@ -124,10 +127,11 @@ class Inputs:
         again, if one is to be redone). The caller releases the read after the tick."""
         read = Read(tables, [s.relation for s in streams], redone=self.replay is not None)
         self._read_tables(pipe, read, report)
+        streams = [s for s in streams if s.relation not in self.caught_up]
         try:
+            fetched = self._fetch(streams)
             for source in streams:
-                if source.relation not in self.caught_up:
-                    self._read_stream(pipe, source, read, report)
+                self._read_stream(pipe, source, read, report, fetched.get(source.relation))
         except BaseException:
             read.release()
             raise
@@ -152,11 +156,11 @@ class Inputs:
         """``tick`` committed ``read``: later ticks read on from there."""
         self.fingerprints, self.offsets = dict(pipe.notes["tables"]), self._after(read)
         pipe.store.drop_intent(tick)
-        self.caught_up.update(set(read.streams) - read.behind)
+        self._caught_up(read)
 
     def idle(self, pipe: Pipeline, tick: int, read: Read) -> None:
         """``read`` found nothing: no tick is committed."""
-        self.caught_up.update(set(read.streams) - read.behind)
+        self._caught_up(read)
         if read.redone:  # the crashed tick had read nothing new
             pipe.store.drop_intent(tick)
 
@@ -164,6 +168,10 @@ class Inputs:
         if self._topics is not None:
             self._topics.close()
             self._topics = None
+
+    def _caught_up(self, read: Read) -> None:
+        self.caught_up.update(set(read.streams) - read.behind)
+        self.backlog = (self.backlog - set(read.streams)) | read.behind
 
     def _after(self, read: Read) -> dict[str, dict[int, int]]:
         return {**self.offsets, **{rel: {**self.offsets.get(rel, {}), **{p: e for p, (_, e) in r.items()}}
@@ -210,12 +218,26 @@ class Inputs:
                 pass  # what pyarrow does not read as Spark does, Spark reads
         return zsets.inserted(self.spark.read.schema(table.schema).format(file_format).load(added).toDF(*names))
 
-    def _read_stream(self, pipe: Pipeline, source: KafkaSource, read: Read, report: TickReport) -> None:
-        """A Kafka source's offset ranges this tick, its changes and dead letters, and whether
-        it has more to read."""
+    def _fetch(self, streams: list[KafkaSource]) -> dict[str, Fetched]:
+        """The records of the sources that were read to their end at the last tick, to
+        their end now, when they are few (at most ``max_records`` and
+        :data:`DRIVER_READ`): one pass of the kept consumer for all of them
+        (:meth:`.KafkaTopics.fetch`)."""
+        wanted = {s.relation: (s, self.offsets[s.relation]) for s in streams
+                  if s.relation in self.offsets and s.relation not in self.backlog}
+        if self.replay is not None or not wanted:
+            return {}
+        return self.topics().fetch(wanted, min(DRIVER_READ, self.max_records or DRIVER_READ))
+
+    def _read_stream(self, pipe: Pipeline, source: KafkaSource, read: Read, report: TickReport,
+                     fetched: Fetched | None) -> None:
+        """A Kafka source's offset ranges this tick (``fetched``: with their records), its
+        changes and dead letters, and whether it has more to read."""
         rel = source.relation
         most: dict[int, int] | None = None  # records to read per partition
-        if self.replay is not None:  # the lag is what is left after the redone ranges
+        if fetched is not None:
+            ranges = read.ranges[rel] = fetched.ranges
+        elif self.replay is not None:  # the lag is what is left after the redone ranges
             ranges = read.ranges[rel] = self.replay.get(rel, {})
             after = {**self.offsets.get(rel, {}), **{p: e for p, (_, e) in ranges.items()}}
             report.lag[rel] = sum(e - s for s, e in self.topics().ranges(source, after)[0].values())
@@ -230,7 +252,8 @@ class Inputs:
                 read.behind.add(rel)
             return
         reading = sum(most.values()) if most else sum(e - s for s, e in ranges.values())
-        if reading > DRIVER_READ or not self._read_in_driver(pipe, source, most, read, report):
+        records = None if fetched is None else fetched.records
+        if reading > DRIVER_READ or not self._read_in_driver(pipe, source, most, read, report, records):
             frame = kafka_frame(self.spark, KafkaSettings.required(self.kafka), source, ranges, most).persist()
             read.frames.append(frame)
             report.rows_in[rel], report.dead[rel] = _counts(frame)
@@ -247,12 +270,12 @@ class Inputs:
             read.behind.add(rel)  # the next tick reads on
 
     def _read_in_driver(self, pipe: Pipeline, source: KafkaSource, most: dict[int, int] | None, read: Read,
-                        report: TickReport) -> bool:
-        """A small read: decoded in the driver into Arrow, which a small tick runs on as it
-        is (no Spark job); the source's ranges become those read. False when a column type
-        only Spark converts."""
+                        report: TickReport, records: dict[int, list[Any]] | None) -> bool:
+        """A small read (``records``: fetched already): decoded in the driver into Arrow,
+        which a small tick runs on as it is (no Spark job); the source's ranges become those
+        read. False when a column type only Spark converts."""
         rel = source.relation
-        got = driver_table(KafkaSettings.required(self.kafka), source, read.ranges[rel], most)
+        got = driver_table(KafkaSettings.required(self.kafka), source, read.ranges[rel], most, records)
         if got is None:
             return False
         table, read.ranges[rel] = got

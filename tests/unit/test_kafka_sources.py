@@ -587,3 +587,46 @@ def test_a_failed_redeploy_leaves_the_project_as_it_was(spark, kafka, tmp_path):
     assert project.advance()
     assert rows(spark, "k_redeploy.totals") == Counter({("a", 2, 3.0): 1, ("b", 1, 4.0): 1})
     project.close()
+
+
+def test_a_source_read_to_its_end_is_fetched_in_one_pass_a_tick(spark, kafka, tmp_path, monkeypatch):
+    """Serving: a tick reads the few new records of sources read to their end at the
+    previous tick in one pass of the kept consumer (no offset ranges asked, no consumer per
+    partition); a backlog over max_records goes back to ranged reads until it is read."""
+    from dbt_incremental_stream.connectors import datasource
+    from dbt_incremental_stream.connectors.kafka import KafkaTopics
+
+    calls: Counter[str] = Counter()
+    for owner, name in ((KafkaTopics, "ranges"), (KafkaTopics, "fetch"), (datasource, "read_chunks")):
+        original = getattr(owner, name)
+        monkeypatch.setattr(owner, name, lambda *a, _f=original, _n=name, **k: (calls.update([_n]), _f(*a, **k))[1])
+    create_topics(kafka, "t_fetch", "t_fetch_b", partitions=2)
+    sources = [KafkaSource("raw_fetch.a", "t_fetch", SCHEMA), KafkaSource("raw_fetch.b", "t_fetch_b", SCHEMA)]
+    spark.sql("CREATE SCHEMA IF NOT EXISTS k_fetch")
+    project = Project(spark, str(tmp_path / "state"), kafka=KafkaSettings({"bootstrap.servers": kafka}),
+                      max_records=10)
+    project.deploy(Model("k_fetch.totals", "SELECT name, COUNT(*) AS n FROM (SELECT name FROM raw_fetch.a "
+                                           "UNION ALL SELECT name FROM raw_fetch.b) GROUP BY name"), streams=sources)
+    sent = Counter()
+
+    def tick(a: int, b: int) -> tuple[Counter[str], int]:
+        for topic, n in (("t_fetch", a), ("t_fetch_b", b)):
+            produce(kafka, topic, [(str(i), {"id": i, "name": topic, "amount": 1.0}) for i in range(n)])
+            sent[topic] += n
+        calls.clear()
+        project.new_frontier()
+        project.advance()
+        return Counter(calls), sum(project.last.lag.values())
+
+    assert tick(3, 2)[0]["ranges"] == 2  # the first read of each: offset ranges
+    assert tick(4, 1) == (Counter(fetch=1), 0)  # both in one pass
+    assert tick(0, 2) == (Counter(fetch=1), 0)
+    assert rows(spark, "k_fetch.totals") == Counter({(t, n): 1 for t, n in sent.items()})
+    # a is over max_records: offset ranges and a consumer per partition, b still fetched;
+    # then a's backlog is read by ranges (left out of the fetch), until it is read
+    ranged = Counter(fetch=1, ranges=1, read_chunks=2)
+    assert [tick(25, 1), tick(0, 0), tick(0, 0)] == [(ranged, 15), (ranged, 5), (ranged, 0)]
+    assert tick(1, 1) == (Counter(fetch=1), 0)
+    assert rows(spark, "k_fetch.totals") == Counter({(t, n): 1 for t, n in sent.items()})
+    assert not any(check_project(project).values())
+    project.close()
