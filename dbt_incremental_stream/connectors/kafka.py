@@ -460,7 +460,8 @@ def read_chunks(settings: KafkaSettings, topic: str, partition: int, start: int,
     consumer = settings.consumer({"error_cb": errors})
     try:
         consumer.assign([TopicPartition(topic, partition, start)])
-        position, left, chunk = start, end - start if most is None else most, []
+        position, left = start, end - start if most is None else most
+        chunk: list[Any] = []
         while position < end and left > 0:
             # what the client holds now, else wait for one: a range whose transactions left
             # markers holds fewer messages than offsets, which a count would wait for
