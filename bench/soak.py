@@ -30,6 +30,7 @@ import argparse
 import ctypes
 import gc
 import json
+import multiprocessing
 import os
 import random
 import shutil
@@ -39,6 +40,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -245,21 +247,31 @@ def shop(work: Path, ticks: int, every: int
     grows). Returns the samples, the tick times and their splits (``TickReport.split``:
     read, the pipeline's spark / driver / write, outputs, commit, publish), and whether
     revenue_by_category equals DuckDB's answer over every event sent. Starts this
-    process's Spark (with its catalog in the project, as serve's)."""
+    process's Spark (with its catalog in the project, as serve's); the events are made,
+    sent and remembered by a process of their own (:func:`_feed`), so what this process
+    holds is the engine's."""
     from devkit.kafka import create_topics
     from devkit.shop import TOPICS
     from dbt_incremental_stream.connectors.broker import LocalBroker
     from dbt_incremental_stream.connectors.kafka import KafkaSettings
     from dbt_incremental_stream.project import Project
-    from examples.demo import SINK, Feed, batch_check
+    from examples.demo import SINK, same_as_batch
 
     project_dir = work / "shop"
     shutil.copytree(ROOT / "examples" / "shop", project_dir, ignore=shutil.ignore_patterns("__pycache__", "*.py"))
     state = project_dir / "stream_state"
     with LocalBroker() as bootstrap:
         create_topics(bootstrap, *TOPICS, SINK)
-        feed = Feed(bootstrap)
-        feed.send(orders=200)
+        spawn = multiprocessing.get_context("spawn")  # not a fork of a process that runs a JVM
+        feed, its_end = spawn.Pipe()
+        feeder = spawn.Process(target=_feed, args=(bootstrap, its_end), daemon=True)
+        feeder.start()
+
+        def ask(what: str | int) -> Any:
+            feed.send(what)
+            return feed.recv()
+
+        ask(200)
         subprocess.run([str(Path(sys.executable).parent / "dbt"), "build", "--quiet"], cwd=project_dir, check=True,
                        env={**os.environ, "KAFKA_BOOTSTRAP_SERVERS": bootstrap})
         os.chdir(project_dir)  # the catalog (metastore_db/) is where dbt has it
@@ -268,7 +280,7 @@ def shop(work: Path, ticks: int, every: int
                           max_records=5000)
         samples, times, splits = [(0, sample(spark, state))], [], []
         for tick in range(1, ticks + 1):
-            feed.send(orders=20)
+            ask(20)
             started = time.perf_counter()
             project.new_frontier()
             project.advance()
@@ -278,9 +290,22 @@ def shop(work: Path, ticks: int, every: int
                 samples.append((tick, sample(spark, state)))
                 print(f"  shop tick {tick}: {fmt(samples[-1][1])}, p50 {statistics.median(times[-every:]):.3f} s",
                       file=sys.stderr, flush=True)
-        ok = batch_check(spark, feed)
+        ok = same_as_batch(spark, ask("answer"))
+        ask("stop")
+        feeder.join()
         project.close()
     return samples, times, splits, ok
+
+
+def _feed(bootstrap: str, orders: Any) -> None:
+    """Shop events, sent to ``bootstrap`` as ``orders`` asks: a round of that many orders,
+    DuckDB's revenue_by_category over everything sent (``"answer"``), or ``"stop"``."""
+    from examples.demo import Feed, batch_answer
+
+    feed = Feed(bootstrap)
+    while (what := orders.recv()) != "stop":
+        orders.send(batch_answer(feed) if what == "answer" else feed.send(orders=what))
+    orders.send(None)
 
 
 def table(parts: list[tuple[str, list[tuple[int, dict[str, float]]], int, int]]) -> None:

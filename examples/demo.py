@@ -92,8 +92,8 @@ def show(spark, st: dict, sent: int) -> None:
     print("\n".join(out), flush=True)
 
 
-def batch_check(spark, feed: Feed) -> bool:
-    """revenue_by_category against the same SQL in DuckDB over everything sent."""
+def batch_answer(feed: Feed) -> list[tuple]:
+    """revenue_by_category by the same SQL in DuckDB over everything ``feed`` sent."""
     import duckdb
 
     con = duckdb.connect()
@@ -105,12 +105,21 @@ def batch_check(spark, feed: Feed) -> bool:
                     [(p["product_id"], p["category"], p["price"]) for p in feed.events.products.values()])
     con.execute("CREATE TABLE customers (customer_id BIGINT)")
     con.executemany("INSERT INTO customers VALUES (?)", [(c,) for c in feed.events.customers])
-    want = [(c, n, k, Decimal(str(r))) for c, n, k, r in con.sql(BATCH_SQL).fetchall()]
+    return [(c, n, k, Decimal(str(r))) for c, n, k, r in con.sql(BATCH_SQL).fetchall()]
+
+
+def same_as_batch(spark, want: list[tuple]) -> bool:
+    """Whether the streaming revenue_by_category is ``want`` (:func:`batch_answer`)."""
     got = [(r.category, r.lines, r.customers, Decimal(str(r.revenue)))
            for r in spark.sql("SELECT * FROM shop.revenue_by_category ORDER BY category").collect()]
     if got != want:
         print(f"streaming: {got}\nbatch:     {want}")
     return got == want
+
+
+def batch_check(spark, feed: Feed) -> bool:
+    """revenue_by_category against the same SQL in DuckDB over everything sent."""
+    return same_as_batch(spark, batch_answer(feed))
 
 
 def main() -> int:
