@@ -33,6 +33,7 @@ any bucket's runs there, and caches what it reads.
 from __future__ import annotations
 
 import hashlib
+import os
 import uuid
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -193,9 +194,15 @@ class RunStore:
     def write(self, arr: Arrangement, part: Part, tick: int, run: pa.Table) -> Run:
         rel = f"{ARRANGEMENT_DIR}/{arr.node}/{arr.name}/{part[0]}.{part[1]}/{tick:012d}-{uuid.uuid4().hex[:12]}.arrow"
         full = self._full(rel)
-        self.fs.create_dir(full.rsplit("/", 1)[0], recursive=True)
-        with self.fs.open_output_stream(full) as out, pa.ipc.new_file(out, run.schema) as writer:
-            writer.write_table(run)
+        for again in (False, True):
+            self.fs.create_dir(full.rsplit("/", 1)[0], recursive=True)
+            try:
+                with self.fs.open_output_stream(full) as out, pa.ipc.new_file(out, run.schema) as writer:
+                    writer.write_table(run)
+                break
+            except FileNotFoundError:  # its new, empty directory was pruned (collect_garbage) in between
+                if again:
+                    raise
         return Run(rel, run.num_rows)
 
     def append(self, arr: Arrangement, tick: int, delta: pa.Table | None) -> Arrangement:
@@ -337,7 +344,9 @@ class RunStore:
             pass
 
     def collect_garbage(self, live: set[str]) -> None:
-        """Remove run files that ``live`` does not name (crashed ticks, merged runs)."""
+        """Remove run files that ``live`` does not name (crashed ticks, merged runs, dropped
+        nodes), then the directories left empty (a dropped node's, a split bucket's) on a
+        local file system (on an object store a directory goes with its last object)."""
         top = self._full(ARRANGEMENT_DIR)
         try:
             infos = self.fs.get_file_info(pafs.FileSelector(top, recursive=True, allow_not_found=True))
@@ -349,6 +358,13 @@ class RunStore:
                 if rel not in live:
                     self.fs.delete_file(info.path)
                     self._cache.pop(rel, None)
+        if self._local:
+            for directory, _, _ in os.walk(top, topdown=False):
+                if directory != top:
+                    try:
+                        os.rmdir(directory)
+                    except OSError:  # not empty
+                        pass
 
 
 def position(items: Sequence[Any], inputs: Sequence[Any]) -> int | None:

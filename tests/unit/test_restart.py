@@ -152,3 +152,31 @@ def test_merges_beside_the_ticks_fold_in_and_a_reopen_removes_what_they_left(spa
     assert on_disk() == named(again)
     assert sorted(map(tuple, again.snapshot("total").collect())) == [(0, 3.0), (1, 3.0)]
     again.close()
+
+
+def test_a_dropped_view_leaves_no_directory_of_its_arrangements(spark, tmp_path):
+    """A view no longer deployed: its nodes' runs go at the next commit, and so do their
+    directories (`arrangements/<node>/<key>/<bucket>/`), which a run deleted file by file left."""
+    location = str(tmp_path / "state")
+    views = {"by_region": "SELECT c.region, SUM(o.amount) AS s FROM orders o JOIN customers c ON o.cust = c.id "
+                          "GROUP BY c.region",
+             "kinds": "SELECT cust, COUNT(DISTINCT amount) AS k FROM orders GROUP BY cust"}
+
+    def run(names: list[str], ticks: list[dict]) -> set[str]:
+        pipe = Pipeline(spark, location)
+        pipe.add_source("orders", "id BIGINT, cust INT, amount DOUBLE")
+        pipe.add_source("customers", "id INT, region STRING")
+        for name in names:
+            pipe.add_view(name, views[name])
+        for tick in ticks:
+            pipe.step(tick)
+        pipe.close()
+        return set(os.listdir(Path(location) / "arrangements"))
+
+    orders = [{"orders": [((i, i % 7, float(i % 5)), 1) for i in range(k * 50, k * 50 + 50)],
+               "customers": [((c, f"r{c % 3}"), 1) for c in range(7)] if k == 0 else []} for k in range(2)]
+    both = run(["by_region", "kinds"], orders)
+    kept = run(["kinds"], [{"orders": [((1000, 1, 1.0), 1)]}])
+    assert kept < both
+    left = [str(d) for d in (Path(location) / "arrangements").rglob("*") if d.is_dir() and not any(d.iterdir())]
+    assert left == []
