@@ -297,15 +297,16 @@ def shop(work: Path, ticks: int, every: int
     return samples, times, splits, ok
 
 
-def _feed(bootstrap: str, orders: Any) -> None:
-    """Shop events, sent to ``bootstrap`` as ``orders`` asks: a round of that many orders,
-    DuckDB's revenue_by_category over everything sent (``"answer"``), or ``"stop"``."""
+def _feed(bootstrap: str, asks: Any) -> None:
+    """Shop events, sent to ``bootstrap`` as the connection ``asks`` says: a round of that
+    many orders, DuckDB's revenue_by_category over everything sent (``"answer"``), or
+    ``"stop"``; each answered."""
     from examples.demo import Feed, batch_answer
 
     feed = Feed(bootstrap)
-    while (what := orders.recv()) != "stop":
-        orders.send(batch_answer(feed) if what == "answer" else feed.send(orders=what))
-    orders.send(None)
+    while (what := asks.recv()) != "stop":
+        asks.send(batch_answer(feed) if what == "answer" else feed.send(orders=what))
+    asks.send(None)
 
 
 def table(parts: list[tuple[str, list[tuple[int, dict[str, float]]], int, int]]) -> None:

@@ -382,6 +382,7 @@ class KafkaTopics:
         who = "Kafka sources " + ", ".join(repr(f.relation) for f in reads.values())
         try:
             while any(f.open for f in reads.values()):
+                last: dict[tuple[str, int], int] = {}  # each partition's last record in this batch
                 for msg in self._consumer.consume(10_000, 0) or [self._poll(who)]:
                     f, p, err = reads[msg.topic()], msg.partition(), msg.error()
                     if err is not None and err.code() != KafkaError._PARTITION_EOF:
@@ -393,13 +394,17 @@ class KafkaTopics:
                         continue
                     f.records[p].append(msg)
                     f.count += 1
+                    last[msg.topic(), p] = msg.offset()
                     if f.count > limit:  # its own read will do: stop fetching it
                         f.over = True
-                        paused += [TopicPartition(msg.topic(), q) for q in f.starts]
-                        self._consumer.pause(paused[-len(f.starts):])
-                    elif msg.offset() + 1 >= self._consumer.get_watermark_offsets(
-                            TopicPartition(msg.topic(), p), cached=True)[1]:
-                        f.ends[p] = msg.offset() + 1
+                        stop = [TopicPartition(msg.topic(), q) for q in f.starts]
+                        self._consumer.pause(stop)
+                        paused += stop
+                for (topic, p), offset in last.items():
+                    f = reads[topic]
+                    if not f.over and p not in f.ends and offset + 1 >= self._consumer.get_watermark_offsets(
+                            TopicPartition(topic, p), cached=True)[1]:
+                        f.ends[p] = offset + 1
         finally:
             if paused:
                 self._consumer.resume(paused)
