@@ -18,11 +18,14 @@ what the JVM has committed for it, the storage memory Spark's block managers hol
 RDDs and DataFrames, broadcasts), persisted RDDs, this process's RSS (then again after
 glibc's ``malloc_trim``, and its anonymous part: not mapped files), its Python objects,
 open files and memory maps, the JVM's RSS and open files, Spark's Python workers, the
-bytes and directories under the state location, and the tick time. It prints the samples,
-the growth of each quantity per 1,000 ticks after ``--warmup`` ticks and per 100 pipelines
-(a least-squares slope over those samples, as a share of the first of them), the p99 tick
-of the last sample window against the first, and saves bench/results/soak.png (and its
-samples in soak.json).
+bytes and directories under the state location, and the tick time; for the shop, also what
+the broker alone takes to serve a tick's Kafka read (the same requests by a consumer of its
+own: this broker's cost per request grows with what a partition holds). It prints the
+samples, the growth of each quantity per 1,000 ticks after ``--warmup`` ticks and per 100
+pipelines (a least-squares slope over those samples, as a share of the first of them), the
+p99 tick of the last sample window against the first and against the one after the
+warm-up (for the shop also less its Kafka read), and saves bench/results/soak.png (and its
+samples, tick times and splits in soak.json).
 """
 from __future__ import annotations
 
@@ -239,13 +242,14 @@ def p99(times: list[float]) -> float:
     return sorted(times)[int(0.99 * (len(times) - 1))]
 
 
-def shop(work: Path, ticks: int, every: int
-         ) -> tuple[list[tuple[int, dict[str, float]]], list[float], list[dict[str, float]], bool]:
+def shop(work: Path, ticks: int, every: int) -> tuple[list[tuple[int, dict[str, float]]], list[float],
+                                                     list[dict[str, float]], list[tuple[int, float]], bool]:
     """examples/shop as ``dbt-stream serve`` runs it: a local broker, ``dbt build``, then
     ``ticks`` ticks of serve's loop (a new frontier, one advance) after each round of shop
     events (20 orders, their payments, customer and product changes, all kept: the data
     grows). Returns the samples, the tick times and their splits (``TickReport.split``:
-    read, the pipeline's spark / driver / write, outputs, commit, publish), and whether
+    read, the pipeline's spark / driver / write, outputs, commit, publish), what the broker
+    alone takes to serve a tick's read at each sample (:func:`broker_fetch`), and whether
     revenue_by_category equals DuckDB's answer over every event sent. Starts this
     process's Spark (with its catalog in the project, as serve's); the events are made,
     sent and remembered by a process of their own (:func:`_feed`), so what this process
@@ -253,7 +257,7 @@ def shop(work: Path, ticks: int, every: int
     from devkit.kafka import create_topics
     from devkit.shop import TOPICS
     from dbt_incremental_stream.connectors.broker import LocalBroker
-    from dbt_incremental_stream.connectors.kafka import KafkaSettings
+    from dbt_incremental_stream.connectors.kafka import KafkaSettings, KafkaTopics
     from dbt_incremental_stream.project import Project
     from examples.demo import SINK, same_as_batch
 
@@ -278,23 +282,42 @@ def shop(work: Path, ticks: int, every: int
         spark = session("local[2]", hive=True)
         project = Project(spark, str(state), kafka=KafkaSettings.from_profile({"bootstrap_servers": bootstrap}),
                           max_records=5000)
-        samples, times, splits = [(0, sample(spark, state))], [], []
+        probe = KafkaTopics(project.inputs.kafka)
+        samples, times, splits, broker = [(0, sample(spark, state))], [], [], []
         for tick in range(1, ticks + 1):
             ask(20)
+            before = {rel: dict(parts) for rel, parts in project.inputs.offsets.items()}
             started = time.perf_counter()
             project.new_frontier()
             project.advance()
             times.append(time.perf_counter() - started)
             splits.append(project.last.split)
             if tick % every == 0:
+                broker.append((tick, broker_fetch(probe, project.streams, before)))
                 samples.append((tick, sample(spark, state)))
-                print(f"  shop tick {tick}: {fmt(samples[-1][1])}, p50 {statistics.median(times[-every:]):.3f} s",
-                      file=sys.stderr, flush=True)
+                print(f"  shop tick {tick}: {fmt(samples[-1][1])}, p50 {statistics.median(times[-every:]):.3f} s, "
+                      f"broker fetch {broker[-1][1]:.3f} s", file=sys.stderr, flush=True)
+        probe.close()
         ok = same_as_batch(spark, ask("answer"))
         ask("stop")
         feeder.join()
         project.close()
-    return samples, times, splits, ok
+    return samples, times, splits, broker, ok
+
+
+def broker_fetch(probe: Any, streams: dict[str, Any], offsets: dict[str, dict[int, int]], repeat: int = 5) -> float:
+    """The median time of ``repeat`` fetches of the sources' records from ``offsets`` (where
+    the last tick started) to their end, by a consumer of its own: the Kafka requests of
+    that tick's read, with no engine around them. The local broker's cost per request
+    grows with the batches a partition holds (it keeps no offset index), so this separates
+    what the broker takes from what the tick adds."""
+    wanted = {rel: (streams[rel], parts) for rel, parts in offsets.items() if rel in streams}
+    spent = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        probe.fetch(wanted, 10 ** 9)
+        spent.append(time.perf_counter() - started)
+    return statistics.median(spent)
 
 
 def _feed(bootstrap: str, asks: Any) -> None:
@@ -321,12 +344,15 @@ def table(parts: list[tuple[str, list[tuple[int, dict[str, float]]], int, int]])
         print(f"| {q} | " + " | ".join(cells) + " |")
 
 
-def tails(title: str, times: list[float], window: int) -> None:
-    """p50 and p99 of the first and last ``window`` ticks."""
+def tails(title: str, times: list[float], window: int, warmup: int) -> None:
+    """p50 and p99 of the first ``window`` ticks, of the ``window`` after ``warmup`` ticks
+    (the start growth is measured from) and of the last ``window``; the last against both."""
     window = min(window, len(times))
-    first, last = times[:window], times[-window:]
-    print(f"{title}: tick p50 {statistics.median(first):.3f} s → {statistics.median(last):.3f} s; p99 of the first "
-          f"{window} {p99(first):.3f} s, of the last {window} {p99(last):.3f} s ({p99(last) / p99(first):.2f}x)")
+    first, start, last = times[:window], times[warmup:warmup + window] or times[:window], times[-window:]
+    print(f"{title}: tick p50 {statistics.median(first):.3f} → {statistics.median(start):.3f} (after {warmup}) → "
+          f"{statistics.median(last):.3f} s; p99 of the first {window} {p99(first):.3f} s, after {warmup} "
+          f"{p99(start):.3f} s, of the last {window} {p99(last):.3f} s ({p99(last) / p99(first):.2f}x the first, "
+          f"{p99(last) / p99(start):.2f}x after {warmup})")
 
 
 def slowest(times: list[float], splits: list[dict[str, float]], window: int) -> None:
@@ -360,9 +386,11 @@ def main() -> None:
     parts, timings, out = [], [], Path(__file__).parent / "results"
     try:
         if args.shop_ticks:
-            shop_samples, shop_times, shop_splits, ok = shop(work, args.shop_ticks, args.every)
+            shop_samples, shop_times, shop_splits, broker, ok = shop(work, args.shop_ticks, args.every)
             parts.append(("shop project", shop_samples, 1000, min(args.warmup, args.shop_ticks // 2)))
             timings.append(("shop project", shop_times))
+            timings.append(("shop project less its Kafka read",
+                            [t - s.get("read", 0.0) for t, s in zip(shop_times, shop_splits)]))
         spark = session("local[2]")
         if args.ticks:
             tick_samples, times = ticking(spark, work, args.ticks, args.every)
@@ -374,16 +402,26 @@ def main() -> None:
         os.chdir(ROOT)
         shutil.rmtree(work, ignore_errors=True)
     out.mkdir(exist_ok=True)
-    (out / "soak.json").write_text(json.dumps({"parts": [(t, s) for t, s, _, _ in parts], "times": timings}))
+    (out / "soak.json").write_text(json.dumps({"parts": [(t, s) for t, s, _, _ in parts], "times": timings,
+                                               **({"shop splits": shop_splits, "broker fetch": broker}
+                                                  if args.shop_ticks else {})}))
     print(f"\n{args.shop_ticks} ticks of the shop project; {args.ticks} ticks of 20 changed orders; "
           f"{args.pipelines} pipelines opened, ticked 3 times, closed\n")
     table(parts)
     print()
     for title, times in timings:
-        tails(title, times, args.every)
+        tails(title, times, args.every, min(args.warmup, len(times) // 2))
     if args.shop_ticks:
         print("\nshop project, where its ticks went (seconds):")
         slowest(shop_times, shop_splits, args.every)
+        print("\nshop project, its read against the broker's (the same requests, no engine), medians of the "
+              f"{args.every} ticks up to each sample, in ms:")
+        print("| tick | read | broker fetch |")
+        print("|---|---|---|")
+        for tick, spent in broker:
+            window = shop_splits[tick - args.every:tick]
+            print(f"| {tick} | {1000 * statistics.median(s.get('read', 0.0) for s in window):.1f} | "
+                  f"{1000 * spent:.1f} |")
         print(f"shop project: revenue_by_category equals DuckDB's batch answer over every event sent: "
               f"{'yes' if ok else 'NO'}")
     import matplotlib

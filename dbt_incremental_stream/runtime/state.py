@@ -25,7 +25,9 @@ no batch. A tick writes its batches and runs first and its manifest last (writte
 then renamed), so a crash leaves the previous manifest in force; files no manifest names
 are removed on open. Batches a compaction replaced stay for :data:`RETIRED_GRACE_SECONDS`
 (and at least a tick), since a catalog query planned before the commit may still read them;
-runs a merge replaced go (and are unmapped) at once, since only ticks and merges read runs.
+runs a merge replaced go (and are unmapped) with the commit, since only ticks and merges read
+runs. Both are deleted beside the ticks, in the merges' thread; a close leaves what it had not
+deleted yet to the next open.
 
 Merges run beside the ticks: a commit starts the merges the committed state is due (a
 spine's newest batches past its size-tiered bound, an arrangement bucket's runs) in one
@@ -337,6 +339,8 @@ class StateStore:
         self._merge_group = f"merge-{uuid.uuid4().hex[:8]}"
         self._run_merges: dict[tuple[str, tuple[str, ...], Part], Future[Merge]] = {}
         self._spine_merges: dict[str, tuple[tuple[Batch, ...], Future[Batch | None]]] = {}
+        #: deletions of what commits retired, in the same thread (their order kept)
+        self._deletions: list[Future[None]] = []
         self._load()
 
     def _manifests(self) -> list[str]:
@@ -519,7 +523,10 @@ class StateStore:
                       | ({"arrangements": [a.to_json() for a in arranged[n].values()]} if arranged.get(n) else {})
                       for n, s in spines.items()},
         }
-        self.fs.write_atomic(self.fs.path(MANIFEST_DIR, f"tick-{tick:012d}.json"), json.dumps(doc, indent=1))
+        # compact: json's C encoder (with an indent it encodes in Python: 10 ms a tick for a
+        # project of 25 state nodes)
+        self.fs.write_atomic(self.fs.path(MANIFEST_DIR, f"tick-{tick:012d}.json"),
+                             json.dumps(doc, separators=(",", ":")))
         if tick > KEEP_MANIFESTS:  # a long run keeps the last few, as a reopen does
             self.fs.delete(self.fs.path(MANIFEST_DIR, f"tick-{tick - KEEP_MANIFESTS:012d}.json"))
         dropped = [s for n, s in self.spines.items() if n not in spines]
@@ -530,8 +537,6 @@ class StateStore:
                 b.frame.unpersist()
         for s in dropped:
             s.release()
-        for run in retired_runs:  # only ticks and merges read runs, never a catalog query: no grace
-            self._arrow_runs().remove(run.path)
         now = time.monotonic()
         self._retired |= {b.path: (tick, now) for b in retired}
         stale = [path for path, (at, since) in self._retired.items()
@@ -539,10 +544,22 @@ class StateStore:
         for path in stale:
             del self._retired[path]
         if dropped:
+            for run in retired_runs:
+                self._arrow_runs().remove(run.path)
             self.collect_garbage()
-        else:  # only what was retired long enough ago that no query still reads it
-            for path in stale:
-                self.fs.delete_batch(path)
+        elif retired_runs or stale:  # runs at once (only ticks and merges read them, never a
+            # catalog query), batches retired long enough ago that no query still reads them:
+            # aside, not in the tick (about 30 files a tick for 25 state nodes)
+            for done in [f for f in self._deletions if f.done()]:
+                _failed(done, "deleting retired files")  # (the next open removes what is left)
+                self._deletions.remove(done)
+            self._deletions.append(self._aside.submit(self._delete, [r.path for r in retired_runs], stale))
+
+    def _delete(self, runs: list[str], batches: list[str]) -> None:
+        for path in runs:
+            self._arrow_runs().remove(path)
+        for path in batches:
+            self.fs.delete_batch(path)
 
     # --- merges beside the ticks ---------------------------------------------------------
 
@@ -629,8 +646,10 @@ class StateStore:
         return self.write(tick, {node: merge(node, Batch.open_many(self.spark, list(inputs)))}).get(node)
 
     def settle(self) -> None:
-        """Wait for the merges running beside the ticks (the next commit folds them in)."""
-        futures: list[Future[Any]] = [*self._run_merges.values(), *(f for _, f in self._spine_merges.values())]
+        """Wait for the merges and deletions running beside the ticks (the next commit
+        folds the merges in)."""
+        futures: list[Future[Any]] = [*self._run_merges.values(), *(f for _, f in self._spine_merges.values()),
+                                      *self._deletions]
         for future in futures:
             future.exception()
 

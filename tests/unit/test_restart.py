@@ -116,6 +116,7 @@ def test_compacted_files_outlive_queries_planned_before_the_commit(spark, tmp_pa
     assert all(exists(p) for p in retired)
     monkeypatch.setattr(state, "RETIRED_GRACE_SECONDS", 0.0)
     pipe.step({"orders": [((10, 1, 1.0), 1)]})
+    pipe.store.settle()  # (deleted beside the ticks)
     assert not any(exists(p) for p in retired)
     emptied = {p.rsplit("/", 1)[0] for p in retired} - {p.rsplit("/", 1)[0] for p in files(pipe)}
     assert emptied and not any(exists(d) for d in emptied), "a tick's directory outlived its last batch"
