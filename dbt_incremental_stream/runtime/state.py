@@ -543,9 +543,7 @@ class StateStore:
                  if at < tick and now - since >= RETIRED_GRACE_SECONDS]
         for path in stale:
             del self._retired[path]
-        if dropped:
-            for run in retired_runs:
-                self._arrow_runs().remove(run.path)
+        if dropped:  # (retired runs and stale batches are no longer live: it removes them too)
             self.collect_garbage()
         elif retired_runs or stale:  # runs at once (only ticks and merges read them, never a
             # catalog query), batches retired long enough ago that no query still reads them:
