@@ -16,7 +16,9 @@ events; its orders, payments and customers are kept, so its state grows with its
 Every ``--every`` ticks (or pipelines) it samples: the JVM heap in use after full GCs and
 what the JVM has committed for it, the storage memory Spark's block managers hold (cached
 RDDs and DataFrames, broadcasts), persisted RDDs, this process's RSS (then again after
-glibc's ``malloc_trim``, and its anonymous part: not mapped files), its Python objects,
+glibc's ``malloc_trim``, and its anonymous part: not mapped files, split into the main
+heap and the other anonymous mappings), what Arrow's pool holds, its Python objects (those
+the GC tracks, and pymalloc's blocks, which count untracked ones too),
 open files and memory maps, the JVM's RSS and open files, Spark's Python workers, the
 bytes and directories under the state location, and the tick time; for the shop, also what
 the broker alone takes to serve a tick's Kafka read (the same requests by a consumer of its
@@ -36,6 +38,7 @@ import json
 import multiprocessing
 import os
 import random
+import re
 import shutil
 import statistics
 import subprocess
@@ -53,6 +56,8 @@ from pyspark import SparkContext  # noqa: E402
 from dbt_incremental_stream import Pipeline  # noqa: E402
 from dbt_incremental_stream.runtime.session import session  # noqa: E402
 
+import pyarrow as pa  # noqa: E402  (after the engine, which chooses Arrow's allocator as pyarrow loads)
+
 SOURCES = {"orders": "id BIGINT, cust INT, amount DOUBLE",
            "customers": "id INT, region STRING, tier STRING"}
 VIEWS = {
@@ -67,7 +72,9 @@ VIEWS = {
 #: evaluator, so that Spark's jobs (its memory, accumulators, broadcasts) are soaked too
 PLACEMENTS = ("auto", "tasks", "dataframe")
 QUANTITIES = ("heap MiB", "heap committed MiB", "storage MiB", "persisted RDDs", "RSS MiB", "RSS trimmed MiB",
-              "anon MiB", "Python objects", "fds", "maps", "JVM RSS MiB", "JVM fds", "Python workers", "state MiB",
+              "anon MiB", "brk heap MiB", "anon maps MiB", "malloc main MiB", "malloc arenas MiB",
+              "malloc mmap MiB", "Arrow MiB", "Python objects", "Python blocks",
+              "fds", "maps", "JVM RSS MiB", "JVM fds", "Python workers", "state MiB",
               "state directories")
 
 
@@ -115,15 +122,70 @@ def sample(spark, state: Path) -> dict[str, float]:
     size, dirs = _under(state)
     rss, anon = _status("/proc/self/status", "VmRSS"), _status("/proc/self/status", "RssAnon")
     _trim()
+    heap, maps = _anonymous()
+    main, arenas, mapped_out = _malloc()
     return {"heap MiB": used / 2 ** 20, "heap committed MiB": runtime.totalMemory() / 2 ** 20,
             "storage MiB": storage / 2 ** 20,
             "persisted RDDs": spark.sparkContext._jsc.getPersistentRDDs().size(),
             "RSS MiB": rss, "RSS trimmed MiB": _status("/proc/self/status", "VmRSS"),
-            "anon MiB": anon,
-            "Python objects": len(gc.get_objects()), "fds": _count("/proc/self/fd"), "maps": mapped,
+            "anon MiB": anon, "brk heap MiB": heap, "anon maps MiB": maps,
+            "malloc main MiB": main, "malloc arenas MiB": arenas, "malloc mmap MiB": mapped_out,
+            "Arrow MiB": pa.total_allocated_bytes() / 2 ** 20,
+            "Python objects": len(gc.get_objects()), "Python blocks": sys.getallocatedblocks(),
+            "fds": _count("/proc/self/fd"), "maps": mapped,
             "JVM RSS MiB": _status(f"/proc/{jpid}/status", "VmRSS") if jpid else 0.0,
             "JVM fds": _count(f"/proc/{jpid}/fd") if jpid else 0, "Python workers": _workers(),
             "state MiB": size / 2 ** 20, "state directories": dirs}
+
+
+def _anonymous() -> tuple[float, float]:
+    """This process's resident anonymous memory (after ``malloc_trim``) in the C library's
+    main heap (``[heap]``, grown by ``brk``: the main thread's allocations) and in the rest
+    of its anonymous mappings (other threads' arenas, thread stacks, allocations past
+    glibc's mmap threshold), in MiB: which of them grows says whose memory it is."""
+    heap = other = 0
+    name = ""
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            head = line.split()
+            if "-" in head[0] and not head[0].endswith(":"):
+                name = head[5] if len(head) > 5 else ""
+            elif head[0] == "Anonymous:":
+                if name == "[heap]":
+                    heap += int(head[1])
+                elif not name:
+                    other += int(head[1])
+    return heap / 1024, other / 1024
+
+
+def _malloc() -> tuple[float, float, float]:
+    """What glibc's allocator has handed out and not had back, in MiB, from ``malloc_info``:
+    in its main arena (the main thread's), in the other threads' arenas, and in chunks it
+    mapped one by one (those past its mmap threshold). Unlike RSS, this leaves out the free
+    memory the allocator keeps: growth here is memory something still holds. Zeros where
+    the C library is not glibc."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.open_memstream.restype = ctypes.c_void_p
+        libc.open_memstream.argtypes = [ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_size_t)]
+        libc.malloc_info.argtypes = [ctypes.c_int, ctypes.c_void_p]
+        libc.fclose.argtypes = [ctypes.c_void_p]
+        libc.free.argtypes = [ctypes.c_void_p]
+    except (OSError, AttributeError):
+        return 0.0, 0.0, 0.0
+    buf, size = ctypes.c_char_p(), ctypes.c_size_t()
+    stream = libc.open_memstream(ctypes.byref(buf), ctypes.byref(size))
+    libc.malloc_info(0, stream)
+    libc.fclose(stream)
+    text = ctypes.string_at(buf, size.value).decode()
+    libc.free(ctypes.cast(buf, ctypes.c_void_p))
+    used = []
+    for nr, body in re.findall(r'<heap nr="(\d+)">(.*?)</heap>', text, re.S):
+        free = sum(map(int, re.findall(r'<total type="(?:fast|rest)" count="\d+" size="(\d+)"', body)))
+        used.append((int(nr), int(re.search(r'<system type="current" size="(\d+)"', body)[1]) - free))
+    mapped = re.search(r'<total type="mmap" count="\d+" size="(\d+)"', text.rsplit("</heap>", 1)[-1])
+    return (sum(u for nr, u in used if nr == 0) / 2 ** 20, sum(u for nr, u in used if nr) / 2 ** 20,
+            int(mapped[1]) / 2 ** 20 if mapped else 0.0)
 
 
 def _under(path: Path) -> tuple[int, int]:

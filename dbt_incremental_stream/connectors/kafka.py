@@ -51,6 +51,11 @@ class _DebugLog:
 #: the setting every Kafka client here is made with
 CLIENT_LOGS: dict[str, Any] = {"logger": _DebugLog()}
 
+#: consumer settings a profile may change: a partition with nothing new ends a read after
+#: this wait (the broker holds an empty fetch that long), so a tick reading idle
+#: partitions waits about this long
+CONSUMER_DEFAULTS: dict[str, Any] = {"fetch.wait.max.ms": 10}
+
 
 class ClientErrors:
     """librdkafka's error callback, keeping the last :data:`KEPT` distinct errors it reported,
@@ -112,14 +117,21 @@ class KafkaSettings:
         shown = {**self.config, **({"schema_registry.url": self.registry.url} if self.registry else {})}
         return {k: "****" if is_secret(k) else v for k, v in shown.items()}
 
+    def consumer_config(self, extra: Mapping[str, Any]) -> dict[str, Any]:
+        """A consumer's librdkafka settings: the engine's defaults, then the profile's (a
+        broker that answers an empty fetch late, or a slow link, may want another
+        ``fetch.wait.max.ms``), then what exactly-once reading needs, which a profile cannot
+        change: no group offsets in Kafka (they live in the pipeline's state), committed
+        transactions only, and an event at the end of each partition."""
+        return {**CONSUMER_DEFAULTS, **self.config, **CLIENT_LOGS,
+                "group.id": f"dbt-incremental-stream-{uuid.uuid4().hex}", "enable.auto.commit": False,
+                "enable.partition.eof": True, "isolation.level": "read_committed", **extra}
+
     def consumer(self, extra: Mapping[str, Any]) -> Any:
-        """A consumer that commits nothing to Kafka (offsets live in the pipeline's state),
-        reads committed transactions only and reports the end of each partition."""
+        """A consumer made with :meth:`consumer_config`."""
         from confluent_kafka import Consumer
 
-        return Consumer({**self.config, **CLIENT_LOGS, "group.id": f"dbt-incremental-stream-{uuid.uuid4().hex}",
-                         "enable.auto.commit": False, "enable.partition.eof": True, "fetch.wait.max.ms": 10,
-                         "isolation.level": "read_committed", **extra})
+        return Consumer(self.consumer_config(extra))
 
     def check(self, timeout: float = 10.0) -> int:
         """Connect and list topics; the number of topics, or a ConnectorError saying what to fix."""

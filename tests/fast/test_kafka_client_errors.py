@@ -1,5 +1,6 @@
 """What a Kafka client kept for the life of ``dbt-stream serve`` remembers of its errors:
-the latest few distinct ones, for the message of a failed read, however long an outage."""
+the latest few distinct ones, for the message of a failed read, however long an outage.
+And which of a consumer's settings a profile may change."""
 from __future__ import annotations
 
 from dbt_incremental_stream.connectors.kafka import ClientErrors, KafkaSettings
@@ -24,3 +25,13 @@ def test_the_unreachable_message_names_the_errors_seen():
     message = str(settings.unreachable(5.0, errors, RuntimeError("timed out")))
     assert "Failed to resolve 'broker.invalid:9092'" in message and "bootstrap_servers" in message
     assert "timed out" in str(settings.unreachable(5.0, ClientErrors(), RuntimeError("timed out")))
+
+
+def test_a_profile_tunes_the_consumer_but_cannot_change_how_it_reads():
+    settings = KafkaSettings.from_profile({"bootstrap_servers": "broker:9092", "fetch.wait.max.ms": 200,
+                                           "isolation.level": "read_uncommitted", "enable.auto.commit": True})
+    config = settings.consumer_config({})
+    assert config["fetch.wait.max.ms"] == "200" and config["bootstrap.servers"] == "broker:9092"
+    assert config["isolation.level"] == "read_committed" and config["enable.auto.commit"] is False
+    default = KafkaSettings.from_profile({"bootstrap_servers": "broker:9092"}).consumer_config({})
+    assert default["fetch.wait.max.ms"] == 10
