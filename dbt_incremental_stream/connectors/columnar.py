@@ -391,6 +391,9 @@ def _array(values: list[Any], arrow: pa.DataType, spark: DataType) -> pa.Array:
         array = pa.array(values, arrow)
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError) as e:
         raise Bad(str(e)) from e
+    if isinstance(spark, DecimalType) and any(isinstance(v, Decimal) and v and v.adjusted() < -spark.scale
+                                               for v in values):
+        raise Bad("a digit past the scale")  # Arrow made 4.750296090368391e-216 a DECIMAL(10, 2) 0.00
     if isinstance(spark, FloatType):
         wide = pa.array(values, pa.float64())
         if pc.any(pc.and_(pc.is_finite(wide), pc.greater(pc.abs(wide), _FLOAT_MAX))).as_py():

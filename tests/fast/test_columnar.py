@@ -116,6 +116,19 @@ def test_an_upsert_source_decodes_as_the_row_decoder_does(docs, ids):
     assert fast == rows
 
 
+def test_a_decimal_far_below_its_scale_is_a_dead_letter_on_both_paths():
+    """Arrow took 4.750296090368391e-216 as a DECIMAL(10, 2) 0.00; the row decoder refuses
+    a digit past the scale."""
+    source = KafkaSource("raw.e", "t", SCHEMA)
+    base = {c: None for c in COLUMNS}
+    docs = [json.dumps({**base, "id": i}).replace('"d": null', f'"d": {d}').encode()
+            for i, d in enumerate(["4.750296090368391e-216", "1.5e2", "1e-300", "0.10"])]
+    fast, rows = both(source, messages(docs, [None] * len(docs)))
+    assert fast == rows
+    assert [r["d"] for r in rows] == [None, Decimal("150.00"), None, Decimal("0.10")]
+    assert "digits after the point" in rows[0]["_reason"]
+
+
 def test_a_good_chunk_takes_the_fast_path_and_keeps_every_digit():
     source = KafkaSource("raw.e", "t", StructType([StructField("id", LongType()), StructField("d", DecimalType(18, 2)),
                                                   StructField("t", TimestampType())]))
