@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import functools
 import gc
 import json
 import multiprocessing
@@ -164,14 +165,8 @@ def _malloc() -> tuple[float, float, float]:
     mapped one by one (those past its mmap threshold). Unlike RSS, this leaves out the free
     memory the allocator keeps: growth here is memory something still holds. Zeros where
     the C library is not glibc."""
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        libc.open_memstream.restype = ctypes.c_void_p
-        libc.open_memstream.argtypes = [ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_size_t)]
-        libc.malloc_info.argtypes = [ctypes.c_int, ctypes.c_void_p]
-        libc.fclose.argtypes = [ctypes.c_void_p]
-        libc.free.argtypes = [ctypes.c_void_p]
-    except (OSError, AttributeError):
+    libc = _glibc()
+    if libc is None:
         return 0.0, 0.0, 0.0
     buf, size = ctypes.c_char_p(), ctypes.c_size_t()
     stream = libc.open_memstream(ctypes.byref(buf), ctypes.byref(size))
@@ -205,12 +200,27 @@ def _under(path: Path) -> tuple[int, int]:
     return size, dirs
 
 
+@functools.cache
+def _glibc() -> Any:
+    """glibc, with the signatures :func:`_malloc` calls; None where the C library is another."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.open_memstream.restype = ctypes.c_void_p
+        libc.open_memstream.argtypes = [ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_size_t)]
+        libc.malloc_info.argtypes = [ctypes.c_int, ctypes.c_void_p]
+        libc.fclose.argtypes = [ctypes.c_void_p]
+        libc.free.argtypes = [ctypes.c_void_p]
+        libc.malloc_trim.argtypes = [ctypes.c_size_t]
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
 def _trim() -> None:
     """Hand the C allocator's free memory back to the system (glibc's ``malloc_trim``)."""
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc
-        pass
+    libc = _glibc()
+    if libc is not None:
+        libc.malloc_trim(0)
 
 
 def _workers() -> int:

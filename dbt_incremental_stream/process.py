@@ -42,7 +42,7 @@ anonymous memory 62 → 73 MiB from tick 1,000 while what their arenas had hande
 at 3–4 MiB). With both thresholds fixed, buffers of :data:`MMAP_BYTES` and more are mapped
 and unmapped one by one, and an arena gives back its top past :data:`TRIM_BYTES`: the
 anonymous memory of 3,000 such ticks grew +1.0% per 1,000 ticks instead of +13.4%, and a
-tick of 1M changed rows took 5–10% longer (``bench/join_aggregate.py``). Keeping 8 MiB at each
+tick of 1M changed rows took 3–10% longer (``bench/join_aggregate.py``). Keeping 8 MiB at each
 arena's top (a 4 MiB mmap threshold) grew as the default did. A process that set either
 (``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_``) keeps its settings; Spark's JVM
 and Python workers keep glibc's defaults.
