@@ -1,13 +1,14 @@
 """Incremental tick vs batch recompute for a join + aggregate view, same Spark session.
 
     python bench/join_aggregate.py [--orders 1000000,4000000,10000000] [--changes 1000] [--ticks 7]
-                                   [--forms arrow,dataframe,rows]
+                                   [--forms arrow,dataframe,pandas,rows]
 
 State: ``orders`` (N rows) joined with ``customers`` and aggregated by region. Each tick
 changes ``--changes`` rows of orders (half deletes of existing rows, half inserts), handed
 to the pipeline in each of ``--forms`` in turn, ``--ticks`` ticks each, over the same
 state: an Arrow table (what a source decoded in Arrow hands it), a DataFrame as a user
-makes one (``spark.createDataFrame`` of the rows, plus a ``select``), or Python rows. The batch
+makes one (``spark.createDataFrame`` of the rows, or of a pandas DataFrame, plus a
+``select``), or Python rows. The batch
 baseline is what a dbt ``table`` model does: read both tables, join, aggregate, write the
 result. Ticks run with the engine's tick settings (no adaptive execution); batch runs with
 adaptive execution on, each side in its best configuration. Per tick it counts the Spark
@@ -66,10 +67,14 @@ def order_table(ids: list[int], weights: list[int]) -> pa.Table:
 
 
 def handed_over(spark, form: str, table: pa.Table):
-    """A tick's change to orders in ``form``: "arrow", "rows" ((values, weight) pairs) or
-    "dataframe" (made from Python rows, with a projection, as user code makes one)."""
+    """A tick's change to orders in ``form``: "arrow", "rows" ((values, weight) pairs),
+    "dataframe" (made from Python rows, with a projection, as user code makes one) or
+    "pandas" (a DataFrame made from a pandas one, with the same projection)."""
     if form == "arrow":
         return table
+    if form == "pandas":
+        df = spark.createDataFrame(table.rename_columns(["id", "cust", "amount", "w"]).to_pandas())
+        return df.select("id", "cust", "amount", F.col("w").alias("_w"))
     rows = [(i, c, a, w) for i, c, a, w in zip(*(table.column(n).to_pylist() for n in table.column_names))]
     if form == "rows":
         return [((i, c, a), w) for i, c, a, w in rows]
@@ -187,8 +192,8 @@ def main() -> None:
     ap.add_argument("--orders", default="1000000,4000000,10000000", help="state sizes, comma separated")
     ap.add_argument("--changes", type=int, default=1_000)
     ap.add_argument("--ticks", type=int, default=7)
-    ap.add_argument("--forms", default="arrow,dataframe,rows",
-                    help="how each tick's change is handed over, in turn: arrow, dataframe, rows")
+    ap.add_argument("--forms", default="arrow,dataframe,pandas,rows",
+                    help="how each tick's change is handed over, in turn: arrow, dataframe, pandas, rows")
     ap.add_argument("--batch-runs", type=int, default=3)
     ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
     args = ap.parse_args()

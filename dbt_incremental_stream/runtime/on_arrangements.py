@@ -309,7 +309,7 @@ class ArrangedTicks:
         room = ARRANGED_ROWS - sum(t.num_rows for t in out.values())
         given = {source: df for source, df in frames.items() if df is not None}
         complete = [source for source, df in given.items() if collects_whole(df)]
-        collect = inheritable_thread_target(self.spark)(lambda source: given[source].toArrow())
+        collect = inheritable_thread_target(self.spark)(lambda source: zsets.collect_arrow(given[source]))
         # side by side: a small input's job is mostly the scheduler's latency, not work
         for source, table in zip(complete, map_all("collect", collect, complete)):
             room -= table.num_rows
@@ -321,7 +321,7 @@ class ArrangedTicks:
                 if estimated_bytes(df) > FETCH_BYTES:
                     room = -1
                     break
-                table = df.limit(room + 1).toArrow()
+                table = zsets.collect_arrow(df.limit(room + 1))
                 room -= table.num_rows
                 out[source] = self.circuit.conform_arrow(source, table)
         return out, room >= 0 and sum(t.nbytes for t in out.values()) <= DRIVER_BYTES, set(complete)
@@ -514,7 +514,7 @@ class ArrangedTicks:
         DataFrame, fetched now): an operator that needs Spark declines here, before the
         job moves the whole tick (a decline in the tasks costs the job)."""
         sample = {n: t.slice(0, REHEARSAL_ROWS) for n, t in held.items()}
-        sample |= {n: self.circuit.conform_arrow(n, df.limit(REHEARSAL_ROWS).toArrow())
+        sample |= {n: self.circuit.conform_arrow(n, zsets.collect_arrow(df.limit(REHEARSAL_ROWS)))
                    for n, df in frames.items() if n not in held}
         assert self.store.runs is not None
         run = ArrangedTick(plan, sample, arrangements, self.store.runs, None, ansi=zsets.ansi(self.spark),

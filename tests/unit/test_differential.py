@@ -8,9 +8,11 @@ import os
 from datetime import datetime, timedelta
 from decimal import Decimal
 
+import pandas as pd
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
+from pyspark.sql import functions as F
 
 from dbt_incremental_stream.differential import ARRANGED_PATH, Differential
 from dbt_incremental_stream.errors import StreamError
@@ -526,8 +528,9 @@ def test_a_view_failing_on_its_input_is_set_aside_and_rebuilt_when_the_cause_goe
 def test_a_dataframe_delta_is_sized_by_its_rows(spark, tmp_path, monkeypatch):
     """A DataFrame made from Python rows (Spark's size estimate of it is unbounded) or read
     from files takes the arranged path in the driver when it has few rows, as the same rows
-    would; past ``ARRANGED_ROWS`` rows the same operators run in Spark tasks, which report
-    where their time went. The view is right on every tick."""
+    would; one made from pandas (local data) is read without a Spark job; past
+    ``ARRANGED_ROWS`` rows the same operators run in Spark tasks, which report where their
+    time went. The view is right on every tick."""
     from dbt_incremental_stream.runtime import on_arrangements
 
     pipe = Pipeline(spark, str(tmp_path / "state"))
@@ -535,11 +538,15 @@ def test_a_dataframe_delta_is_sized_by_its_rows(spark, tmp_path, monkeypatch):
     pipe.add_view("by_cust", "SELECT cust, COUNT(*) AS n, SUM(amount) AS s FROM orders GROUP BY cust")
     schema = "id BIGINT, cust INT, amount DOUBLE, _w BIGINT"
     held: dict[tuple, int] = {}
+    tracker = spark.sparkContext.statusTracker()
+    jobs: list[int] = []  # the Spark jobs each tick ran
 
     def step(rows: list[tuple], df) -> str:
         for *r, w in rows:
             held[tuple(r)] = held.get(tuple(r), 0) + w
+        before = set(tracker.getJobIdsForGroup())
         pipe.step({"orders": df})
+        jobs.append(len(set(tracker.getJobIdsForGroup()) - before))
         want = {}
         for (_, cust, amount), w in held.items():
             n, s = want.get(cust, (0, 0.0))
@@ -561,6 +568,11 @@ def test_a_dataframe_delta_is_sized_by_its_rows(spark, tmp_path, monkeypatch):
         written = [(21, 1, 21.0, 1), (4, 1, 4.0, -1)]
         spark.createDataFrame(written, schema).write.parquet(str(tmp_path / "changes"))
         assert step(written, spark.read.parquet(str(tmp_path / "changes"))) == "arranged"
+        assert jobs[-1] > 0  # the files' scan
+        local = [(22, 0, 22.0, 1), (5, 2, 5.0, -1)]
+        frame = spark.createDataFrame(pd.DataFrame(local, columns=["id", "cust", "amount", "w"]))
+        assert step(local, frame.select("id", "cust", "amount", F.col("w").alias("_w"))) == "arranged"
+        assert jobs[-1] == 0
         monkeypatch.setattr(on_arrangements, "ARRANGED_ROWS", 2)
         many = [(30 + i, i % 3, 0.5, 1) for i in range(3)]
         assert step(many, spark.createDataFrame(many, schema)) == "tasks"

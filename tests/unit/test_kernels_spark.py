@@ -233,13 +233,17 @@ def test_runs_built_in_spark_tasks_and_in_the_driver_are_probed_together(spark, 
 
 @given(data=st.data())
 @SETTINGS
-def test_collect_arrow_keeps_every_date_and_timestamp(spark, new_york, data):
+def test_collect_arrow_is_to_arrow_without_a_job(spark, new_york, data):
     """Row-wise work on a local relation comes back as ``toArrow`` gives it, without a
-    Spark job, for every date and timestamp Spark holds: a timestamp of year 1 is a date
-    of year 0 in New York, 9999-12-31 23:59 UTC a timestamp of year 10000 a day later."""
+    Spark job, for every date and timestamp Spark holds (a timestamp of year 1 is a date
+    of year 0 in New York, 9999-12-31 23:59 UTC a timestamp of year 10000 a day later),
+    and for the types Python's rows could not carry: nested, TIMESTAMP_NTZ, intervals,
+    wide decimals."""
     table = data.draw(batches("ts TIMESTAMP, dt DATE"))
-    df = spark.createDataFrame(table).selectExpr("ts", "CAST(ts AS DATE) AS dt", "dt AS d", "ts + INTERVAL 1 DAY AS dt",
-                                                 "_w")
+    df = spark.createDataFrame(table).selectExpr(
+        "ts", "CAST(ts AS DATE) AS dt", "dt AS d", "ts + INTERVAL 1 DAY AS dt", "CAST(ts AS TIMESTAMP_NTZ) AS ntz",
+        "array(ts, NULL) AS a", "named_struct('d', dt, 's', CAST(dt AS STRING)) AS s", "map('k', ts) AS m",
+        "ts - TIMESTAMP'1970-01-01 00:00:00' AS i", "CAST(unix_date(dt) AS DECIMAL(38, 18)) / 7 AS q", "_w")
     spark.sparkContext.setLocalProperty("spark.jobGroup.id", "collect_arrow")
     try:
         got = zsets.collect_arrow(df)
