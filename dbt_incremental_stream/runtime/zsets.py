@@ -1,4 +1,13 @@
-"""Z-set and aggregate primitives on Spark DataFrames (weight column ``_w``)."""
+"""Z-set and aggregate primitives on Spark DataFrames (weight column ``_w``), and the
+crossings between Spark and Arrow (a DataFrame collected as Arrow, Python rows as Arrow,
+Spark's types in Arrow).
+
+These are the DataFrame evaluator's (:mod:`.evaluate`) counterparts of :mod:`.kernels`,
+which do the same on Arrow tables for ticks on arrangements: a sum, a consolidation or a
+partial aggregate has one of each. Spark SQL's semantics decide: each kernel is held to
+Spark's answer on the same batch (``tests/unit/test_kernels_spark.py``), and every view to
+Spark's batch answer on both placements (the twin harness, ``tests/twin.py``).
+"""
 from __future__ import annotations
 
 import time
