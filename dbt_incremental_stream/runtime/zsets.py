@@ -116,10 +116,12 @@ def collect_arrow(df: DataFrame) -> pa.Table:
     and served to Python through a local socket, as ``toArrow`` serves its batches: no job
     (9-26 ms for 1,000-100,000 rows here, against 60-150 ms for ``toArrow``'s). Py4J's
     own channel is no way for the bytes: 25 KB took 46 ms through it. Any other plan takes
-    ``toArrow``."""
+    ``toArrow``, and so does a local relation whose rows did not all arrive: the serving
+    thread ends the stream early when it fails, where ``toArrow`` raises Spark's error."""
     plan = df._jdf.queryExecution().executedPlan()
     if plan.getClass().getSimpleName() != "LocalTableScanExec":
         return df.toArrow()
+    rows = plan.rows()
     spark = df.sparkSession
     jvm = spark._jvm
     assert jvm is not None
@@ -128,11 +130,13 @@ def collect_arrow(df: DataFrame) -> pa.Table:
     converters = getattr(jvm.org.apache.spark.sql.execution.arrow, "ArrowConverters$").__getattr__("MODULE$")
     # as collectAsArrowToPython writes: the session's zone, duplicate struct fields refused
     streams = converters.toBatchWithSchemaIterator(
-        plan.rows().iterator(), plan.schema(), conf.arrowMaxRecordsPerBatch(), LOCAL_BATCH_BYTES,
+        rows.iterator(), plan.schema(), conf.arrowMaxRecordsPerBatch(), LOCAL_BATCH_BYTES,
         conf.sessionLocalTimeZone(), True, large)
     served = jvm.org.apache.spark.api.python.PythonRDD.serveIterator(streams, "dbt-stream-collect")
     with _load_from_socket(served, NoOpSerializer()) as streamed:
         parts = [b for stream in streamed for b in pa.ipc.open_stream(stream).read_all().to_batches()]
+    if sum(b.num_rows for b in parts) != rows.size():
+        return df.toArrow()
     schema = to_arrow_schema(df.schema, error_on_duplicated_field_names_in_struct=True, timezone="UTC",
                              prefers_large_types=large)
     return pa.Table.from_batches(parts, schema=parts[0].schema).cast(schema) if parts else schema.empty_table()

@@ -5,6 +5,7 @@ NULL in every column): the kernel's answer is Spark's, or the kernel declines
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from functools import partial
 from typing import Iterator
 
@@ -252,6 +253,26 @@ def test_collect_arrow_is_to_arrow_without_a_job(spark, new_york, data):
         spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
     want = df.toArrow()
     assert got.schema == want.schema and got.equals(want), f"{got.to_pydict()} vs {want.to_pydict()}"
+
+
+def test_collect_arrow_cut_short_takes_to_arrow(spark, monkeypatch):
+    """When the stream of a local relation's batches ends early (its serving thread
+    failed), the rows are not taken for all of them: ``toArrow`` collects them again."""
+    streamed = zsets._load_from_socket
+
+    @contextmanager
+    def first_batch_only(served, serializer):
+        with streamed(served, serializer) as batches:
+            yield list(batches)[:1]
+
+    monkeypatch.setattr(zsets, "_load_from_socket", first_batch_only)
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "2")
+    try:
+        df = spark.createDataFrame(pa.table({"x": list(range(5))})).selectExpr("x * 2 AS y")
+        got = zsets.collect_arrow(df)
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    assert got.column("y").to_pylist() == [0, 2, 4, 6, 8]
 
 
 @pytest.mark.parametrize("zone", [NEW_YORK, "America/Sao_Paulo", "Pacific/Apia"])
