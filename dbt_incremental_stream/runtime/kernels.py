@@ -39,6 +39,8 @@ _NULL = np.uint64(0x9E3779B97F4A7C15)  # what a NULL key value hashes to
 _MUL = np.uint64(0xBF58476D1CE4E5B9)
 _MUL2 = np.uint64(0x94D049BB133111EB)
 _POLY = np.uint64(0x100000001B3)
+_SEED = np.uint64(0x2545F4914F6CDD1D)  # a hash before its first key
+HASH_BLOCK = 1 << 14  # rows a key hash mixes at a time (its scratch stays in the CPU's cache)
 _EXACT = pa.decimal128(38, 0)  # integer sums are summed in it
 SIDE_BY_SIDE = 1 << 20  # rows from which a sort by hash runs on two threads
 INSTANT = pa.timestamp("us", tz="UTC")  # Spark's TIMESTAMP, as the engine holds it
@@ -53,29 +55,36 @@ class UnsupportedKey(TypeError):
 
 
 def _mix(z: np.ndarray) -> np.ndarray:
-    """splitmix64's finalizer: every input bit moves every output bit (in place after the
-    first step, which copies ``z``: a third of a large key hash was allocating)."""
-    z = z ^ (z >> np.uint64(30))
+    """splitmix64's finalizer: every input bit moves every output bit (of a copy of ``z``)."""
+    z = z.copy()
+    _mix_into(z, np.empty_like(z))
+    return z
+
+
+def _mix_into(z: np.ndarray, t: np.ndarray) -> None:
+    """:func:`_mix` in place, ``t`` (as long as ``z``) its scratch: no allocation, so that
+    a block of :data:`HASH_BLOCK` values is mixed in the CPU's cache."""
+    np.right_shift(z, np.uint64(30), out=t)
+    z ^= t
     z *= _MUL
-    t = z >> np.uint64(27)
+    np.right_shift(z, np.uint64(27), out=t)
     z ^= t
     z *= _MUL2
     np.right_shift(z, np.uint64(31), out=t)
     z ^= t
-    return z
 
 
-def _column_hash(arr: pa.Array) -> np.ndarray:
-    """A uint64 per value, equal for equal values of one type; NULL hashes to a constant."""
+def _column_values(arr: pa.Array) -> tuple[np.ndarray, np.ndarray | None]:
+    """A uint64 per value, equal for equal values of one type, before mixing; and which
+    values are valid (None: all are). Arrow's buffers are used as they are where they can
+    be (no NULLs, a 64-bit type): the values are read, never written."""
     t = arr.type
     n = len(arr)
-    if n == 0:
-        return np.zeros(0, np.uint64)
     if pa.types.is_dictionary(t):
-        return _column_hash(arr.dictionary_decode())
+        return _column_values(arr.dictionary_decode())
     if pa.types.is_null(t):
-        return np.full(n, _NULL, np.uint64)
-    valid = arr.is_valid().to_numpy(zero_copy_only=False)
+        return np.zeros(n, np.uint64), np.zeros(n, bool)
+    valid = arr.is_valid().to_numpy(zero_copy_only=False) if arr.null_count else None
     if pa.types.is_boolean(t) or pa.types.is_integer(t):
         values = arr.cast(pa.int64()).fill_null(0).to_numpy().view(np.uint64)
     elif pa.types.is_floating(t):
@@ -95,7 +104,7 @@ def _column_hash(arr: pa.Array) -> np.ndarray:
         values = _bytes_hash(arr.cast(pa.large_binary()))
     else:
         raise UnsupportedKey(f"cannot hash a key of type {t}")
-    return np.where(valid, _mix(values), _NULL)
+    return values, valid
 
 
 def _bytes_hash(arr: pa.Array) -> np.ndarray:
@@ -137,10 +146,27 @@ def normal_keys(table: pa.Table, keys: Iterable[str], zero: bool = True) -> pa.T
 
 
 def key_hash(table: pa.Table, keys: Sequence[str]) -> np.ndarray:
-    """The ``_h`` of each row: a hash of its ``keys`` columns (no keys: one constant)."""
-    h = np.full(table.num_rows, np.uint64(0x2545F4914F6CDD1D), np.uint64)
-    for k in keys:
-        h = _mix(h * _MUL + _column_hash(table.column(k).combine_chunks()))
+    """The ``_h`` of each row: a hash of its ``keys`` columns (no keys: one constant).
+    Per key, ``h = mix(h * MUL + v)``, where ``v`` is the value mixed (a NULL: a constant);
+    computed a block of :data:`HASH_BLOCK` rows at a time, whatever the number of keys (a
+    whole column's pass per step was bound by memory, not arithmetic)."""
+    n = table.num_rows
+    h = np.full(n, _SEED, np.uint64)
+    columns = [_column_values(table.column(k).combine_chunks()) for k in keys]
+    if not columns or not n:
+        return h
+    v, t = np.empty(min(n, HASH_BLOCK), np.uint64), np.empty(min(n, HASH_BLOCK), np.uint64)
+    for start in range(0, n, HASH_BLOCK):
+        stop = min(n, start + HASH_BLOCK)
+        hb, vb, tb = h[start:stop], v[:stop - start], t[:stop - start]
+        for values, valid in columns:
+            np.copyto(vb, values[start:stop])
+            _mix_into(vb, tb)
+            if valid is not None:
+                np.copyto(vb, _NULL, where=~valid[start:stop])
+            hb *= _MUL
+            hb += vb
+            _mix_into(hb, tb)
     return h
 
 
