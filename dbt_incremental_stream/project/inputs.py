@@ -58,6 +58,9 @@ LISTED_FILES = 5_000
 APPENDABLE = ("parquet", "orc")
 #: added Parquet files of at most this many bytes in all are read in the driver
 DRIVER_FILE_BYTES = 64 << 20
+#: a rewritten Parquet table is compared with the pipeline's batches of it in the driver
+#: when both are at most this many bytes in all (Parquet's: several times that in memory)
+DRIVER_COMPARE_BYTES = 128 << 20
 
 Listing = dict[str, Any]  # a table source's digest, shape and (maybe) files
 
@@ -196,9 +199,12 @@ class Inputs:
             elif not pipe.holds(name):  # nothing to compare with: all of it is new
                 read.deltas[name] = zsets.inserted(table.toDF(*names))
                 report.tables[rel] = "read whole"
+            elif (compared := _compared_in_driver(pipe, name, table, listing)) is not None:
+                read.deltas[name] = compared
+                report.tables[rel] = "compared whole, in the driver"
             else:
                 read.deltas[name] = zsets.diff(table.toDF(*names), pipe.integral(name))
-                report.tables[rel] = "compared whole"
+                report.tables[rel] = "compared whole, by Spark"
             read.fingerprints[rel] = listing
 
     def _read_added(self, table: DataFrame, file_format: str, added: list[str], names: list[str],
@@ -313,6 +319,30 @@ def _changes(pipe: Pipeline, source: KafkaSource, rows: DataFrame | pa.Table) ->
     new = latest.where(zsets.col(WEIGHT) > 0).select(*map(zsets.col, columns))
     replaced_rows = zsets.restrict(pipe.snapshot(name, weights=True), latest.select(*keys), key)
     return zsets.consolidate(zsets.union([new, zsets.scale(replaced_rows, "-1")]))  # type: ignore[arg-type]
+
+
+def _compared_in_driver(pipe: Pipeline, name: str, table: DataFrame, listing: Listing | None) -> pa.Table | None:
+    """A table source's change, its rows now against what the pipeline holds of it, in
+    the driver by the kernels (:func:`.kernels.diff`): when it is a Parquet table whose
+    files are on this machine and, with the pipeline's batches of it, of at most
+    :data:`DRIVER_COMPARE_BYTES` in all. Spark's comparison of the same (an aggregation of
+    both by every column) took 10-15 s for 5M rows a side on two cores, the kernels 2-3 s
+    (pyarrow reads the files in a fraction of Spark's conversion of them). None: Spark
+    compares them."""
+    files = (listing or {}).get("files") or []
+    if not files or any(len(f) != 3 for f in files) or _file_format(table) != "parquet":
+        return None
+    room = DRIVER_COMPARE_BYTES - sum(f[1] for f in files)
+    held = pipe.integral_arrow(name, room) if room >= 0 else None
+    if held is None:
+        return None
+    try:
+        rows = pq.read_table([local_directory(f[0]) for f in files], columns=table.columns,
+                             coerce_int96_timestamp_unit="us")
+        now = pipe.circuit.conform_arrow(name, kernels.inserted(rows.rename_columns(pipe.schema(name).fieldNames())))
+    except (pa.ArrowException, OSError, KeyError):
+        return None  # what pyarrow does not read as Spark does, Spark reads
+    return kernels.diff(now.drop_columns([WEIGHT]), held)
 
 
 def _counts(frame: DataFrame) -> tuple[int, int]:

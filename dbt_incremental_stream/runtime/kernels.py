@@ -229,6 +229,13 @@ def consolidate(table: pa.Table) -> pa.Table:
     return out.filter(pc.not_equal(out.column(WEIGHT), 0))
 
 
+def diff(current: pa.Table, before: pa.Table | None) -> pa.Table:
+    """The Z-set that turns ``before`` (a Z-set of ``current``'s columns and types) into
+    ``current`` (a bag of rows): :func:`.zsets.diff`, in Arrow."""
+    now = inserted(current)
+    return consolidate(now if before is None else pa.concat_tables([now, negate(before.select(now.column_names).cast(now.schema))]))
+
+
 def _sorted_sums(rows: pa.Table, cols: list[str], h: np.ndarray) -> pa.Table:
     """:func:`_summed` by sorting on the rows' hashes ``h``: a run of equal rows is one
     group (its weights summed, its first row kept). A run of one hash holding rows that

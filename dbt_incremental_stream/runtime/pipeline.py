@@ -361,6 +361,18 @@ class Pipeline:
         when it holds nothing."""
         return self.store.before(self.circuit.contents(name)[0])
 
+    def integral_arrow(self, name: str, most_bytes: int) -> pa.Table | None:
+        """:meth:`integral` as an Arrow table read in the driver (its batches, not yet
+        consolidated); None when its batches pass ``most_bytes`` in all."""
+        node, schema = self.circuit.contents(name)
+        spine = self.store.spines.get(node)
+        batches = list(spine.batches) if spine else []
+        if sum(b.bytes for b in batches) > most_bytes:
+            return None
+        if not batches:
+            return zsets.arrow_schema(zsets.with_weight(schema)).empty_table()
+        return self.store.read_arrow(batches)
+
     def relation_sql(self, name: str) -> str:
         """A Spark SQL query of a view's contents (or a source's retained input) at the last
         committed tick, reading the committed state files: a catalog view defined by it

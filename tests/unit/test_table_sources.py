@@ -1,12 +1,13 @@
 """Table sources: a table whose files were only added is read by its new files alone; any
-other change (rewritten, a file gone, partitioned, a view) is compared whole. Either way,
+other change (rewritten, a file gone, partitioned, a view) is compared whole: in the driver
+for local Parquet files, else by Spark. Either way,
 after every run each model equals its SQL in batch (DuckDB) over the table as it is."""
 from __future__ import annotations
 
 from pathlib import Path
 
 from dbt_incremental_stream.differential import check_project
-from dbt_incremental_stream.project import Model, Project
+from dbt_incremental_stream.project import Model, Project, inputs
 
 SCHEMA = "id INT, cust INT, amount DOUBLE, note STRING"
 
@@ -27,7 +28,7 @@ def run(spark, location: Path, model: Model) -> dict[str, str]:
         project.close()
 
 
-def test_added_files_are_read_alone_and_other_changes_whole(spark, tmp_path):
+def test_added_files_are_read_alone_and_other_changes_whole(spark, tmp_path, monkeypatch):
     spark.sql("CREATE DATABASE IF NOT EXISTS tsrc")
     spark.sql("CREATE DATABASE IF NOT EXISTS tsout")  # dbt creates the model's schema
     spark.createDataFrame(rows(0, 40), SCHEMA).write.mode("overwrite").format("parquet").saveAsTable("tsrc.orders")
@@ -46,13 +47,19 @@ def test_added_files_are_read_alone_and_other_changes_whole(spark, tmp_path):
     kept = [r for r in table.collect() if r["id"] % 3]  # a rewrite: rows deleted
     spark.createDataFrame(kept, SCHEMA).write.mode("overwrite").saveAsTable("tsrc.orders_tmp")
     spark.table("tsrc.orders_tmp").write.mode("overwrite").saveAsTable("tsrc.orders")
-    assert run(spark, location, model) == {"tsrc.orders": "compared whole"}
+    assert run(spark, location, model) == {"tsrc.orders": "compared whole, in the driver"}
 
     files = sorted(spark.table("tsrc.orders").inputFiles())  # a file gone, another added
     Path(files[0].removeprefix("file:").replace("///", "/", 1)).unlink()
     spark.createDataFrame(rows(100, 104), SCHEMA).write.mode("append").saveAsTable("tsrc.orders")
     spark.sql("REFRESH TABLE tsrc.orders")
-    assert run(spark, location, model) == {"tsrc.orders": "compared whole"}
+    assert run(spark, location, model) == {"tsrc.orders": "compared whole, in the driver"}
+
+    monkeypatch.setattr(inputs, "DRIVER_COMPARE_BYTES", 1000)  # too large for the driver: Spark compares
+    spark.createDataFrame([r for r in spark.table("tsrc.orders").collect() if r["id"] % 4],
+                          SCHEMA).write.mode("overwrite").saveAsTable("tsrc.orders_tmp")
+    spark.table("tsrc.orders_tmp").write.mode("overwrite").saveAsTable("tsrc.orders")
+    assert run(spark, location, model) == {"tsrc.orders": "compared whole, by Spark"}
 
 
 def test_a_partitioned_table_is_compared_whole(spark, tmp_path):
@@ -63,7 +70,7 @@ def test_a_partitioned_table_is_compared_whole(spark, tmp_path):
     location = tmp_path / "state"
     run(spark, location, model)
     spark.createDataFrame(rows(20, 30), SCHEMA).write.mode("append").partitionBy("cust").saveAsTable("tsrc.parted")
-    assert run(spark, location, model) == {"tsrc.parted": "compared whole"}
+    assert run(spark, location, model) == {"tsrc.parted": "compared whole, by Spark"}
 
 
 TYPED = "id INT, at TIMESTAMP, day DATE, price DECIMAL(30,6), x DOUBLE, s STRING"
@@ -81,8 +88,8 @@ def typed(lo: int, hi: int) -> list[tuple]:
 
 
 def test_added_files_read_in_the_driver_keep_spark_values(spark, tmp_path, local_new_york):
-    """Added Parquet files read by pyarrow in the driver give the values Spark reads from
-    them: instants in a non-UTC session zone (before 1970, across DST), dates, wide
+    """Added Parquet files, and a rewritten table, read by pyarrow in the driver give the
+    values Spark reads from them: instants in a non-UTC session zone (before 1970, across DST), dates, wide
     decimals, NaN and -0.0, NULLs; the model equals batch after each run."""
     spark.sql("CREATE DATABASE IF NOT EXISTS tsrc")
     spark.sql("CREATE DATABASE IF NOT EXISTS tsout")
@@ -97,6 +104,13 @@ def test_added_files_read_in_the_driver_keep_spark_values(spark, tmp_path, local
         for lo in (30, 60):
             spark.createDataFrame(typed(lo, lo + 30), TYPED).coalesce(1).write.mode("append").saveAsTable("tsrc.typed")
             assert run(spark, location, model) == {"tsrc.typed": "1 added files, in the driver"}
+        # rewritten whole, a third of its rows gone and some anew: compared in the driver
+        # with what the pipeline holds, every value as Spark reads it (else rows that did
+        # not change would not cancel, and the model would differ from batch)
+        kept = [r for r in spark.table("tsrc.typed").collect() if r["id"] % 3] + typed(200, 210)
+        spark.createDataFrame(kept, TYPED).write.mode("overwrite").saveAsTable("tsrc.typed_tmp")
+        spark.table("tsrc.typed_tmp").write.mode("overwrite").saveAsTable("tsrc.typed")
+        assert run(spark, location, model) == {"tsrc.typed": "compared whole, in the driver"}
     finally:
         spark.conf.set("spark.sql.session.timeZone", zone)
 
