@@ -233,7 +233,9 @@ def diff(current: pa.Table, before: pa.Table | None) -> pa.Table:
     """The Z-set that turns ``before`` (a Z-set of ``current``'s columns and types) into
     ``current`` (a bag of rows): :func:`.zsets.diff`, in Arrow."""
     now = inserted(current)
-    return consolidate(now if before is None else pa.concat_tables([now, negate(before.select(now.column_names).cast(now.schema))]))
+    if before is None:
+        return consolidate(now)
+    return consolidate(pa.concat_tables([now, negate(before.select(now.column_names).cast(now.schema))]))
 
 
 def _sorted_sums(rows: pa.Table, cols: list[str], h: np.ndarray) -> pa.Table:
