@@ -42,7 +42,7 @@ _POLY = np.uint64(0x100000001B3)
 _SEED = np.uint64(0x2545F4914F6CDD1D)  # a hash before its first key
 HASH_BLOCK = 1 << 14  # rows a key hash mixes at a time (its scratch stays in the CPU's cache)
 _EXACT = pa.decimal128(38, 0)  # integer sums are summed in it
-SIDE_BY_SIDE = 1 << 20  # rows from which a sort by hash runs on two threads
+SIDE_BY_SIDE = 1 << 20  # rows from which a consolidation by sorting runs on two threads
 INSTANT = pa.timestamp("us", tz="UTC")  # Spark's TIMESTAMP, as the engine holds it
 DAY_MICROS = 86_400_000_000
 
@@ -240,11 +240,26 @@ def diff(current: pa.Table, before: pa.Table | None) -> pa.Table:
 
 def _sorted_sums(rows: pa.Table, cols: list[str], h: np.ndarray) -> pa.Table:
     """:func:`_summed` by sorting on the rows' hashes ``h``: a run of equal rows is one
-    group (its weights summed, its first row kept). A run of one hash holding rows that
-    differ (a collision, or 0.0 beside -0.0, which hash alike) may keep equal rows apart:
-    its rows go through the group-by. Half the time of Arrow's group-by when most rows
-    have a twin, and ordered by hash (the same output for the same input)."""
-    order = _hash_order(h)
+    group (its weights summed, its first row kept). Half the time of Arrow's group-by when
+    most rows have a twin, and ordered by hash (the same output for the same input). A
+    large one is summed as two halves by the hash's top bit, side by side (sorting and
+    gathering release the GIL): equal rows are in one half, and the halves in turn are the
+    whole in order."""
+    if len(h) < SIDE_BY_SIDE:
+        return _sorted_part(rows, cols, h, np.argsort(h))
+    top = h >= np.uint64(1 << 63)
+    halves = map_all("sort", lambda part: _sorted_part(rows, cols, h, part[np.argsort(h[part])]),
+                     (np.flatnonzero(~top), np.flatnonzero(top)))
+    return pa.concat_tables(halves, promote_options="permissive")
+
+
+def _sorted_part(rows: pa.Table, cols: list[str], h: np.ndarray, order: np.ndarray) -> pa.Table:
+    """:func:`_sorted_sums` of the rows at ``order`` (which sorts their hashes; not stably:
+    rows of one hash are equal, or go through the group-by). A run of one hash holding
+    rows that differ (a collision, or 0.0 beside -0.0, which hash alike) may keep equal
+    rows apart: its rows go through the group-by."""
+    if not len(order):  # a half with no rows
+        return rows.slice(0, 0)
     hs = h[order]
     rows = rows.take(pa.array(order))
     same = hs[1:] == hs[:-1]  # row i+1 has row i's hash
@@ -263,17 +278,6 @@ def _sorted_sums(rows: pa.Table, cols: list[str], h: np.ndarray) -> pa.Table:
     keep = starts[~apart[starts]]
     return concat([rows.take(pa.array(keep)).set_column(len(cols), WEIGHT, pa.array(sums[~apart[starts]], pa.int64())),
                    _summed(rows.filter(pa.array(apart)), cols)])
-
-
-def _hash_order(h: np.ndarray) -> np.ndarray:
-    """The indices that sort ``h`` (not stably: rows of one hash are equal, or go through
-    the group-by). A large one is sorted as two halves by the top bit, side by side
-    (sorting releases the GIL): the halves in turn are the whole in order."""
-    if len(h) < SIDE_BY_SIDE:
-        return np.argsort(h)
-    top = h >= np.uint64(1 << 63)
-    halves = map_all("sort", lambda part: part[np.argsort(h[part])], (np.flatnonzero(~top), np.flatnonzero(top)))
-    return np.concatenate(halves)
 
 
 def _equal_to_previous(column: pa.ChunkedArray) -> np.ndarray:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections import Counter, defaultdict
 from decimal import Decimal
+from unittest import mock
 
 import numpy as np
 import pyarrow as pa
@@ -126,15 +127,18 @@ def test_consolidate_by_each_way(rows, copies):
     """Alone, through the group-by or by sorting (most rows with a twin), the same Z-set:
     NULLs alike, NaNs alike, -0.0 apart from 0.0, across strings and decimals."""
     t = table(rows * (copies + 1), MIXED)
-    got: Counter = Counter()
-    for r in kernels.consolidate(t).to_pylist():
-        got[(r["s"], r["d"], _same(r["f"]))] += r[WEIGHT]
-        assert r[WEIGHT] != 0
     want: Counter = Counter()
     for s_, d, f, w in rows * (copies + 1):
         want[(s_, d, _same(f))] += w
-    assert got == Counter({k: w for k, w in want.items() if w})
-    assert kernels.consolidate(t).num_rows == len(got)
+    for side_by_side in (kernels.SIDE_BY_SIDE, 2):  # also as two halves by hash, side by side
+        with mock.patch.object(kernels, "SIDE_BY_SIDE", side_by_side):
+            out = kernels.consolidate(t)
+        got: Counter = Counter()
+        for r in out.to_pylist():
+            got[(r["s"], r["d"], _same(r["f"]))] += r[WEIGHT]
+            assert r[WEIGHT] != 0
+        assert got == Counter({k: w for k, w in want.items() if w})
+        assert out.num_rows == len(got)
 
 
 @settings(max_examples=200, deadline=None)
