@@ -8,7 +8,10 @@ Two kinds of source feed the models:
   files, not partitioned, whose files were only added (an ``INSERT INTO``, a file dropped
   into an external table's directory) changes by the rows of the new files, read alone;
   a table the pipeline holds nothing of yet is read whole; any other change is its
-  contents minus what the pipeline holds of it (a whole-table comparison);
+  contents minus what the pipeline holds of it (a whole-table comparison). Local Parquet
+  files are read by pyarrow in the driver, up to a size (:data:`DRIVER_FILE_BYTES` added,
+  :data:`DRIVER_TABLE_BYTES` whole), and compared there by the kernels; else Spark reads
+  and compares;
 - a *Kafka source*, read from where the last committed tick ended, to the end of the topic
   (once per :class:`Inputs`: one ``dbt run`` sees one frontier), at most ``max_records``
   records a tick. A small read is decoded in the driver into Arrow, a large one by Spark.
@@ -58,9 +61,10 @@ LISTED_FILES = 5_000
 APPENDABLE = ("parquet", "orc")
 #: added Parquet files of at most this many bytes in all are read in the driver
 DRIVER_FILE_BYTES = 64 << 20
-#: a rewritten Parquet table is compared with the pipeline's batches of it in the driver
-#: when both are at most this many bytes in all (Parquet's: several times that in memory)
-DRIVER_COMPARE_BYTES = 128 << 20
+#: a Parquet table source read whole (at first, or to compare it with the pipeline's
+#: batches of it) is read in the driver when its files are at most this many bytes in all
+#: (with those batches, when compared): Parquet's bytes, several times that in memory
+DRIVER_TABLE_BYTES = 128 << 20
 
 Listing = dict[str, Any]  # a table source's digest, shape and (maybe) files
 
@@ -193,12 +197,13 @@ class Inputs:
             added = _added(old, listing)
             file_format = _file_format(table) if added else None
             if added and file_format is not None:
-                read.deltas[name] = self._read_added(table, file_format, added, names, listing)
+                read.deltas[name] = self._read_added(pipe, name, table, file_format, added, listing)
                 where = "in the driver" if isinstance(read.deltas[name], pa.Table) else "by Spark"
                 report.tables[rel] = f"{len(added)} added files, {where}"
             elif not pipe.holds(name):  # nothing to compare with: all of it is new
-                read.deltas[name] = zsets.inserted(table.toDF(*names))
-                report.tables[rel] = "read whole"
+                whole = _whole_in_driver(pipe, name, table, listing, DRIVER_TABLE_BYTES)
+                read.deltas[name] = whole if whole is not None else zsets.inserted(table.toDF(*names))
+                report.tables[rel] = "read whole, " + ("in the driver" if whole is not None else "by Spark")
             elif (compared := _compared_in_driver(pipe, name, table, listing)) is not None:
                 read.deltas[name] = compared
                 report.tables[rel] = "compared whole, in the driver"
@@ -207,7 +212,7 @@ class Inputs:
                 report.tables[rel] = "compared whole, by Spark"
             read.fingerprints[rel] = listing
 
-    def _read_added(self, table: DataFrame, file_format: str, added: list[str], names: list[str],
+    def _read_added(self, pipe: Pipeline, name: str, table: DataFrame, file_format: str, added: list[str],
                     listing: Listing | None) -> DataFrame | pa.Table:
         """The rows of a table source's added files, each of weight 1: read by pyarrow in
         the driver when they are Parquet files on this machine of at most
@@ -216,12 +221,10 @@ class Inputs:
         sizes = {f[0]: f[1] for f in (listing or {}).get("files") or [] if len(f) == 3}  # local files only
         if file_format == "parquet" and all(f in sizes for f in added) \
                 and sum(sizes[f] for f in added) <= DRIVER_FILE_BYTES:
-            try:
-                rows = pq.read_table([local_directory(f) for f in added], columns=table.columns,
-                                     coerce_int96_timestamp_unit="us")
-                return kernels.inserted(rows.rename_columns(names))
-            except (pa.ArrowException, OSError, KeyError):
-                pass  # what pyarrow does not read as Spark does, Spark reads
+            rows = _parquet_in_driver(pipe, name, table, added)
+            if rows is not None:
+                return rows
+        names = pipe.schema(name).fieldNames()
         return zsets.inserted(self.spark.read.schema(table.schema).format(file_format).load(added).toDF(*names))
 
     def _fetch(self, streams: list[KafkaSource]) -> dict[str, Fetched]:
@@ -321,27 +324,44 @@ def _changes(pipe: Pipeline, source: KafkaSource, rows: DataFrame | pa.Table) ->
     return zsets.consolidate(zsets.union([new, zsets.scale(replaced_rows, "-1")]))  # type: ignore[arg-type]
 
 
+def _parquet_in_driver(pipe: Pipeline, name: str, table: DataFrame, files: list[str]) -> pa.Table | None:
+    """Parquet files of a table source on this machine, read by pyarrow: its rows, each
+    inserted once, in the source's types; None when pyarrow does not read them as Spark
+    does (Spark reads them then)."""
+    try:
+        rows = pq.read_table([local_directory(f) for f in files], columns=table.columns,
+                             coerce_int96_timestamp_unit="us")
+        return pipe.circuit.conform_arrow(name, kernels.inserted(rows.rename_columns(pipe.schema(name).fieldNames())))
+    except (pa.ArrowException, OSError, KeyError):
+        return None
+
+
+def _whole_in_driver(pipe: Pipeline, name: str, table: DataFrame, listing: Listing | None,
+                     most_bytes: int) -> pa.Table | None:
+    """A table source's rows read whole in the driver (:func:`_parquet_in_driver`), when
+    it is a Parquet table whose files are on this machine, of at most ``most_bytes`` in
+    all: Spark's conversion of 5M rows to Arrow for the tick's tasks took most of a first
+    build's 15 s, pyarrow reads them in 0.5 s. None: Spark reads it."""
+    files = (listing or {}).get("files") or []
+    if not files or any(len(f) != 3 for f in files) or sum(f[1] for f in files) > most_bytes \
+            or _file_format(table) != "parquet":
+        return None
+    return _parquet_in_driver(pipe, name, table, [f[0] for f in files])
+
+
 def _compared_in_driver(pipe: Pipeline, name: str, table: DataFrame, listing: Listing | None) -> pa.Table | None:
     """A table source's change, its rows now against what the pipeline holds of it, in
-    the driver by the kernels (:func:`.kernels.diff`): when it is a Parquet table whose
-    files are on this machine and, with the pipeline's batches of it, of at most
-    :data:`DRIVER_COMPARE_BYTES` in all. Spark's comparison of the same (an aggregation of
-    both by every column) took 10-15 s for 5M rows a side on two cores, the kernels 2-3 s
-    (pyarrow reads the files in a fraction of Spark's conversion of them). None: Spark
-    compares them."""
+    the driver by the kernels (:func:`.kernels.diff`): when its rows are read in the
+    driver (:func:`_whole_in_driver`) and, with the pipeline's batches of it, are of at
+    most :data:`DRIVER_TABLE_BYTES` in all. Spark's comparison of the same (an aggregation
+    of both by every column) took 10-15 s for 5M rows a side on two cores, this 4-5 s.
+    None: Spark compares them."""
     files = (listing or {}).get("files") or []
-    if not files or any(len(f) != 3 for f in files) or _file_format(table) != "parquet":
+    room = DRIVER_TABLE_BYTES - sum(f[1] for f in files if len(f) == 3)
+    held = pipe.integral_arrow(name, room) if files and room >= 0 else None
+    now = _whole_in_driver(pipe, name, table, listing, DRIVER_TABLE_BYTES) if held is not None else None
+    if now is None:
         return None
-    room = DRIVER_COMPARE_BYTES - sum(f[1] for f in files)
-    held = pipe.integral_arrow(name, room) if room >= 0 else None
-    if held is None:
-        return None
-    try:
-        rows = pq.read_table([local_directory(f[0]) for f in files], columns=table.columns,
-                             coerce_int96_timestamp_unit="us")
-        now = pipe.circuit.conform_arrow(name, kernels.inserted(rows.rename_columns(pipe.schema(name).fieldNames())))
-    except (pa.ArrowException, OSError, KeyError):
-        return None  # what pyarrow does not read as Spark does, Spark reads
     return kernels.diff(now.drop_columns([WEIGHT]), held)
 
 

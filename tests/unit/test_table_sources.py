@@ -35,7 +35,7 @@ def test_added_files_are_read_alone_and_other_changes_whole(spark, tmp_path, mon
     model = Model("tsout.by_cust", "SELECT cust, COUNT(*) AS n, SUM(amount) AS s, COUNT(DISTINCT note) AS d "
                                    "FROM tsrc.orders GROUP BY cust")
     location = tmp_path / "state"
-    assert run(spark, location, model) == {"tsrc.orders": "read whole"}  # the first read
+    assert run(spark, location, model) == {"tsrc.orders": "read whole, in the driver"}  # the first read
 
     spark.createDataFrame(rows(40, 45), SCHEMA).coalesce(1).write.mode("append").saveAsTable("tsrc.orders")
     assert run(spark, location, model) == {"tsrc.orders": "1 added files, in the driver"}
@@ -55,7 +55,7 @@ def test_added_files_are_read_alone_and_other_changes_whole(spark, tmp_path, mon
     spark.sql("REFRESH TABLE tsrc.orders")
     assert run(spark, location, model) == {"tsrc.orders": "compared whole, in the driver"}
 
-    monkeypatch.setattr(inputs, "DRIVER_COMPARE_BYTES", 1000)  # too large for the driver: Spark compares
+    monkeypatch.setattr(inputs, "DRIVER_TABLE_BYTES", 1000)  # too large for the driver: Spark compares
     spark.createDataFrame([r for r in spark.table("tsrc.orders").collect() if r["id"] % 4],
                           SCHEMA).write.mode("overwrite").saveAsTable("tsrc.orders_tmp")
     spark.table("tsrc.orders_tmp").write.mode("overwrite").saveAsTable("tsrc.orders")
@@ -68,7 +68,7 @@ def test_a_partitioned_table_is_compared_whole(spark, tmp_path):
     spark.createDataFrame(rows(0, 20), SCHEMA).write.mode("overwrite").partitionBy("cust").saveAsTable("tsrc.parted")
     model = Model("tsout.parted_sum", "SELECT cust, SUM(amount) AS s, COUNT(*) AS n FROM tsrc.parted GROUP BY cust")
     location = tmp_path / "state"
-    run(spark, location, model)
+    assert run(spark, location, model) == {"tsrc.parted": "read whole, by Spark"}  # a partition's values are in paths
     spark.createDataFrame(rows(20, 30), SCHEMA).write.mode("append").partitionBy("cust").saveAsTable("tsrc.parted")
     assert run(spark, location, model) == {"tsrc.parted": "compared whole, by Spark"}
 
