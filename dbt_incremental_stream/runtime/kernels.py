@@ -623,6 +623,7 @@ def probe(runs: Sequence[pa.Table], probe: pa.Table, probe_keys: Sequence[str], 
         hashes = key_hash(probe, probe_keys)
     rows: list[np.ndarray] = []
     found: list[pa.Table] = []
+    probed = probe.select(list(dict.fromkeys(probe_keys)))  # the key compare gathers keys only
     for n, run in enumerate(runs):
         subset = None if subsets is None else subsets[n]
         if run.num_rows == 0:
@@ -632,10 +633,10 @@ def probe(runs: Sequence[pa.Table], probe: pa.Table, probe_keys: Sequence[str], 
             continue
         if subset is not None:
             p = subset[p]
-        got = run.take(pa.array(r))
-        keep = keys_equal(probe.take(pa.array(p)), probe_keys, got, run_keys, null_safe)
+        keep = keys_equal(probed.take(pa.array(p)), probe_keys, run.select(list(dict.fromkeys(run_keys))).take(
+            pa.array(r)), run_keys, null_safe) if probe_keys else np.ones(len(p), bool)  # no keys: all match
         rows.append(p[keep])
-        found.append(got.filter(pa.array(keep)).drop_columns([HASH]))
+        found.append(run.drop_columns([HASH]).take(pa.array(r[keep])))  # the matches' rows, gathered once
     if not found:
         return np.zeros(0, np.int64), None
     return np.concatenate(rows), pa.concat_tables(found, promote_options="permissive")

@@ -497,3 +497,25 @@ def test_an_integer_sum_past_bigint_wraps_with_ansi_off_and_raises_with_it_on():
         (1, -(1 << 63)), (2, (1 << 63) - 1), (3, None)]
     with pytest.raises(pa.ArrowInvalid):
         kernels.regroup(t, ["k"], aggs, schema, ansi=True)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(KEYS, st.integers(-2, 2).filter(bool)), max_size=15),
+       st.lists(st.tuples(KEYS, st.integers(-2, 2).filter(bool)), max_size=15), st.integers(1, 3), st.booleans())
+def test_join_of_runs_is_the_join_of_bags(delta_rows, state_rows, runs, null_safe):
+    """A delta joined to runs (by a key, NULL-safe or not, or by none: a cross join) is
+    the Z-set join of the two bags, whatever way the state is cut into runs."""
+    schema = pa.schema([("k", pa.int32()), (WEIGHT, pa.int64())])
+    delta = table([(k, w) for k, w in delta_rows], schema).rename_columns(["dk", WEIGHT])
+    for keys in (["k"], []):  # the runs sorted by the hash of the keys they are arranged by
+        state = table([(k, w) for k, w in state_rows], schema)
+        h = kernels.key_hash(state, keys)
+        state = state.append_column(kernels.HASH, pa.array(h, pa.uint64())).take(pa.array(np.argsort(h, kind="stable")))
+        cut = [state.filter(pa.array(np.arange(state.num_rows) % runs == i)) for i in range(runs)]
+        got = kernels.join(delta, ["dk"] if keys else [], cut, keys, [null_safe] if keys else [], True)
+        want: Counter = Counter()
+        for dk, dw in delta_rows:
+            for k, w in state_rows:
+                if not keys or (dk == k and (dk is not None or null_safe)):
+                    want[(dk, k)] += dw * w
+        assert bag(got) == Counter({r: w for r, w in want.items() if w})
