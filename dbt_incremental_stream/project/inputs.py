@@ -201,7 +201,7 @@ class Inputs:
                 where = "in the driver" if isinstance(read.deltas[name], pa.Table) else "by Spark"
                 report.tables[rel] = f"{len(added)} added files, {where}"
             elif not pipe.holds(name):  # nothing to compare with: all of it is new
-                whole = _whole_in_driver(pipe, name, table, listing, DRIVER_TABLE_BYTES)
+                whole = _whole_in_driver(pipe, name, table, listing)
                 read.deltas[name] = whole if whole is not None else zsets.inserted(table.toDF(*names))
                 report.tables[rel] = "read whole, " + ("in the driver" if whole is not None else "by Spark")
             elif (compared := _compared_in_driver(pipe, name, table, listing)) is not None:
@@ -336,31 +336,39 @@ def _parquet_in_driver(pipe: Pipeline, name: str, table: DataFrame, files: list[
         return None
 
 
-def _whole_in_driver(pipe: Pipeline, name: str, table: DataFrame, listing: Listing | None,
-                     most_bytes: int) -> pa.Table | None:
-    """A table source's rows read whole in the driver (:func:`_parquet_in_driver`), when
-    it is a Parquet table whose files are on this machine, of at most ``most_bytes`` in
-    all: Spark's conversion of 5M rows to Arrow for the tick's tasks took most of a first
-    build's 15 s, pyarrow reads them in 0.5 s. None: Spark reads it."""
+def _driver_files(table: DataFrame, listing: Listing | None) -> list[list[Any]] | None:
+    """A table source's files, when it is read whole in the driver: a Parquet table whose
+    files are on this machine, of at most :data:`DRIVER_TABLE_BYTES` in all. Spark's
+    conversion of 5M rows to Arrow for the tick's tasks took most of a first build's 15 s,
+    pyarrow reads them in 0.5 s. None: Spark reads it."""
     files = (listing or {}).get("files") or []
-    if not files or any(len(f) != 3 for f in files) or sum(f[1] for f in files) > most_bytes \
+    if not files or any(len(f) != 3 for f in files) or sum(f[1] for f in files) > DRIVER_TABLE_BYTES \
             or _file_format(table) != "parquet":
         return None
-    return _parquet_in_driver(pipe, name, table, [f[0] for f in files])
+    return files
+
+
+def _whole_in_driver(pipe: Pipeline, name: str, table: DataFrame, listing: Listing | None) -> pa.Table | None:
+    """A table source's rows read whole in the driver (:func:`_driver_files`); None: Spark
+    reads it."""
+    files = _driver_files(table, listing)
+    return None if files is None else _parquet_in_driver(pipe, name, table, [f[0] for f in files])
 
 
 def _compared_in_driver(pipe: Pipeline, name: str, table: DataFrame, listing: Listing | None) -> pa.Table | None:
     """A table source's change, its rows now against what the pipeline holds of it, in
     the driver by the kernels (:func:`.kernels.diff`): when its rows are read in the
-    driver (:func:`_whole_in_driver`) and, with the pipeline's batches of it, are of at
-    most :data:`DRIVER_TABLE_BYTES` in all. Spark's comparison of the same (an aggregation
-    of both by every column) took 10-15 s for 5M rows a side on two cores, this 4-5 s.
-    None: Spark compares them."""
-    files = (listing or {}).get("files") or []
-    room = DRIVER_TABLE_BYTES - sum(f[1] for f in files if len(f) == 3)
-    held = pipe.integral_arrow(name, room) if files and room >= 0 else None
-    now = _whole_in_driver(pipe, name, table, listing, DRIVER_TABLE_BYTES) if held is not None else None
-    if now is None:
+    driver (:func:`_driver_files`) and, with the pipeline's batches of it, are of at most
+    :data:`DRIVER_TABLE_BYTES` in all. Spark's comparison of the same (an aggregation of
+    both by every column) took 10-15 s for 5M rows a side on two cores, this 4-5 s. None:
+    Spark compares them. The table is checked first, so that nothing is read for a table
+    Spark compares."""
+    files = _driver_files(table, listing)
+    if files is None:
+        return None
+    held = pipe.integral_arrow(name, DRIVER_TABLE_BYTES - sum(f[1] for f in files))
+    now = _parquet_in_driver(pipe, name, table, [f[0] for f in files]) if held is not None else None
+    if held is None or now is None:
         return None
     return kernels.diff(now.drop_columns([WEIGHT]), held)
 
