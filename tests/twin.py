@@ -115,8 +115,7 @@ def run(data: st.DataObject, spark, directories: pytest.TempPathFactory, sources
                 twin.step(changes(data, read[-1], names))
             assert twin.ticks == ticks and twin.checks == ticks * len(twin.pipelines) * len(twin.views)
             # a view set aside on a data error is rebuilt from all input once its input
-            # changes: on arrangements, but where that input fails it again, or the view reads
-            # the time, by Spark's evaluator
+            # changes: on arrangements, but where that input fails it again, by Spark's evaluator
             failing = {at for at, _ in twin.errors}
             rebuilt = {t for t, (path, why) in enumerate(twin.paths, 1) if any(at < t for at in failing)
                        and (why == "state to build" or path == "dataframe" and t in failing)}

@@ -219,7 +219,9 @@ class Plan:
         """This plan for a Spark task: the node schemas looked up, not asked of the
         session (the task has none); planning is over, so no expression types are asked."""
         schemas = {}
-        for op in walk(*states):
+        ops = list(walk(*states))
+        ops += [op.joined for op in ops if isinstance(op, Temporal)]  # evaluated in a filter's place
+        for op in ops:
             try:
                 schemas[op.id] = self.schema(op)
             except NotArranged:
@@ -798,27 +800,17 @@ class ArrangedTick:
     def _moved(self, op: Temporal, plan: TemporalPlan) -> pa.Table | None:
         """The rows of a temporal filter's state whose truth changes as the time moves: read
         by ranges of the ordered column, then the condition at the old and the new time
-        (rows in both windows cancel)."""
+        (rows in both windows cancel). A time that is new, not moved (the first tick, or
+        the first view to read the time), reads every row."""
         clock = self.value(op.right)
         if clock is None or clock.num_rows == 0:
             return None
-        if pc.sum(clock.column(WEIGHT)).as_py() != 0:
-            raise NotArranged(f"{op.label()}: the time is new, not moved")
-        regions = []
-        try:
-            for f in plan.bounds:
-                v = expressions.as_column(f(clock), clock.num_rows)
-                if v.null_count == len(v):
-                    continue  # NULL at every time: never true
-                if v.null_count:
-                    raise NotArranged(f"{op.label()}: a bound is NULL at one time only")
-                bounds = pc.min_max(v)
-                regions.append((bounds["min"], bounds["max"]))
-        except _ARROW_DECLINES as e:
-            raise NotArranged(f"{op.label()}: {e}") from None
         extra = self.value(plan.state.integral.input) if plan.state.after else None
         arr = self._arr[self.plan.state_of(plan.state.integral)][(kernels.ORDERED, plan.column)]
-        matched = self._runs.ranges(arr, regions, extra)
+        if pc.sum(clock.column(WEIGHT)).as_py() != 0:  # the time is new, not moved: every row
+            matched = self._runs.whole(arr, extra)
+        else:
+            matched = self._runs.ranges(arr, self._regions(op, plan, clock), extra)
         if matched is None:
             return None
         self.rows_read += matched.num_rows
@@ -833,6 +825,24 @@ class ArrangedTick:
                 + [theirs.column(c) for c in kernels.data_columns(theirs)])
         full = self._conform(op.joined, pa.Table.from_arrays(cols + [w], names=list(op.joined.columns) + [WEIGHT]))
         return self._where(op.joined, full, op.on)
+
+    @staticmethod
+    def _regions(op: Temporal, plan: TemporalPlan, clock: pa.Table) -> list[tuple[pa.Scalar, pa.Scalar]]:
+        """The ranges of the ordered column between each bound's value at the old and at
+        the new time (the ``clock``'s two rows)."""
+        regions = []
+        try:
+            for f in plan.bounds:
+                v = expressions.as_column(f(clock), clock.num_rows)
+                if v.null_count == len(v):
+                    continue  # NULL at every time: never true
+                if v.null_count:
+                    raise NotArranged(f"{op.label()}: a bound is NULL at one time only")
+                bounds = pc.min_max(v)
+                regions.append((bounds["min"], bounds["max"]))
+        except _ARROW_DECLINES as e:
+            raise NotArranged(f"{op.label()}: {e}") from None
+        return regions
 
     @_eval.register
     def _(self, op: Join) -> pa.Table | None:

@@ -247,6 +247,12 @@ class RunStore:
             parts.append(kernels.in_ranges(extra, column, regions, ordered=False))
         return kernels.concat(p for p in parts if p.num_rows)
 
+    def whole(self, arr: Arrangement, extra: pa.Table | None = None) -> pa.Table | None:
+        """Every row of an arrangement, and of ``extra``, without ``_h``; None when none."""
+        parts = [self.read(r) for b in arr.runs for r in b] + ([extra] if extra is not None else [])
+        return kernels.concat(t.drop_columns([kernels.HASH]) if kernels.HASH in t.column_names else t
+                              for t in parts if t.num_rows)
+
     def compact(self, arr: Arrangement, tick: int) -> tuple[Arrangement, list[Run]]:
         """Every merge :meth:`merges` plans, done and folded at once. Returns the
         arrangement and the runs it no longer names."""

@@ -65,9 +65,9 @@ class Retention:
             kept = None if delta is None else delta.filter(pc.fill_null(pc.greater_equal(delta.column(column), t),
                                                                         False))
             gone = None
-            if at != expired.get(node):
+            arr = store.arrangements.get(node, {}).get((kernels.ORDERED, column))
+            if at != expired.get(node) and arr is not None:  # (none: the node's first tick stores none)
                 low = kernels.from_ordinal(expired[node], t.type) if node in expired else kernels.lowest(t.type)
-                arr = store.arrangements[node][(kernels.ORDERED, column)]
                 found = store.runs.ranges(arr, [(low, t)])
                 if found is not None:
                     found = kernels.consolidate(found.filter(pc.less(found.column(column), t)))

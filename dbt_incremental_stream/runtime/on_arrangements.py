@@ -28,7 +28,6 @@ from pyspark.sql import DataFrame
 from pyspark.sql.types import StructType
 
 from ..circuit.operators import GroupDiff, walk
-from ..sql.temporal import CLOCK
 from ..process import fan_out, map_all, threads
 from . import tasks, zsets
 from .arranged import ArrangedTick, NotArranged, Plan, Spec
@@ -150,11 +149,10 @@ class ArrangedTicks:
             spec.key in self.store.arrangements.get(spec.node, {}) for spec in plan.specs.values())
 
     def builds(self, skip: Mapping[str, str]) -> bool:
-        """Whether the operators on arrangements build the state the tick lacks, none of
-        the views reading the time: on the pipeline's first tick with all input as the
-        delta (no view set aside), on a later one (:meth:`missing`) with all retained input
-        as the delta of a new view's state."""
-        return CLOCK not in self.circuit.sources and (self.store.tick > 0 or not skip)
+        """Whether the operators on arrangements build the state the tick lacks: on the
+        pipeline's first tick with all input as the delta (no view set aside), on a later
+        one (:meth:`missing`) with all retained input as the delta of a new view's state."""
+        return self.store.tick > 0 or not skip
 
     def arrangements(self, plan: Plan, fetched: Mapping[str, pa.Table] | None,
                      frames: Mapping[str, DataFrame | None], arrow: Mapping[str, pa.Table]

@@ -322,6 +322,42 @@ def test_time_is_an_input(spark, tmp_path):
         diff.close()
 
 
+@pytest.mark.parametrize("placement", ["auto", "tasks"])
+def test_a_new_time_builds_on_arrangements(spark, tmp_path, placement):
+    """A time that is new, not moved (a pipeline's first tick, a view reading the time
+    added to a running pipeline) reads every row of a temporal filter's state: the first
+    build and the backfill run on arrangements, in the driver or in Spark tasks (all but
+    the first row of a keyless aggregate over no rows, which is Spark's), equal to batch."""
+    views = {
+        "last_hour": "SELECT id, v FROM events WHERE ts > current_timestamp() - INTERVAL 1 HOUR",
+        "per_user": "SELECT u, COUNT(*) AS n, MAX(ts) AS last FROM events "
+                    "WHERE ts <= now() - INTERVAL 10 MINUTES AND v > 1 GROUP BY u",
+    }
+    t0 = datetime(2026, 3, 1, 12, 0)
+    minute = timedelta(minutes=1)
+    events = [((i, t0 - 200 * minute + i * minute, i % 7, i % 5), 1) for i in range(220)]  # to 20 min ahead
+    events.append(((999, None, 1, 1), 1))
+    diff = Differential(spark, str(tmp_path), {"events": "id INT, ts TIMESTAMP, v INT, u INT"}, views,
+                        placement=placement)
+    arranged = ARRANGED_PATH[placement]
+    try:
+        diff.step({"events": events}, now=t0)
+        assert diff.pipeline.last_tick.path == arranged, diff.pipeline.last_tick.why
+        diff.step({"events": [(events[190][0], -1), ((1000, t0 - 30 * minute, 5, 2), 1)]}, now=t0 + 5 * minute)
+        assert diff.pipeline.last_tick.path == arranged, diff.pipeline.last_tick.why
+        diff.add_view("recent_users", "SELECT u, SUM(v) AS s FROM events "
+                                      "WHERE ts BETWEEN now() - INTERVAL 30 MINUTES AND now() GROUP BY u")
+        diff.step({"events": [((1001, t0 + 6 * minute, 4, 4), 1)]}, now=t0 + 7 * minute)  # built from history
+        assert diff.pipeline.last_tick.path == arranged, diff.pipeline.last_tick.why
+        diff.add_view("in_window", "SELECT COUNT(*) AS n FROM events WHERE ts > now() - INTERVAL 15 MINUTES")
+        diff.step({}, now=t0 + 9 * minute)
+        assert diff.pipeline.last_tick.path == ("dataframe" if placement == "tasks" else arranged)
+        diff.step({}, now=t0 + 40 * minute)
+        assert diff.pipeline.last_tick.path == arranged, diff.pipeline.last_tick.why
+    finally:
+        diff.close()
+
+
 def test_temporal_filters_read_only_rows_whose_window_opens_or_closes(spark, tmp_path):
     """As the time moves, a tick on arrangements reads the rows between the old and the new
     window edges (an index of the state by the compared column), not every row."""
@@ -372,7 +408,8 @@ def test_rows_outside_every_window_for_good_leave_the_state(spark, tmp_path):
         return [r["ts"] for r in diff.pipeline.snapshot("events").collect()]
 
     try:
-        diff.step({"events": events}, now=t0)  # built by Spark: the rows before the hour never get stored
+        diff.step({"events": events}, now=t0)  # the rows before the hour never get stored
+        assert diff.pipeline.last_tick.path == "arranged", diff.pipeline.last_tick.why
         assert sorted(stored()) == [t0 - 60 * minute + i * minute for i in range(80)]
         late = [((1000, t0 - 90 * minute, 1, 1), 1), ((1001, None, 2, 2), 1), ((1002, t0 + 25 * minute, 3, 0), 1)]
         gone = [(events[10][0], -1)]  # a delete of a row that already left
@@ -384,6 +421,7 @@ def test_rows_outside_every_window_for_good_leave_the_state(spark, tmp_path):
         assert len(list((tmp_path / "_manifest").glob("tick-*.json"))) == 3  # a long run keeps the last few
         diff.add_view("last_hour_ids", "SELECT id FROM events WHERE ts >= now() - INTERVAL 50 MINUTES")
         diff.step({}, now=t0 + 32 * minute)  # sees no row that left: built from what is kept
+        assert diff.pipeline.last_tick.path == "arranged", diff.pipeline.last_tick.why
         with pytest.raises(StreamError, match=r"views \['all_events'\] would read rows of source 'events'"):
             diff.add_view("all_events", "SELECT COUNT(*) AS n FROM events")
             diff.step({}, now=t0 + 33 * minute)
