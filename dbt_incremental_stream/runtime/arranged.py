@@ -634,7 +634,9 @@ class ArrangedTick:
         #: the most state rows one probe may match (bounds the driver's memory; None in a
         #: task, whose delta is a part of a large one and matches in proportion)
         self.probe_rows = probe_rows
-        self.first = first  # the pipeline's first tick: every arrangement starts empty
+        #: the state nodes start empty (a pipeline's first tick, a new view's build): a keyless
+        #: aggregate over no rows gives its one row (in tasks, only the task its rows go to)
+        self.first = first
         self._inputs = inputs
         self._arr = arrangements
         self._runs = runs

@@ -27,7 +27,7 @@ from pyspark import inheritable_thread_target
 from pyspark.sql import DataFrame
 from pyspark.sql.types import StructType
 
-from ..circuit.operators import GroupDiff, walk
+from ..circuit.operators import walk
 from ..process import fan_out, map_all, threads
 from . import tasks, zsets
 from .arranged import ArrangedTick, NotArranged, Plan, Spec
@@ -465,8 +465,6 @@ class ArrangedTicks:
         (:mod:`.tasks`), first rehearsed (:meth:`_rehearse`, on ``sampled`` rows too): the
         batches and arrangement runs it wrote (not committed), and its tasks' seconds per
         phase. A job that fails leaves files no manifest names."""
-        if first and any(isinstance(op, GroupDiff) and not op.keys for op in walk(*live)):
-            raise NotArranged("a keyless aggregate's first row (of no rows, maybe) is Spark's to give")
         given = {n: df for n, df in frames.items() if df is not None}
         assert self.store.runs is not None
         self._rehearse(plan, arrangements, live, given, {**(sampled or {}), **held})
@@ -479,7 +477,7 @@ class ArrangedTicks:
         ctx = tasks.Context(ported, tasks.layout(plan, live), ops, dict(arrangements), self.store.runs.root, tick,
                             directory,
                             {c.catalog[n].id: zsets.arrow_schema(zsets.with_weight(c.sources[n])) for n in c.sources},
-                            self._task_parts[width], zsets.ansi(self.spark))
+                            self._task_parts[width], zsets.ansi(self.spark), first)
         try:
             files, seconds = tasks.run(ctx, self.spark, {c.catalog[n].id: df for n, df in given.items()},
                                        {c.catalog[n].id: t for n, t in held.items() if t.num_rows}, width)

@@ -59,6 +59,8 @@ from .state import batch_column, write_batch_file
 STAGE_DDL = "dest INT, part INT, node STRING, data BINARY"
 STAGE = pa.schema([("dest", pa.int32()), ("part", pa.int32()), ("node", pa.string()), ("data", pa.binary())])
 WROTE = -1
+#: the ``node`` of the row that tells a task it gives a keyless aggregate's row over no rows
+KEYLESS = "keyless"
 #: rows per shipped blob: bounds the memory of one shuffled row
 BLOB_ROWS = 1 << 16
 
@@ -276,6 +278,7 @@ class Context:
     schemas: dict[str, pa.Schema]  # Input node → its rows' Arrow types (with the weight)
     parts: list[int]  # per task, the ``part`` value Spark's hash partitioning sends to it
     ansi: bool
+    first: bool = False  # the state nodes start empty (see :attr:`.ArrangedTick.first`)
 
 
 def _blobs(dest: int, node: str, table: pa.Table, hashes: np.ndarray, parts: Sequence[int]
@@ -314,6 +317,18 @@ def _combined(op: Operator, parts: Sequence[pa.Table]) -> pa.Table | None:
     return kernels.group_sums(table, op.keys).select(table.column_names).cast(table.schema)
 
 
+def _keyless(ctx: Context) -> Iterator[pa.RecordBatch]:
+    """On a first tick, a row for each stage computing a keyless aggregate, sent where its
+    rows go (the hash of no keys): the task it reaches gives the aggregate's one row over
+    no rows (:meth:`.ArrangedTick._no_rows`), and no other task does, rows or none."""
+    if not ctx.first:
+        return
+    owner = ctx.parts[int(kernels.key_hash(pa.table({"x": [0]}), [])[0] % np.uint64(len(ctx.parts)))]
+    for s in sorted({ctx.layout.stage[n] for n, op in ctx.ops.items()
+                     if isinstance(op, GroupDiff) and not op.keys and n in ctx.layout.stage}):
+        yield pa.RecordBatch.from_pylist([{"dest": s, "part": owner, "node": KEYLESS, "data": None}], schema=STAGE)
+
+
 def _wrote(doc: dict[str, Any]) -> pa.RecordBatch:
     return pa.RecordBatch.from_pylist([{"dest": WROTE, "part": 0, "node": json.dumps(doc), "data": None}],
                                       schema=STAGE)
@@ -342,6 +357,7 @@ def run_stage(ctx: Context, s: int, source: str | None, batches: Iterator[pa.Rec
     to it and hands on the rest. Its last row tells where its time went (:data:`PHASES`)."""
     seconds = dict.fromkeys(PHASES, 0.0)
     given: dict[str, list[pa.Table]] = {}
+    keyless = False  # whether this task gives a keyless aggregate's row over no rows
     if s == 0:
         assert source is not None
         tables = [pa.Table.from_batches([b]) for b in _timed(batches, seconds, "read") if b.num_rows]
@@ -352,14 +368,17 @@ def run_stage(ctx: Context, s: int, source: str | None, batches: Iterator[pa.Rec
             dest, node, data = b.column("dest").to_pylist(), b.column("node").to_pylist(), b.column("data")
             forward = [i for i, d in enumerate(dest) if d != s]
             for i, d in enumerate(dest):
-                if d == s:
+                if d == s and node[i] == KEYLESS:
+                    keyless = True
+                elif d == s:
                     given.setdefault(node[i], []).append(pa.ipc.open_stream(data[i].as_buffer()).read_all())
             seconds["read"] += time.perf_counter() - start
             if forward:
                 yield b.take(pa.array(forward))
     start = time.perf_counter()
     store = RunStore(ctx.root)
-    tick = ArrangedTick(ctx.plan, {}, ctx.arrangements, store, None, ansi=ctx.ansi, probe_rows=None)
+    tick = ArrangedTick(ctx.plan, {}, ctx.arrangements, store, None, ansi=ctx.ansi, first=keyless,
+                        probe_rows=None)
     shipped = list(ctx.layout.ships.get(s, {})) if s else [source]
     tick.given({n: _combined(ctx.ops[n], given.get(n, [])) for n in shipped if n is not None})
     seconds["compute"] += time.perf_counter() - start
@@ -418,6 +437,7 @@ def run(ctx: Context, spark: SparkSession, sources: Mapping[str, DataFrame], tab
     the blobs are the job's input beside the DataFrame sources' stage 0 tasks."""
     frames = [df.mapInArrow(partial(run_stage, ctx, 0, node), STAGE_DDL) for node, df in sources.items()]
     blobs = [b for node, t in tables.items() for b in run_stage(ctx, 0, node, iter(t.to_batches()))]
+    blobs += _keyless(ctx)
     if blobs or not frames:
         frames.append(spark.createDataFrame(pa.Table.from_batches(blobs, STAGE)))
     frame = frames[0]

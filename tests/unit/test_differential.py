@@ -219,8 +219,7 @@ def test_tick_boundaries_do_not_matter(spark, tmp_path_factory, data):
 def test_view_added_later_is_backfilled(spark, tmp_path, placement):
     """A view added to a pipeline that ran is built on arrangements (in the driver, or in
     Spark tasks) from all retained input and the tick's delta, in the tick that adds it,
-    its joins' arrangements of the kept sources by new keys built from their batches; a
-    keyless aggregate's first row over no rows is Spark's to give in tasks."""
+    its joins' arrangements of the kept sources by new keys built from their batches."""
     diff = Differential(spark, str(tmp_path), SOURCES, {"n": "SELECT cust, COUNT(*) AS n FROM orders GROUP BY cust"},
                         placement=placement)
     rows = [((i, i % 3, i * 1.5, i % 4, "open"), 1) for i in range(1, 9)]
@@ -233,10 +232,37 @@ def test_view_added_later_is_backfilled(spark, tmp_path, placement):
     assert diff.pipeline.last_tick.path == ARRANGED_PATH[placement], diff.pipeline.last_tick.why
     diff.add_view("late_total", "SELECT COUNT(*) AS n FROM late")
     diff.step({"customers": [((1, "ann", "eu"), -1)]})
-    assert diff.pipeline.last_tick.path == ("dataframe" if placement == "tasks" else "arranged")
+    assert diff.pipeline.last_tick.path == ARRANGED_PATH[placement], diff.pipeline.last_tick.why
     diff.step({"customers": [((3, "cy", "eu"), 1)], "orders": [((21, 3, 5, 2, "open"), 1)]})
     assert diff.pipeline.last_tick.path == ARRANGED_PATH[placement], diff.pipeline.last_tick.why
     diff.close()
+
+
+@pytest.mark.parametrize("placement", ["auto", "tasks"])
+@pytest.mark.parametrize("aggregates", ["COUNT(*) AS n, SUM(amount) AS s, AVG(qty) AS a",
+                                        "COUNT(*) AS n, MAX(amount) AS m"], ids=["linear", "extremes"])
+def test_keyless_aggregate_over_no_rows_has_its_row(spark, tmp_path, placement, aggregates):
+    """A keyless aggregate over no rows has one row (COUNT 0, the others NULL), on the first
+    tick as after deletes. In Spark tasks exactly one task gives it, the one its rows would
+    go to (the others see none of them either). A linear one's row comes from partial sums
+    of no rows; another's (MAX over no rows) is Spark's to give, on the DataFrame path."""
+    views = {"total": f"SELECT {aggregates} FROM orders",
+             "per_region": "SELECT region, COUNT(*) AS n FROM customers GROUP BY region"}
+    diff = Differential(spark, str(tmp_path), SOURCES, views, placement=placement)
+    try:
+        diff.step({"customers": [((i, f"c{i}", f"r{i % 3}"), 1) for i in range(40)]})
+        rows = diff.pipeline.snapshot("total", weights=True).collect()
+        assert len(rows) == 1 and rows[0]["n"] == 0 and rows[0]["_w"] == 1, rows
+        linear = "MAX" not in aggregates
+        want = ARRANGED_PATH[placement] if linear else "dataframe"
+        assert diff.pipeline.last_tick.path == want, diff.pipeline.last_tick.why
+        orders = [((i, i % 3, i * 1.5, i % 4, "open"), 1) for i in range(30)]
+        diff.step({"orders": orders})
+        assert diff.pipeline.last_tick.path == ARRANGED_PATH[placement], diff.pipeline.last_tick.why
+        diff.step({"orders": [(r, -w) for r, w in orders]})  # no rows again
+        assert diff.pipeline.last_tick.path == ARRANGED_PATH[placement], diff.pipeline.last_tick.why
+    finally:
+        diff.close()
 
 
 def test_a_view_over_views_is_built_from_their_contents(spark, tmp_path, monkeypatch):
@@ -326,8 +352,7 @@ def test_time_is_an_input(spark, tmp_path):
 def test_a_new_time_builds_on_arrangements(spark, tmp_path, placement):
     """A time that is new, not moved (a pipeline's first tick, a view reading the time
     added to a running pipeline) reads every row of a temporal filter's state: the first
-    build and the backfill run on arrangements, in the driver or in Spark tasks (all but
-    the first row of a keyless aggregate over no rows, which is Spark's), equal to batch."""
+    build and the backfill run on arrangements, in the driver or in Spark tasks, equal to batch."""
     views = {
         "last_hour": "SELECT id, v FROM events WHERE ts > current_timestamp() - INTERVAL 1 HOUR",
         "per_user": "SELECT u, COUNT(*) AS n, MAX(ts) AS last FROM events "
@@ -351,7 +376,7 @@ def test_a_new_time_builds_on_arrangements(spark, tmp_path, placement):
         assert diff.pipeline.last_tick.path == arranged, diff.pipeline.last_tick.why
         diff.add_view("in_window", "SELECT COUNT(*) AS n FROM events WHERE ts > now() - INTERVAL 15 MINUTES")
         diff.step({}, now=t0 + 9 * minute)
-        assert diff.pipeline.last_tick.path == ("dataframe" if placement == "tasks" else arranged)
+        assert diff.pipeline.last_tick.path == arranged, diff.pipeline.last_tick.why
         diff.step({}, now=t0 + 40 * minute)
         assert diff.pipeline.last_tick.path == arranged, diff.pipeline.last_tick.why
     finally:
