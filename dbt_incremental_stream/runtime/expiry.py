@@ -56,26 +56,34 @@ class Retention:
         are retracted, read by range from the arrangement ordered by the column. Returns
         every node's threshold."""
         expired = dict(self.expired)
-        assert store.runs is not None
         for node, (t, at) in self.thresholds(plan, clock).items():
             if node not in live:
                 continue  # set aside with a failed view
             column = plan.expiry[node].column
             delta = tables.get(node)
-            kept = None if delta is None else delta.filter(pc.fill_null(pc.greater_equal(delta.column(column), t),
-                                                                        False))
-            gone = None
-            arr = store.arrangements.get(node, {}).get((kernels.ORDERED, column))
-            if at != expired.get(node) and arr is not None:  # (none: the node's first tick stores none)
-                low = kernels.from_ordinal(expired[node], t.type) if node in expired else kernels.lowest(t.type)
-                found = store.runs.ranges(arr, [(low, t)])
-                if found is not None:
-                    found = kernels.consolidate(found.filter(pc.less(found.column(column), t)))
-                    schema = schema_of(node)
-                    gone = kernels.negate(found.select(schema.names).cast(schema)) if found.num_rows else None
-            tables[node] = kernels.concat([kept, gone])
+            tables[node] = kernels.concat([None if delta is None else kept(delta, column, t),
+                                           self.gone(plan, node, t, store, schema_of(node))])
             expired[node] = at
         return expired
+
+    def gone(self, plan: Plan, node: str, threshold: pa.Scalar, store: StateStore, schema: pa.Schema
+             ) -> pa.Table | None:
+        """The retraction of a node's stored rows between the threshold it was last cut at
+        and ``threshold``, read by range from its arrangement ordered by the column (none
+        on the node's first tick), as stored (``schema``); None when there are none."""
+        column = plan.expiry[node].column
+        arr = store.arrangements.get(node, {}).get((kernels.ORDERED, column))
+        at = kernels.ordinal(threshold)
+        if arr is None or at == self.expired.get(node):
+            return None
+        assert store.runs is not None
+        low = (kernels.from_ordinal(self.expired[node], threshold.type) if node in self.expired
+               else kernels.lowest(threshold.type))
+        found = store.runs.ranges(arr, [(low, threshold)])
+        if found is None:
+            return None
+        found = kernels.consolidate(found.filter(pc.less(found.column(column), threshold)))
+        return kernels.negate(found.select(schema.names).cast(schema)) if found.num_rows else None
 
     def cut_frames(self, plan: Plan | None, frames: dict[str, DataFrame], before: Mapping[str, DataFrame | None],
                    clock: datetime | None, live: Sequence[str], merge: Callable[[str, DataFrame], DataFrame]
@@ -114,6 +122,12 @@ class Retention:
                                   f"when every view read them through a temporal filter whose window they had left; "
                                   f"deploy these views at a new state location, "
                                   f"which reads the sources from their start")
+
+
+def kept(delta: pa.Table, column: str, threshold: pa.Scalar) -> pa.Table:
+    """A state delta's rows at or above ``threshold`` in ``column`` (NULL: below): the
+    others have left every window for good and are not stored."""
+    return delta.filter(pc.fill_null(pc.greater_equal(delta.column(column), threshold), False))
 
 
 def _sees(plan: Plan | None, root: Operator, node: str, source: str, at: int, clock: datetime | None) -> bool:

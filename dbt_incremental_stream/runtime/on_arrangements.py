@@ -433,13 +433,20 @@ class ArrangedTicks:
         they are; those ``built`` this tick are committed as they were built."""
         if self._not_in_tasks is not None:
             raise NotArranged(self._not_in_tasks)
-        if self.pipe._retention.thresholds(plan, clock):
-            raise NotArranged("rows leave the state as the time moves")
         states = self.circuit.states()
         live = _live(states, aside, built)
         tick = self.store.tick + 1
-        written, arranged, task_seconds = self._job(plan, arrangements, live, inputs, arrow, tick,
-                                                    first=self.store.tick == 0, sampled=fetched)
+        retention = self.pipe._retention
+        thresholds = {node: cut for node, cut in retention.thresholds(plan, clock).items()
+                      if node in {s.id for s in live}}
+        stored = {s.id: zsets.arrow_schema(self.circuit.stored_schema(s)) for s in live}
+        # rows that leave as the time moves: a task stores none of its delta's, and the
+        # driver retracts the stored ones the window left since the last tick
+        gone = {node: g for node, (t, _) in thresholds.items()
+                if (g := retention.gone(plan, node, t, self.store, stored[node])) is not None}
+        written, arranged, task_seconds = self._job(
+            plan, arrangements, live, inputs, arrow, tick, first=self.store.tick == 0, sampled=fetched,
+            cuts={node: (plan.expiry[node].column, t) for node, (t, _) in thresholds.items()}, gone=gone)
         computed = time.perf_counter()
         written = {s.id: written.get(s.id, []) for s in states}
         tables: dict[str, pa.Table | None] = {}
@@ -447,9 +454,9 @@ class ArrangedTicks:
             built.into(written, arranged, tables)
             task_seconds = {p: task_seconds.get(p, 0.0) + built.in_tasks.get(p, 0.0) for p in tasks.PHASES}
         changes = self._changes(tables, written)
+        expired = retention.expired | {node: at for node, (_, at) in thresholds.items()}
         outputs, committing = self.pipe._commit(tick, states, written, arranged, changes,
-                                                self.pipe._meta(clock, dict(self.pipe._retention.expired), skip),
-                                                before_commit)
+                                                self.pipe._meta(clock, expired, skip), before_commit)
         done = time.perf_counter()
         self.pipe.last_tick = TickStats("tasks", sum(t.num_rows for t in arrow.values()),
                                         {"spark": computed - started, "outputs": committing - outputs,
@@ -458,13 +465,16 @@ class ArrangedTicks:
 
     def _job(self, plan: Plan, arrangements: Mapping[str, dict[tuple[str, ...], Arrangement]],
              live: Sequence[State], frames: Mapping[str, DataFrame | None], held: Mapping[str, pa.Table],
-             tick: int, first: bool, sampled: Mapping[str, pa.Table] | None = None
+             tick: int, first: bool, sampled: Mapping[str, pa.Table] | None = None,
+             cuts: Mapping[str, tuple[str, pa.Scalar]] | None = None, gone: Mapping[str, pa.Table] | None = None
              ) -> tuple[dict[str, list[Batch]], dict[str, dict[tuple[str, ...], Arrangement]], dict[str, float]]:
         """The deltas of the ``live`` state nodes over the sources' rows (by source: in
         ``frames`` for Spark, ``held`` in the driver, or both) as one Spark job
         (:mod:`.tasks`), first rehearsed (:meth:`_rehearse`, on ``sampled`` rows too): the
         batches and arrangement runs it wrote (not committed), and its tasks' seconds per
-        phase. A job that fails leaves files no manifest names."""
+        phase. ``cuts``: per node, the rows of its delta not stored (:func:`.expiry.kept`);
+        ``gone``: per node, rows the driver adds to its delta. A job that fails leaves
+        files no manifest names."""
         given = {n: df for n, df in frames.items() if df is not None}
         assert self.store.runs is not None
         self._rehearse(plan, arrangements, live, given, {**(sampled or {}), **held})
@@ -477,10 +487,12 @@ class ArrangedTicks:
         ctx = tasks.Context(ported, tasks.layout(plan, live), ops, dict(arrangements), self.store.runs.root, tick,
                             directory,
                             {c.catalog[n].id: zsets.arrow_schema(zsets.with_weight(c.sources[n])) for n in c.sources},
-                            self._task_parts[width], zsets.ansi(self.spark), first)
+                            self._task_parts[width], zsets.ansi(self.spark), first, dict(cuts or {}))
         try:
             files, seconds = tasks.run(ctx, self.spark, {c.catalog[n].id: df for n, df in given.items()},
                                        {c.catalog[n].id: t for n, t in held.items() if t.num_rows}, width)
+            for node, table in (gone or {}).items():
+                files += tasks.write(ctx, self.store.runs, node, table)
         except BaseException as e:
             self.store.fs.delete(self.store.fs.path(directory))
             self.store.collect_garbage()

@@ -52,6 +52,7 @@ from ..circuit.operators import (
 from . import kernels
 from .arranged import ArrangedTick, NotArranged, Plan, group_keys, unquote
 from .arrangement import Arrangement, RunStore
+from .expiry import kept
 from .state import batch_column, write_batch_file
 
 #: the rows stages hand on: a value's part for stage ``dest`` (an Arrow IPC stream in
@@ -279,6 +280,9 @@ class Context:
     parts: list[int]  # per task, the ``part`` value Spark's hash partitioning sends to it
     ansi: bool
     first: bool = False  # the state nodes start empty (see :attr:`.ArrangedTick.first`)
+    #: per state node rows leave as the time moves: (column, threshold) below which a row
+    #: of its delta is not stored (:func:`.expiry.kept`)
+    cuts: dict[str, tuple[str, pa.Scalar]] = field(default_factory=dict)
 
 
 def _blobs(dest: int, node: str, table: pa.Table, hashes: np.ndarray, parts: Sequence[int]
@@ -395,24 +399,27 @@ def run_stage(ctx: Context, s: int, source: str | None, batches: Iterator[pa.Rec
     for node in ctx.layout.writes.get(s, []):
         start = time.perf_counter()
         delta = tick.state_delta(ctx.ops[node])
+        if delta is not None and node in ctx.cuts:
+            delta = kept(delta, *ctx.cuts[node])
         seconds["compute"] += time.perf_counter() - start
         if delta is not None and delta.num_rows:
-            yield from _timed(_write(ctx, store, node, delta), seconds, "write")
+            yield from map(_wrote, _timed(write(ctx, store, node, delta), seconds, "write"))
     yield _wrote({"task": seconds})
 
 
-def _write(ctx: Context, store: RunStore, node: str, delta: pa.Table) -> Iterator[pa.RecordBatch]:
-    """This task's part of a state node's delta: a Parquet file of the tick's batch and a
-    run per touched bucket of each arrangement."""
+def write(ctx: Context, store: RunStore, node: str, delta: pa.Table) -> Iterator[dict[str, Any]]:
+    """A part of a state node's delta (a task's, or one the driver adds): a Parquet file of
+    the tick's batch and a run per touched bucket of each arrangement, described as the
+    job returns them."""
     name = f"part-{uuid.uuid4().hex[:12]}.parquet"
     rel = f"{ctx.batch_dir}/_node={node}"
     written = write_batch_file(store, rel, name, batch_column(node), delta)
-    yield _wrote({"node": node, "batch": rel, "bytes": written, "rows": delta.num_rows})
+    yield {"node": node, "batch": rel, "bytes": written, "rows": delta.num_rows}
     for key, arr in ctx.arrangements.get(node, {}).items():
         done = store.append(replace(arr, runs=()), ctx.tick, delta)
         for bucket, runs in enumerate(done.runs):
             for r in runs:
-                yield _wrote({"node": node, "key": list(key), "bucket": bucket, "path": r.path, "rows": r.rows})
+                yield {"node": node, "key": list(key), "bucket": bucket, "path": r.path, "rows": r.rows}
 
 
 def spark_parts(spark: Any, tasks: int) -> list[int]:

@@ -413,10 +413,13 @@ def test_temporal_filters_read_only_rows_whose_window_opens_or_closes(spark, tmp
         diff.close()
 
 
-def test_rows_outside_every_window_for_good_leave_the_state(spark, tmp_path):
+@pytest.mark.parametrize("placement", ["auto", "tasks"])
+def test_rows_outside_every_window_for_good_leave_the_state(spark, tmp_path, placement):
     """A row below every temporal filter's lower edge can never come back (the time only
     moves on): it leaves the state of its source, whether it was stored before or arrives
-    late, while the views stay equal to batch; a view added later that would read it says so."""
+    late, while the views stay equal to batch; a view added later that would read it says
+    so. In Spark tasks too: each task stores none of its delta's, the driver retracts the
+    stored rows the window left."""
     views = {
         "last_hour": "SELECT id, v FROM events WHERE ts > current_timestamp() - INTERVAL 1 HOUR",
         "recent": "SELECT u, COUNT(*) AS n, SUM(v) AS s FROM events "
@@ -427,26 +430,26 @@ def test_rows_outside_every_window_for_good_leave_the_state(spark, tmp_path):
     events = [((i, t0 - 300 * minute + i * minute, i % 7, i % 3), 1) for i in range(320)]  # to 20 min ahead
     events.append(((999, None, 1, 1), 1))
     diff = Differential(spark, str(tmp_path), {"events": "id INT, ts TIMESTAMP, v INT, u INT"}, views,
-                        expire={"events"})
+                        expire={"events"}, placement=placement)
 
     def stored() -> list[datetime | None]:
         return [r["ts"] for r in diff.pipeline.snapshot("events").collect()]
 
     try:
         diff.step({"events": events}, now=t0)  # the rows before the hour never get stored
-        assert diff.pipeline.last_tick.path == "arranged", diff.pipeline.last_tick.why
+        assert diff.pipeline.last_tick.path == ARRANGED_PATH[placement], diff.pipeline.last_tick.why
         assert sorted(stored()) == [t0 - 60 * minute + i * minute for i in range(80)]
         late = [((1000, t0 - 90 * minute, 1, 1), 1), ((1001, None, 2, 2), 1), ((1002, t0 + 25 * minute, 3, 0), 1)]
         gone = [(events[10][0], -1)]  # a delete of a row that already left
         for k, delta in ((1, late + gone), (2, []), (7, [(events[241][0], -1)]), (30, []), (31, [])):
             diff.step({"events": delta}, now=t0 + k * minute)
-            assert diff.pipeline.last_tick.path == "arranged", diff.pipeline.last_tick.why
+            assert diff.pipeline.last_tick.path == ARRANGED_PATH[placement], diff.pipeline.last_tick.why
             edge = t0 + (k - 60) * minute  # the last hour's lower edge, below the last 30 minutes'
             assert sorted(stored()) == sorted(r[1] for r in diff.rows("events") if r[1] is not None and r[1] >= edge)
         assert len(list((tmp_path / "_manifest").glob("tick-*.json"))) == 3  # a long run keeps the last few
         diff.add_view("last_hour_ids", "SELECT id FROM events WHERE ts >= now() - INTERVAL 50 MINUTES")
         diff.step({}, now=t0 + 32 * minute)  # sees no row that left: built from what is kept
-        assert diff.pipeline.last_tick.path == "arranged", diff.pipeline.last_tick.why
+        assert diff.pipeline.last_tick.path == ARRANGED_PATH[placement], diff.pipeline.last_tick.why
         with pytest.raises(StreamError, match=r"views \['all_events'\] would read rows of source 'events'"):
             diff.add_view("all_events", "SELECT COUNT(*) AS n FROM events")
             diff.step({}, now=t0 + 33 * minute)
