@@ -97,8 +97,7 @@ def run(data: st.DataObject, spark, directories: pytest.TempPathFactory, sources
     ``conf``: ``ticks`` random ticks, every view checked after each; then every tick, the
     first (which builds the state) included, must have run on arrangements in the
     placement under test ("auto": in the driver, "tasks": in Spark tasks; else that path
-    was not tested), but for one that rebuilds a view set aside on a data error, and a
-    first tick with a keyless aggregate other than a linear one over no rows."""
+    was not tested), but for one that rebuilds a view set aside on a data error."""
     names = list(sources)
     key = (os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0], not_the_simplest(data))
     if key in _FAILED:
@@ -119,8 +118,6 @@ def run(data: st.DataObject, spark, directories: pytest.TempPathFactory, sources
             failing = {at for at, _ in twin.errors}
             rebuilt = {t for t, (path, why) in enumerate(twin.paths, 1) if any(at < t for at in failing)
                        and (why == "state to build" or path == "dataframe" and t in failing)}
-            # a first tick with a keyless MIN, MAX or COUNT DISTINCT over no rows is Spark's
-            rebuilt |= {1} if twin.paths and "aggregate over no rows" in (twin.paths[0][1] or "") else set()
             assert twin.arranged == ticks - len(rebuilt), f"{twin.fast}'s paths: {twin.paths}"
             last = twin.pipelines[twin.fast].last_tick
             assert last is not None and (last.path == ARRANGED_PATH[twin.fast] or ticks in rebuilt)

@@ -1045,12 +1045,12 @@ class ArrangedTick:
     def _no_rows(self, op: GroupDiff | WindowDiff) -> pa.Table | None:
         """No change of an operator whose input did not change: but on the first tick a
         keyless aggregate over no rows has its one row (COUNT 0, SUM NULL): a linear one's
-        from partial sums of no rows (all NULL), another's is Spark's to give."""
+        from partial sums of no rows (all NULL), another's aggregated over no rows."""
         if self.first and isinstance(op, GroupDiff) and not op.keys:
+            none = self.arrow_schema(op.delta)
             if op.linear:
-                none = self.arrow_schema(op.delta)
                 return self._finished(op, pa.table({f.name: pa.nulls(1, f.type) for f in none}, schema=none))
-            raise NotArranged(f"{op.label()}: the one row of an aggregate over no rows")
+            return self._regroup(op, none.empty_table())
         return None
 
     def _retract(self, op: Operator, touched: pa.Table, new: pa.Table | None) -> pa.Table | None:
