@@ -239,9 +239,10 @@ def test_view_added_later_is_backfilled(spark, tmp_path, placement):
 
 
 @pytest.mark.parametrize("placement", ["auto", "tasks"])
-@pytest.mark.parametrize("aggregates", ["COUNT(*) AS n, SUM(amount) AS s, AVG(qty) AS a",
-                                        "COUNT(*) AS n, MAX(amount) AS m, MIN(status) AS lo, COUNT(DISTINCT cust) AS c"],
-                         ids=["linear", "others"])
+@pytest.mark.parametrize("aggregates", [
+    "COUNT(*) AS n, SUM(amount) AS s, AVG(qty) AS a",
+    "COUNT(*) AS n, MAX(amount) AS m, MIN(status) AS lo, COUNT(DISTINCT cust) AS c",
+], ids=["linear", "others"])
 def test_keyless_aggregate_over_no_rows_has_its_row(spark, tmp_path, placement, aggregates):
     """A keyless aggregate over no rows has one row (COUNT 0, the others NULL), on the first
     tick as after deletes. In Spark tasks exactly one task gives it, the one its rows would
