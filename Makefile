@@ -62,6 +62,7 @@ bench-all: bench-nexmark
 	$(PY) bench/dbt_project.py
 	$(PY) bench/memory.py
 	$(PY) bench/join_aggregate.py
+	$(PY) bench/clock_load.py
 
 clean:
 	rm -rf $(VENV) .venv-pydbsp $(LINT_VENV) *.egg-info .pytest_cache .hypothesis spark-warehouse metastore_db
