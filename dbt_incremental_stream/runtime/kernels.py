@@ -20,6 +20,7 @@ as in Spark's bags.
 """
 from __future__ import annotations
 
+import decimal
 import math
 from decimal import Decimal
 from typing import Callable, Iterable, Mapping, Sequence
@@ -746,7 +747,7 @@ def finish(groups: pa.Table, keys: Sequence[str], aggs: Sequence[AggCall], kinds
     ``ansi`` on, out of range it raises, and Spark decides (an overflow error); off, it
     wraps around 2^64 as :func:`.zsets.integer_sum`. Groups whose count is 0 are gone
     (unless there are no keys: the one global row always exists). None when an aggregate
-    needs Spark's own arithmetic (AVG of a DECIMAL: its result type and rounding are Spark's)."""
+    needs Spark to decide (an AVG of a DECIMAL out of range with ``ansi`` on: an error)."""
     count = pc.fill_null(groups.column(COUNT), 0)
     out: dict[str, pa.ChunkedArray] = {k: groups.column(k) for k in keys}
     for a in aggs:
@@ -758,7 +759,9 @@ def finish(groups: pa.Table, keys: Sequence[str], aggs: Sequence[AggCall], kinds
         if a.func == "sum":
             value = s if ansi or not pa.types.is_integer(kinds.field(a.arg).type) else _wrapped(s)
         elif pa.types.is_decimal(kinds.field(a.arg).type):
-            return None
+            value = decimal_average(s, n, kinds.field(a.arg).type, ansi=ansi)
+            if value is None:
+                return None
         else:
             value = pc.divide(s.cast(pa.float64()), pc.if_else(live, n, 1).cast(pa.float64()))
         if nonfinite_columns(a)[0] in groups.column_names:
@@ -767,6 +770,62 @@ def finish(groups: pa.Table, keys: Sequence[str], aggs: Sequence[AggCall], kinds
     out[WEIGHT] = ones(groups.num_rows)
     table = pa.table(out)
     return table.filter(pc.not_equal(count, 0)) if keys else table
+
+
+#: exact decimal arithmetic: wide enough for any DECIMAL(38) and its roundings
+_EXACT_DECIMALS = decimal.Context(prec=200, rounding=decimal.ROUND_HALF_UP)
+#: Java's BigDecimal.divide as Spark's Decimal divides: 39 significant digits, HALF_UP
+_SPARK_DIVIDE = decimal.Context(prec=39, rounding=decimal.ROUND_HALF_UP)
+
+
+def quotient_type(p: int, s: int) -> tuple[int, int]:
+    """(precision, scale) of Spark SQL's DECIMAL(p, s) / DECIMAL(20, 0) (``DecimalPrecision``:
+    the scale max(6, s + 21), and when that passes 38 digits, 38 digits with the scale cut
+    to fit the integer digits but to no fewer than 6)."""
+    scale = max(6, s + 21)
+    if p - s + scale <= 38:
+        return p - s + scale, scale
+    return 38, max(38 - (p - s), min(scale, 6))
+
+
+def _fits(v: Decimal, precision: int, scale: int) -> bool:
+    return v.copy_abs() < Decimal(10) ** (precision - scale)
+
+
+def _rounded(v: Decimal, scale: int) -> Decimal:
+    return v.quantize(Decimal(1).scaleb(-scale), context=_EXACT_DECIMALS)
+
+
+def decimal_average(total: pa.ChunkedArray, n: pa.ChunkedArray, kind: pa.Decimal128Type, *,
+                    ansi: bool) -> pa.Array | None:
+    """AVG of DECIMAL(p, s) values from their exact sum and count, as Spark's ``Average``
+    finishes it (:func:`.zsets.average`): the sum as DECIMAL(p + 10, s), divided by the
+    count (39 significant digits, then the quotient's scale, each HALF_UP), then cast to
+    DECIMAL(p + 4, s + 4), each bounded at 38 digits; a sum that would be divided at fewer
+    decimals than the result's is divided as DECIMAL(38, s + 4) when it fits. A value out
+    of a type's range is NULL; with ``ansi`` on Spark raises there, so None is returned
+    (and Spark computes it). NULL where the count is 0. Per group, in Python's exact
+    decimals: a group's one division, not a row's."""
+    p, sc = min(38, kind.precision + 10), kind.scale
+    precision, scale = min(38, kind.precision + 4), min(38, sc + 4)
+    if not pa.types.is_decimal(total.type) or total.type.scale != sc:
+        return None
+    out: list[Decimal | None] = []
+    for t, count in zip(total.to_pylist(), n.to_pylist()):
+        value = None
+        if t is not None and count:
+            if _fits(t, p, sc):
+                qp, q = quotient_type(p, sc)
+                if q < scale and _fits(t, 38, scale):
+                    qp, q = quotient_type(38, scale)
+                quotient = _rounded(_SPARK_DIVIDE.divide(t, Decimal(count)), q)
+                result = _rounded(quotient, scale)
+                if _fits(quotient, qp, q) and _fits(result, precision, scale):
+                    value = result
+            if value is None and ansi:
+                return None
+        out.append(value)
+    return pa.array(out, pa.decimal128(precision, scale))
 
 
 def _wrapped(total: pa.ChunkedArray) -> pa.ChunkedArray:
@@ -800,8 +859,8 @@ def regroup(rows: pa.Table, keys: Sequence[str], aggs: Sequence[AggCall], schema
     finished from their partial sums as :func:`finish` does; MIN, MAX and
     COUNT(DISTINCT) are Arrow's hash aggregates; MAX of floats is NaN where the group has
     one, as Spark orders NaN above every number (Arrow skips NaN unless all are: its MIN
-    is Spark's). None when Spark's own semantics decide: SUM/AVG(DISTINCT), AVG of a
-    DECIMAL."""
+    is Spark's). None when Spark's own semantics decide: SUM/AVG(DISTINCT), an AVG of a
+    DECIMAL out of range with ANSI on."""
     live = rows.filter(pc.greater(rows.column(WEIGHT), 0))
     linear = [a for a in aggs if a.linear]
     summands, derived = _summands(live, linear)

@@ -350,7 +350,7 @@ def average(total: Column, n: Column, kind: DataType) -> Column:
         result, scale = f"decimal({min(38, kind.precision + 4)},{min(38, sc + 4)})", min(38, sc + 4)
         summed, count = total.cast(f"decimal({p},{sc})"), F.when(n != 0, n).cast("decimal(20,0)")
         ratio = (summed / count).cast(result)
-        if _quotient_scale(p, sc) >= scale:
+        if kernels.quotient_type(p, sc)[1] >= scale:
             return ratio
         # SQL's division would round at fewer decimals than Spark's Average, which divides
         # at the result's scale: a sum that fits DECIMAL(38, scale) is divided there (a
@@ -366,13 +366,6 @@ def _sum_or_average(func: str, total: Column, n: Column, kind: DataType) -> Colu
     if func == "avg":
         return average(total, n, kind)
     return integer_sum(total) if _integral(kind) else total
-
-
-def _quotient_scale(p: int, s: int) -> int:
-    """The scale of Spark SQL's DECIMAL(p, s) / DECIMAL(20, 0) (``DecimalPrecision``: the
-    scale max(6, s + 21), cut to fit 38 digits but to no fewer than 6)."""
-    scale = max(6, s + 21)
-    return scale if p - s + scale <= 38 else max(38 - (p - s), min(scale, 6))
 
 
 def group_diff(before: DataFrame | None, delta: DataFrame, prior: DataFrame | None, keys: Sequence[str],

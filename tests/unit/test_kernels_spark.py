@@ -5,6 +5,7 @@ NULL in every column): the kernel's answer is Spark's, or the kernel declines
 from __future__ import annotations
 
 import os
+from decimal import Decimal
 from contextlib import contextmanager
 from functools import partial
 from typing import Iterator
@@ -14,7 +15,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
-from pyspark.sql.types import StructType
+from pyspark.sql.types import DecimalType, StructType
 
 from dbt_incremental_stream.circuit.operators import WEIGHT, AggCall
 from dbt_incremental_stream.differential import compare_exact
@@ -135,7 +136,7 @@ def test_min_and_max_of_floats(spark, kind, data):
 def test_linear_aggregates_from_partial_sums(spark, kind, ansi, data):
     """COUNT, SUM and AVG per group from partial sums of a weighted batch, finished by
     the kernel (or by Spark's own arithmetic where the kernel declines: an overflow with
-    ANSI on, AVG of a DECIMAL), equal Spark's aggregates over the bag: NaN and infinities
+    ANSI on), equal Spark's aggregates over the bag: NaN and infinities
     as Spark sums them, integers exactly (with ANSI off, a BIGINT sum wrapped around
     2^64, which no order changes), DECIMAL(38, 18) to its last digit. Where Spark's batch
     fails (an overflow: SQLSTATE 22003), so do the partial sums' finish."""
@@ -166,8 +167,8 @@ def test_linear_aggregates_from_partial_sums(spark, kind, ansi, data):
 def _finished(df, table: pa.Table, aggs: list[AggCall], partial_schema: pa.Schema, view: pa.Schema,
               ansi: bool) -> pa.Table:
     """The aggregates as the engine gives them, cast to the view's types (as it conforms
-    them): the kernels' partial sums and finish; where the kernels decline (``ArrowInvalid``, or no finish: AVG
-    of a DECIMAL), Spark's finish of Spark's partial sums."""
+    them): the kernels' partial sums and finish; where the kernels decline (``ArrowInvalid``, or no finish: an
+    AVG of a DECIMAL out of range with ANSI on), Spark's finish of Spark's partial sums."""
     try:
         got = kernels.finish(kernels.partials(table, ["k"], aggs, partial_schema), ["k"], aggs, table.schema,
                              ansi=ansi)
@@ -178,6 +179,43 @@ def _finished(df, table: pa.Table, aggs: list[AggCall], partial_schema: pa.Schem
     types = zsets.arg_types(df.schema, aggs)
     got = zsets.collect_arrow(zsets.finish(zsets.partials(df, ["k"], aggs), ["k"], aggs, types))
     return got.select(view.names).cast(view)
+
+
+#: DECIMAL(p, s) of AVG's argument: every way its sum, quotient and result types are bounded
+AVERAGED = [(38, 0), (38, 38), (10, 2), (18, 6), (38, 18), (20, 10), (5, 5), (1, 0), (38, 10), (30, 4),
+            (37, 1), (28, 20)]
+
+
+@ANSI
+def test_decimal_average_is_spark_s(spark, ansi):
+    """AVG of a DECIMAL from its sum and count, in Python's exact decimals, is Spark's to
+    the last digit (39 significant digits, then two HALF_UP roundings; NULL out of range):
+    sums at every width up to 38 digits and halves that round, over counts from 1 to
+    2^63 - 1. With ANSI on, where Spark's is out of range (an error), the kernel declines."""
+    rng = np.random.default_rng(11)
+    for p, s in AVERAGED:
+        sums, counts = [], []
+        for digits in (1, 3, 10, p, min(38, p + 10), 38):
+            for n in (1, 2, 3, 6, 7, 99, 10**6 + 3, 2**40 + 1, 2**63 - 1, int(rng.integers(1, 10**12))):
+                top = 10**digits - 1
+                for unscaled in (top, -top, 5, -15, 25, int(rng.integers(-min(top, 2**62), min(top, 2**62) + 1))):
+                    sums.append(Decimal(unscaled).scaleb(-s, context=kernels._EXACT_DECIMALS))
+                    counts.append(n)
+        table = pa.table({"t": pa.array(sums, pa.decimal128(38, s)), "n": pa.array(counts, pa.int64())})
+        kind = pa.decimal128(p, s)
+        with spark_conf(spark, {"spark.sql.ansi.enabled": "false"}):
+            df = spark.createDataFrame(table)
+            want = [r[0] for r in df.select(zsets.average(df.t, df.n, DecimalType(p, s))).collect()]
+        got = kernels.decimal_average(table.column("t"), table.column("n"), kind, ansi=False)
+        assert got is not None
+        assert got.to_pylist() == want, [(t, n, g, w) for t, n, g, w in zip(sums, counts, got.to_pylist(), want)
+                                         if g != w][:5]
+        if ansi:
+            fine = [w is not None for w in want]
+            inside = kernels.decimal_average(table.column("t").filter(fine), table.column("n").filter(fine), kind,
+                                             ansi=True)
+            assert inside is not None and inside.to_pylist() == [w for w in want if w is not None]
+            assert all(fine) or kernels.decimal_average(table.column("t"), table.column("n"), kind, ansi=True) is None
 
 
 @pytest.mark.parametrize("left,right", [("INT", "DOUBLE"), ("DOUBLE", "INT"), ("DECIMAL(10,2)", "DECIMAL(38,18)"),
