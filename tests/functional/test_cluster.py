@@ -62,7 +62,7 @@ def cluster(tmp_path_factory):
                 with urllib.request.urlopen(f"http://127.0.0.1:{ui}/json/", timeout=5) as r:
                     if sum(w["state"] == "ALIVE" for w in json.loads(r.read())["workers"]) == 2:
                         break
-            except OSError:
+            except (OSError, ValueError):  # not listening yet, or a page not JSON yet while it starts
                 pass
             assert time.monotonic() < deadline, "the standalone cluster did not come up"
             time.sleep(1)
