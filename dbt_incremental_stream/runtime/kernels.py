@@ -788,6 +788,12 @@ def quotient_type(p: int, s: int) -> tuple[int, int]:
     return 38, max(38 - (p - s), min(scale, 6))
 
 
+def average_types(precision: int, scale: int) -> tuple[int, int, int]:
+    """Spark's ``Average`` of DECIMAL(precision, scale): the precision of its sum (at the
+    argument's scale), and its result's precision and scale, each bounded at 38 digits."""
+    return min(38, precision + 10), min(38, precision + 4), min(38, scale + 4)
+
+
 def _fits(v: Decimal, precision: int, scale: int) -> bool:
     return v.copy_abs() < Decimal(10) ** (precision - scale)
 
@@ -806,8 +812,8 @@ def decimal_average(total: pa.ChunkedArray, n: pa.ChunkedArray, kind: pa.Decimal
     of a type's range is NULL; with ``ansi`` on Spark raises there, so None is returned
     (and Spark computes it). NULL where the count is 0. Per group, in Python's exact
     decimals: a group's one division, not a row's."""
-    p, sc = min(38, kind.precision + 10), kind.scale
-    precision, scale = min(38, kind.precision + 4), min(38, sc + 4)
+    sc = kind.scale
+    p, precision, scale = average_types(kind.precision, sc)
     if not pa.types.is_decimal(total.type) or total.type.scale != sc:
         return None
     out: list[Decimal | None] = []

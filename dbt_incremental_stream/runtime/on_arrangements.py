@@ -437,13 +437,12 @@ class ArrangedTicks:
         live = _live(states, aside, built)
         tick = self.store.tick + 1
         retention = self.pipe._retention
-        thresholds = {node: cut for node, cut in retention.thresholds(plan, clock).items()
-                      if node in {s.id for s in live}}
-        stored = {s.id: zsets.arrow_schema(self.circuit.stored_schema(s)) for s in live}
+        by_id = {s.id: s for s in live}
+        thresholds = {node: cut for node, cut in retention.thresholds(plan, clock).items() if node in by_id}
         # rows that leave as the time moves: a task stores none of its delta's, and the
         # driver retracts the stored ones the window left since the last tick
-        gone = {node: g for node, (t, _) in thresholds.items()
-                if (g := retention.gone(plan, node, t, self.store, stored[node])) is not None}
+        gone = {node: g for node, (t, _) in thresholds.items() if (g := retention.gone(
+            plan, node, t, self.store, zsets.arrow_schema(self.circuit.stored_schema(by_id[node])))) is not None}
         written, arranged, task_seconds = self._job(
             plan, arrangements, live, inputs, arrow, tick, first=self.store.tick == 0, sampled=fetched,
             cuts={node: (plan.expiry[node].column, t) for node, (t, _) in thresholds.items()}, gone=gone)

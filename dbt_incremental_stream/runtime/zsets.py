@@ -346,8 +346,9 @@ def average(total: Column, n: Column, kind: DataType) -> Column:
     DECIMAL(20, 0), rounded at the scale of DECIMAL(p + 4, s + 4) (each bounded at 38
     digits); any other type in DOUBLE. NULL when the count is 0."""
     if isinstance(kind, DecimalType):
-        p, sc = min(38, kind.precision + 10), kind.scale
-        result, scale = f"decimal({min(38, kind.precision + 4)},{min(38, sc + 4)})", min(38, sc + 4)
+        sc = kind.scale
+        p, precision, scale = kernels.average_types(kind.precision, sc)
+        result = f"decimal({precision},{scale})"
         summed, count = total.cast(f"decimal({p},{sc})"), F.when(n != 0, n).cast("decimal(20,0)")
         ratio = (summed / count).cast(result)
         if kernels.quotient_type(p, sc)[1] >= scale:

@@ -347,6 +347,14 @@ def test_time_is_an_input(spark, tmp_path):
         diff.close()
 
 
+def every_minute(t0: datetime, back: int, count: int, users: int, unstamped: int) -> list:
+    """Inserted events (id, ts, v, u), one a minute from ``back`` minutes before ``t0``,
+    ``count`` of them, and one with no time (id ``unstamped``)."""
+    minute = timedelta(minutes=1)
+    rows = [((i, t0 - back * minute + i * minute, i % 7, i % users), 1) for i in range(count)]
+    return rows + [((unstamped, None, 1, 1), 1)]
+
+
 @pytest.mark.parametrize("placement", ["auto", "tasks"])
 def test_a_new_time_builds_on_arrangements(spark, tmp_path, placement):
     """A time that is new, not moved (a pipeline's first tick, a view reading the time
@@ -359,8 +367,7 @@ def test_a_new_time_builds_on_arrangements(spark, tmp_path, placement):
     }
     t0 = datetime(2026, 3, 1, 12, 0)
     minute = timedelta(minutes=1)
-    events = [((i, t0 - 200 * minute + i * minute, i % 7, i % 5), 1) for i in range(220)]  # to 20 min ahead
-    events.append(((999, None, 1, 1), 1))
+    events = every_minute(t0, 200, 220, users=5, unstamped=999)  # to 20 min ahead
     diff = Differential(spark, str(tmp_path), {"events": "id INT, ts TIMESTAMP, v INT, u INT"}, views,
                         placement=placement)
     arranged = ARRANGED_PATH[placement]
@@ -394,8 +401,7 @@ def test_temporal_filters_read_only_rows_whose_window_opens_or_closes(spark, tmp
     }
     t0 = datetime(2026, 3, 1, 12, 0)
     minute = timedelta(minutes=1)
-    events = [((i, t0 - 600 * minute + i * minute, i % 7, i % 5), 1) for i in range(700)]  # one a minute
-    events.append(((700, None, 1, 1), 1))
+    events = every_minute(t0, 600, 700, users=5, unstamped=700)
     diff = Differential(spark, str(tmp_path), {"events": "id INT, ts TIMESTAMP, v INT, u INT"}, views)
     try:
         diff.step({"events": events}, now=t0)
@@ -426,8 +432,7 @@ def test_rows_outside_every_window_for_good_leave_the_state(spark, tmp_path, pla
     }
     t0 = datetime(2026, 3, 1, 12, 0)
     minute = timedelta(minutes=1)
-    events = [((i, t0 - 300 * minute + i * minute, i % 7, i % 3), 1) for i in range(320)]  # to 20 min ahead
-    events.append(((999, None, 1, 1), 1))
+    events = every_minute(t0, 300, 320, users=3, unstamped=999)  # to 20 min ahead
     diff = Differential(spark, str(tmp_path), {"events": "id INT, ts TIMESTAMP, v INT, u INT"}, views,
                         expire={"events"}, placement=placement)
 
