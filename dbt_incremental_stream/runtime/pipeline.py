@@ -207,6 +207,8 @@ class Pipeline:
             source = source.lower()
             if source not in self.circuit.sources or source in (CLOCK, ONE):
                 raise StreamError(f"no source named {source!r}")
+            if isinstance(d, DataFrame) and (local := zsets.python_rows(d)) is not None:
+                d = local  # a DataFrame of Python rows: read as they are, as rows are
             if isinstance(d, (pa.Table, pa.RecordBatch)):
                 arrow[source] = self.circuit.conform_arrow(source, d)
                 continue

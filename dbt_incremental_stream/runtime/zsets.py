@@ -10,6 +10,9 @@ Spark's batch answer on both placements (the twin harness, ``tests/twin.py``).
 """
 from __future__ import annotations
 
+import json
+import pickle
+import re
 import time
 from decimal import Decimal
 from functools import reduce
@@ -83,25 +86,131 @@ def arrow_schema(schema: StructType) -> pa.Schema:
     return to_arrow_schema(schema, timezone="UTC")
 
 
-def arrow_rows(schema: StructType, rows: Sequence[Sequence[Any]]) -> pa.Table | None:
+def arrow_rows(schema: StructType, rows: Sequence[Sequence[Any]], internal: bool = False) -> pa.Table | None:
     """Rows of Python values as an Arrow table of ``schema``, each value converted as
-    Spark's ``createDataFrame`` converts it (``DataType.toInternal``); None for column
-    types that only Spark converts (nested types)."""
+    Spark's ``createDataFrame`` converts it (``DataType.toInternal``), or converted already
+    (``internal``: what ``createDataFrame`` hands the JVM); None for column types that
+    only Spark converts (nested types)."""
     arrow = arrow_schema(schema)
     columns = []
-    for i, (f, t) in enumerate(zip(schema.fields, arrow.types)):
+    for f, t, values in zip(schema.fields, arrow.types, zip(*rows) if rows else [()] * len(arrow)):
         if pa.types.is_nested(t):
             return None
-        if not f.dataType.needConversion() or (utc_clock() and isinstance(f.dataType, TimestampType)):
+        if not f.dataType.needConversion() or (
+                not internal and utc_clock() and isinstance(f.dataType, TimestampType)):
             # as they are (a naive datetime is local time to Spark; here local time is UTC)
-            columns.append(pa.array([row[i] for row in rows], t))
+            columns.append(pa.array(values, t))
             continue
-        values = [None if row[i] is None else f.dataType.toInternal(row[i]) for row in rows]
+        if not internal:
+            values = tuple(None if v is None else f.dataType.toInternal(v) for v in values)
         if pa.types.is_timestamp(t) or pa.types.is_date(t):
             columns.append(pa.array(values, pa.int64() if pa.types.is_timestamp(t) else pa.int32()).view(t))
         else:
             columns.append(pa.array(values, t))
     return pa.Table.from_arrays(columns, schema=arrow)
+
+
+#: the RDDs, from the leaf, under a DataFrame ``spark.createDataFrame`` made of Python rows:
+#: the rows pickled in the driver, PySpark's identity map to its batch size, the JVM's
+#: unpickling, and the rows as Spark's
+_PYTHON_ROWS_LINEAGE = ("ParallelCollectionRDD", "PythonRDD", "MapPartitionsRDD", "MapPartitionsRDD",
+                        "MapPartitionsRDD")
+
+
+def _rdd_kinds(lineage: str) -> tuple[str, ...]:
+    """The classes of an RDD's lineage as ``RDD.toDebugString`` gives it (one Py4J call
+    where walking it costs ten), from the leaf; unnamed RDDs only."""
+    return tuple(reversed(re.findall(r"^[\s|+-]*(?:\(\d+\) )?(\w+)\[\d+\] at ", lineage, re.M)))
+
+
+def _identity_map(command: bytes) -> bool:
+    """Whether a PythonRDD's pickled command is PySpark's own identity map
+    (``RDD._reserialize``): its rows are the parent's, as pickled."""
+    from pyspark import cloudpickle
+    from pyspark.core.rdd import RDD
+    func = cloudpickle.loads(command)[0]
+    inner = [c.cell_contents for c in func.__closure__ or ()]
+    codes = [c for c in RDD._reserialize.__code__.co_consts if hasattr(c, "co_code")]
+    return (func.__code__ in [c for c in RDD.map.__code__.co_consts if hasattr(c, "co_code")]
+            and len(inner) == 1 and getattr(inner[0], "__code__", None) in codes)
+
+
+def _expr_id(tree: list[dict[str, Any]]) -> tuple[int, int] | None:
+    """A projected expression (its nodes in ``TreeNode.toJSON``'s pre-order) that only
+    passes or renames a column: the exprId it reads and the one it gives; None for any
+    other."""
+    kinds = [node["class"].rsplit(".", 1)[-1] for node in tree]
+    if kinds == ["AttributeReference"]:
+        return tree[0]["exprId"]["id"], tree[0]["exprId"]["id"]
+    if kinds == ["Alias", "AttributeReference"]:
+        return tree[1]["exprId"]["id"], tree[0]["exprId"]["id"]
+    return None
+
+
+def python_rows(df: DataFrame) -> pa.Table | None:
+    """The rows of a DataFrame ``spark.createDataFrame`` made of Python rows (and columns
+    picked or renamed from it), as ``toArrow`` gives them, read in the driver: no job.
+    Such a DataFrame is an RDD of the rows pickled in the driver (PySpark's
+    ``parallelize``); each read of it through Spark is a job whose tasks unpickle the rows
+    in a Python worker and then in the JVM (0.1-0.2 s for 1,000 rows). Here its pickled
+    batches are served to Python from the JVM as they are and unpickled once. None for any
+    other DataFrame. Py4J calls are most of the time here (0.1-0.2 ms each): the plan is
+    read as one JSON document."""
+    # optimized (cached for the tick's later reads): casts to a column's own type gone
+    plan = df._jdf.queryExecution().optimizedPlan()
+    nodes = json.loads(plan.toJSON())
+    picks: list[list[tuple[int, int]]] = []  # per Project from the top: (exprId read, exprId given)
+    for node in nodes[:-1]:
+        kind = node["class"].rsplit(".", 1)[-1]
+        if kind == "Project":
+            passed = [_expr_id(tree) for tree in node["projectList"]]
+            if None in passed:
+                return None
+            picks.append(cast("list[tuple[int, int]]", passed))
+        elif kind != "SubqueryAlias":
+            return None
+    leaf = nodes[-1]
+    if leaf["class"].rsplit(".", 1)[-1] != "LogicalRDD":
+        return None
+    rdd = plan.collectLeaves().apply(0).rdd()
+    if _rdd_kinds(rdd.toDebugString()) != _PYTHON_ROWS_LINEAGE:
+        return None
+    for _ in _PYTHON_ROWS_LINEAGE[2:]:
+        rdd = rdd.dependencies().apply(0).rdd()
+    func = _private(rdd, "func")
+    if func.broadcastVars().size() or not _identity_map(bytes(func.command().unsafeArray())):
+        return None
+    data = _private(rdd.dependencies().apply(0).rdd(), "data")  # every slice, in order
+    jvm = df.sparkSession._jvm
+    assert jvm is not None
+    rows: list[tuple[Any, ...]] = []
+    with _load_from_socket(jvm.PythonRDD.serveIterator(data.iterator(), "dbt-stream-rows"),
+                           NoOpSerializer()) as batches:
+        for batch in batches:
+            rows.extend(pickle.loads(batch))
+    output = [tree[0] for tree in leaf["output"]]
+    schema = StructType.fromJson({"type": "struct", "fields": [
+        {"name": a["name"], "type": a["dataType"], "nullable": a["nullable"], "metadata": a["metadata"]}
+        for a in output]})
+    try:
+        table = arrow_rows(schema, rows, internal=True)
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):
+        return None  # a value Spark converts its own way (the JVM casts what was not verified)
+    if table is None:
+        return None
+    columns = {a["exprId"]["id"]: i for i, a in enumerate(output)}
+    for ids in reversed(picks):
+        table = table.select([columns[read] for read, _ in ids])
+        columns = {given: n for n, (_, given) in enumerate(ids)}
+    wanted = arrow_schema(df.schema)
+    return table.rename_columns(wanted.names).cast(wanted)
+
+
+def _private(obj: Any, name: str) -> Any:
+    """A JVM object's private field (a Scala constructor parameter)."""
+    field = obj.getClass().getDeclaredField(name)
+    field.setAccessible(True)
+    return field.get(obj)
 
 
 #: the most bytes Spark's Arrow writer puts in one batch when a local relation is collected

@@ -635,6 +635,7 @@ def test_a_dataframe_delta_is_sized_by_its_rows(spark, tmp_path, monkeypatch):
         assert not on_arrangements.collects_whole(lines)  # an RDD over files: through a limit
         change = [(3, 0, 3.0, -1), (20, 2, 20.0, 1)]
         assert step(change, spark.createDataFrame(change, schema).select("id", "cust", "amount", "_w")) == "arranged"
+        assert jobs[-1] == 0  # Python rows read as they are
         written = [(21, 1, 21.0, 1), (4, 1, 4.0, -1)]
         spark.createDataFrame(written, schema).write.parquet(str(tmp_path / "changes"))
         assert step(written, spark.read.parquet(str(tmp_path / "changes"))) == "arranged"

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
+from pyspark.sql import functions as F
 from pyspark.sql.types import DecimalType, StructType
 
 from dbt_incremental_stream.circuit.operators import WEIGHT, AggCall
@@ -291,6 +292,35 @@ def test_collect_arrow_is_to_arrow_without_a_job(spark, new_york, data):
         spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
     want = df.toArrow()
     assert got.schema == want.schema and got.equals(want), f"{got.to_pydict()} vs {want.to_pydict()}"
+
+
+@given(data=st.data())
+@SETTINGS
+def test_python_rows_are_to_arrow_without_a_job(spark, new_york, data):
+    """A DataFrame ``createDataFrame`` made of Python rows of every type the kernels meet
+    (and of adversarial values: NaN, -0.0, limits, wide decimals, times in New York),
+    with columns picked and renamed, is read as ``toArrow`` gives it, without a job; one
+    whose rows a Python function or a filter makes, or of a nested type, is not."""
+    ddl = ", ".join(f"c{i} {t}" for i, t in enumerate(TYPES))
+    schema = _schema(ddl)
+    rows = data.draw(st.lists(st.tuples(*(values(f.dataType) for f in schema.fields)), max_size=12))
+    df = spark.createDataFrame(rows, schema)
+    picked = df.select("c3", F.col("c0").alias("x"), "c10").select(F.col("x").alias("y"), "c10", "x")
+    spark.sparkContext.setLocalProperty("spark.jobGroup.id", "python_rows")
+    try:
+        got = [zsets.python_rows(d) for d in (df, picked)]
+        assert not spark.sparkContext.statusTracker().getJobIdsForGroup("python_rows")
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+    for table, d in zip(got, (df, picked)):
+        want = d.toArrow()
+        assert table is not None and table.schema == want.schema
+        assert compare_exact(table, want) is None, compare_exact(table, want)
+    mapped = spark.sparkContext.parallelize(rows or [tuple([None] * len(TYPES))]).map(lambda r: r)
+    assert zsets.python_rows(spark.createDataFrame(mapped, schema)) is None
+    assert zsets.python_rows(df.filter("c2 IS NULL")) is None
+    assert zsets.python_rows(df.selectExpr("c2 + 1 AS c2")) is None
+    assert zsets.python_rows(spark.createDataFrame([([1],)], "a ARRAY<INT>")) is None
 
 
 def test_collect_arrow_cut_short_takes_to_arrow(spark, monkeypatch):
