@@ -40,7 +40,7 @@ from .errors import StreamError
 from .process import threads
 from .runtime import zsets
 from .runtime.circuit import coerce_row
-from .runtime.pipeline import Pipeline
+from .runtime.pipeline import Pipeline, instant
 from .runtime.ticks import data_error
 from .runtime.zsets import arrow_rows, arrow_schema, expand, pack
 from .sql.relations import DIALECT, engine_name, rename
@@ -523,8 +523,8 @@ def _batch_sql(sql: str) -> str:
     output column, NULLs first (:func:`total_order`, as the engine breaks ties), so a
     LIMIT picks the same rows; any other SQL verbatim."""
     tree = sqlglot.parse_one(sql, read=DIALECT)
-    ordered = total_order(tree)
-    return sql if ordered == tree else ordered.sql(dialect=DIALECT)
+    batch = total_order(with_clock(tree))
+    return sql if batch == tree else batch.sql(dialect=DIALECT)
 
 
 def _packed_arrow(frames: Mapping[str, DataFrame]) -> dict[str, pa.Table]:
@@ -786,8 +786,11 @@ class Twin:
             except StreamError as e:
                 self.rejected[name] = f"{placement}: {type(e).__name__}: {str(e).splitlines()[0]}"
                 return
-        if self.pipelines[self.fast].reads_time:
-            raise StreamError(f"view {name!r} reads the time: the twin has no clock")
+        fast = self.pipelines[self.fast]
+        if fast.reads_time and CLOCK not in self.oracle.schemas:
+            self.oracle.add_source(CLOCK, fast.circuit.sources[CLOCK])
+            if self.duck is not None:
+                self.duck.add_source(CLOCK, fast.circuit.sources[CLOCK])
         self.oracle.add_view(name, sql)
         if self.duck is not None:
             self.duck.add_view(name, sql)
@@ -806,11 +809,14 @@ class Twin:
         """``(row, weight)`` pairs as the Arrow delta every side is fed (:func:`arrow_delta`)."""
         return arrow_delta(self.schema(source), changes)
 
-    def step(self, changes: Mapping[str, Sequence[Change]], *, check: bool = True) -> list[Finding]:
-        """One tick of ``changes`` on every side; raises :class:`Mismatch` with all of the
-        tick's findings (none: returns [])."""
+    def step(self, changes: Mapping[str, Sequence[Change]], *, check: bool = True,
+             now: datetime | None = None) -> list[Finding]:
+        """One tick of ``changes`` on every side, at time ``now`` for views that read it
+        (default: the clock; naive is UTC, as :meth:`Pipeline.step` takes it); raises
+        :class:`Mismatch` with all of the tick's findings (none: returns [])."""
         tables = {s.lower(): self.delta(s, c) for s, c in changes.items() if c}
         self.history.append(tables)
+        clock = self._clock(now)
         self.ticks += 1
         found: list[Finding] = []
         if self.ticks == 1:
@@ -828,7 +834,7 @@ class Twin:
             want = pool.submit(self.oracle.answers, names) if check else None
 
             def tick(placement: str, pipe: Pipeline) -> Finding | Future[dict[str, pa.Table] | Finding] | None:
-                crash = self._advance(placement, pipe, tables)
+                crash = self._advance(placement, pipe, tables, clock)
                 if crash is not None or not check:
                     return crash
                 return pool.submit(self._snapshots, placement, pipe, names)
@@ -849,11 +855,28 @@ class Twin:
     def _checked(self, names: Iterable[str] | None = None) -> list[str]:
         return [n.lower() for n in (names or self.views) if n.lower() not in self.rejected]
 
-    def _advance(self, placement: str, pipe: Pipeline, tables: Mapping[str, pa.Table]) -> Finding | None:
+    def _clock(self, now: datetime | None) -> datetime | None:
+        """The tick's time, the same for every side, moved in the oracles: None when no
+        view reads the time."""
+        if CLOCK not in self.oracle.schemas:
+            return None
+        before = self.pipelines[self.fast].now
+        clock = instant(now or datetime.now(timezone.utc))
+        if before is not None:
+            clock = max(clock, before) if now is None else clock
+        if clock != before:
+            moved = [((clock,), 1)] + ([((before,), -1)] if before is not None else [])
+            self.oracle.apply(CLOCK, moved)
+            if self.duck is not None:
+                self.duck.replace(CLOCK, [(clock,)])
+        return clock
+
+    def _advance(self, placement: str, pipe: Pipeline, tables: Mapping[str, pa.Table],
+                 clock: datetime | None = None) -> Finding | None:
         """One pipeline's step: a crash out of it is a finding, and the pipeline stops (its
         state is a tick behind the input)."""
         try:
-            pipe.step(tables)
+            pipe.step(tables, now=clock)
         except Exception as e:  # noqa: BLE001 - any error out of step is the finding
             why = f"{type(e).__name__}: {_first_line(e)}"
             self.broken[placement] = why

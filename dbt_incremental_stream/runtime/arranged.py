@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import sqlglot
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.types import StructType
+from pyspark.sql.types import DataType, StructType, TimestampNTZType, TimestampType
 from sqlglot import exp
 
 from ..circuit.operators import (
@@ -193,11 +193,12 @@ class Plan:
 
     def __init__(self, states: Sequence[Operator], same: Mapping[str, str], schema: Callable[[Operator], StructType],
                  types: Callable[[Operator, list[str]], list[pa.DataType]], zone: str = "UTC",
-                 keep: AbstractSet[str] = frozenset()):
+                 keep: AbstractSet[str] = frozenset(), midnights: expressions.Calendar | None = None):
         self.same = same
         self.schema = schema
         self.types = types  # Spark's types of expressions over a node's columns
         self.zone = zone  # Spark's session time zone
+        self.midnights = midnights  # when each day starts there, for casts between DATE and TIMESTAMP
         self.specs: dict[tuple[str, tuple[str, ...]], Spec] = {}
         self.joins: dict[str, JoinPlan] = {}
         self.before: dict[str, Side] = {}  # per-group recompute: the input's integral
@@ -334,7 +335,7 @@ class Plan:
 
     def _predicate(self, op: Operator, predicate: str, over: Operator) -> None:
         compiled = expressions.predicate(predicate, zsets.arrow_schema(self.schema(over)),
-                                         partial(self.types, over), self.zone)
+                                         partial(self.types, over), self.zone, self.midnights)
         if compiled is not None:
             self.predicates[op.id] = compiled
 
@@ -396,7 +397,7 @@ class Plan:
         out = []
         for name, e in op.exprs:
             f = (_pick(copies[name]) if name in copies
-                 else expressions.value(e, schema, partial(self.types, op.input), self.zone))
+                 else expressions.value(e, schema, partial(self.types, op.input), self.zone, self.midnights))
             if f is None:
                 return
             out.append((name, f))
@@ -466,16 +467,21 @@ class Plan:
             if not {c.name for c in t.find_all(exp.Column)} & clock:
                 continue  # the same at every time
             if isinstance(t, exp.Between):
-                pairs = [(t.this, t.args["low"], True), (t.this, t.args["high"], False)]
+                pairs = [(t.this, t.args["low"], True, False), (t.this, t.args["high"], False, False)]
             elif isinstance(t, (exp.GT, exp.GTE, exp.EQ)):
-                pairs = [(t.left, t.right, True)] + ([(t.left, t.right, False)] if isinstance(t, exp.EQ) else [])
+                pairs = [(t.left, t.right, True, isinstance(t, exp.GT))] + (
+                    [(t.left, t.right, False, False)] if isinstance(t, exp.EQ) else [])
             elif isinstance(t, (exp.LT, exp.LTE)):
-                pairs = [(t.left, t.right, False)]
+                pairs = [(t.left, t.right, False, isinstance(t, exp.LT))]
             else:
                 return None
-            for a, b, below in pairs:
-                if not (isinstance(a, exp.Column) and a.name in rows):
+            for a, b, below, strict in pairs:
+                if not (_row_side(a, rows)):
                     a, b, below = b, a, not below
+                if (day := self._day_of(op.left, a)) is not None:
+                    # the day of a time compared with a day: the time compared with the
+                    # instant that day (or the next) starts, as Spark casts a DATE to it
+                    a, b = exp.column(day), _day_start(b, below == strict, self.schema(op.left)[day].dataType)
                 if not (isinstance(a, exp.Column) and a.name in rows) or not (
                         {c.name for c in b.find_all(exp.Column)} <= clock) or column not in (None, a.name):
                     return None
@@ -489,11 +495,23 @@ class Plan:
         if not (pa.types.is_timestamp(kind) or pa.types.is_date32(kind) or pa.types.is_integer(kind)):
             return None
         schema = zsets.arrow_schema(self.schema(op.right))
-        compiled = [expressions.value(b, schema, partial(self.types, op.right), self.zone) for b in bounds]
+        compiled = [expressions.value(b, schema, partial(self.types, op.right), self.zone, self.midnights)
+                    for b in bounds]
         if any(f is None for f in compiled) or any(t != kind for t in self.types(op.right, bounds)):
             return None
         return (column, tuple(compiled),  # type: ignore[arg-type]
                 tuple(f for b, f in zip(bounds, compiled) if b in lower))  # type: ignore[misc]
+
+    def _day_of(self, rows: Operator, e: exp.Expr) -> str | None:
+        """The column of ``rows`` whose day ``e`` is (``CAST(ts AS DATE)``,
+        ``to_date(ts)``), when that column is a TIMESTAMP or TIMESTAMP_NTZ."""
+        if isinstance(e, exp.Cast) and e.to.is_type("date") or isinstance(e, exp.TsOrDsToDate) \
+                and not e.args.get("format"):
+            inner = e.this
+            if isinstance(inner, exp.Column) and inner.name in rows.columns and isinstance(
+                    self.schema(rows)[inner.name].dataType, (TimestampType, TimestampNTZType)):
+                return inner.name
+        return None
 
     def _source_copy(self, op: Operator, column: str) -> tuple[str, str] | None:
         """(source, its column) when ``op``'s rows are a source's rows (its delta or its
@@ -556,7 +574,7 @@ class Plan:
         delta = op.left if right is not None else op.right
         if computed:
             schema = zsets.arrow_schema(self.schema(delta))
-            compiled = [expressions.value(pair[1 - i], schema, partial(self.types, delta), self.zone)
+            compiled = [expressions.value(pair[1 - i], schema, partial(self.types, delta), self.zone, self.midnights)
                         for pair in op.keys if not is_identifier(pair[1 - i])]
             if all(f is not None for f in compiled):
                 self.join_keys[op.id] = compiled  # type: ignore[assignment]
@@ -1082,6 +1100,21 @@ def _unchained(op: Operator) -> tuple[list[Operator], Operator]:
     return chain, op
 
 
+def _row_side(e: exp.Expr, rows: AbstractSet[str]) -> bool:
+    """Whether ``e`` reads the rows' side of a temporal filter: one of its columns, or
+    the day of one."""
+    if isinstance(e, (exp.Cast, exp.TsOrDsToDate)):
+        e = e.this
+    return isinstance(e, exp.Column) and e.name in rows
+
+
+def _day_start(day: exp.Expr, next_day: bool, kind: DataType) -> exp.Expr:
+    """The instant a day (``day``, or the day after it) starts, as Spark casts a DATE to
+    ``kind`` (TIMESTAMP: in the session's time zone)."""
+    start = exp.Add(this=exp.Paren(this=day.copy()), expression=exp.Literal.number(1)) if next_day else day.copy()
+    return exp.Cast(this=start, to=exp.DataType.build(kind.simpleString(), dialect=DIALECT))
+
+
 def _nondecreasing(e: exp.Expr, time: str) -> bool:
     """Whether ``e``, over column ``time`` (the time), never decreases as the time moves
     on: the time itself, shifted by a constant, or cast to a date or timestamp."""
@@ -1090,7 +1123,10 @@ def _nondecreasing(e: exp.Expr, time: str) -> bool:
     if isinstance(e, exp.Column):
         return e.name == time
     if isinstance(e, exp.Cast):
-        return e.to.this in (exp.DataType.Type.DATE, exp.DataType.Type.TIMESTAMP) and _nondecreasing(e.this, time)
+        return e.to.this in (exp.DataType.Type.DATE, exp.DataType.Type.TIMESTAMP, exp.DataType.Type.TIMESTAMPTZ,
+                             exp.DataType.Type.TIMESTAMPNTZ) and _nondecreasing(e.this, time)
+    if isinstance(e, exp.TsOrDsAdd):  # date_add, date_sub: by a constant
+        return not {c.name for c in e.expression.find_all(exp.Column)} and _nondecreasing(e.this, time)
     constant = (exp.Interval, exp.Literal)
     if isinstance(e, exp.Add) and isinstance(e.this, constant):
         return _nondecreasing(e.expression, time)

@@ -39,6 +39,7 @@ import sqlglot
 from sqlglot import exp
 
 from ..sql.relations import DIALECT
+from . import kernels
 
 Compiled = Callable[[pa.Table], pa.ChunkedArray | pa.Array | pa.Scalar]
 Types = Callable[[list[str]], list[pa.DataType]]  # Spark's types (in Arrow) of expressions over the input
@@ -51,23 +52,27 @@ class _Untranslatable(Exception):
 _ERRORS = (_Untranslatable, sqlglot.errors.ParseError, pa.ArrowInvalid, pa.ArrowNotImplementedError, KeyError)
 
 
-def predicate(sql: str, schema: pa.Schema, types: Types | None = None, zone: str = "UTC") -> Compiled | None:
+def predicate(sql: str, schema: pa.Schema, types: Types | None = None, zone: str = "UTC",
+              midnights: Calendar | None = None) -> Compiled | None:
     """A function from a table with ``schema`` to the mask of rows where ``sql`` is true
     (NULL where it is NULL), or None. Without ``types`` its operands are columns and
-    literals only. ``zone``: Spark's session time zone."""
+    literals only. ``zone``: Spark's session time zone; ``midnights`` gives the instant
+    each day starts there (asked for, once, only by a cast between DATE and TIMESTAMP in
+    a zone other than UTC; without it such a cast is Spark's)."""
     try:
         tree = sqlglot.parse_one(sql, read=DIALECT)
-        return _Compiler(schema, _typed(tree, types), zone).boolean(tree)
+        return _Compiler(schema, _typed(tree, types), zone, midnights).boolean(tree)
     except _ERRORS:
         return None
 
 
-def value(sql: str, schema: pa.Schema, types: Types, zone: str = "UTC") -> Compiled | None:
+def value(sql: str, schema: pa.Schema, types: Types, zone: str = "UTC",
+          midnights: Calendar | None = None) -> Compiled | None:
     """A function from a table with ``schema`` to the column ``sql`` computes, typed as
-    Spark types it, or None."""
+    Spark types it, or None (``zone``, ``midnights``: as :func:`predicate`'s)."""
     try:
         tree = sqlglot.parse_one(sql, read=DIALECT)
-        return _Compiler(schema, _typed(tree, types), zone).value(tree)
+        return _Compiler(schema, _typed(tree, types), zone, midnights).value(tree)
     except _ERRORS:
         return None
 
@@ -86,7 +91,7 @@ def _typed(tree: exp.Expr, types: Types | None) -> dict[str, pa.DataType]:
 _TYPED = (exp.Add, exp.Sub, exp.Mul, exp.Neg, exp.Literal, exp.Case, exp.Extract, exp.Null, exp.Column, exp.Paren,
           exp.Substring, exp.Cast, exp.Coalesce, exp.TimestampTrunc, exp.Mod, exp.Div, exp.Floor, exp.Hour,
           exp.Minute, exp.Second, exp.Length, exp.Replace, exp.Lower, exp.Upper, exp.UnixSeconds, exp.Anonymous,
-          exp.TimeToStr, exp.RegexpExtract, exp.Bracket)
+          exp.TimeToStr, exp.RegexpExtract, exp.Bracket, exp.TsOrDsAdd)
 _COMPARE: dict[type[exp.Expr], str] = {exp.EQ: "equal", exp.NEQ: "not_equal", exp.LT: "less", exp.LTE: "less_equal",
                                        exp.GT: "greater", exp.GTE: "greater_equal"}
 _ARITHMETIC: dict[type[exp.Expr], Callable[..., Any]] = {
@@ -109,6 +114,10 @@ _INTERVAL_MICROS = {u: n * _MICROS for n, us in ((86_400, ("DAY", "DAYS")), (3_6
 _REGEX_OPERATORS = set(".$|()[]{}^?*+\\")
 #: names of a session time zone that is UTC
 UTC_ZONES = {"UTC", "Etc/UTC", "GMT", "Etc/GMT", "Z", "+00:00", "Zulu", "Universal"}
+#: the instant each day starts in the session's time zone, asked for when needed
+Calendar = Callable[[], "kernels.Midnights"]
+#: the casts :meth:`_Compiler._day_cast` computes
+_DAY_CASTS = [{pa.date32(), kernels.INSTANT}, {pa.date32(), pa.timestamp("us")}]
 
 
 def _kind(t: pa.DataType) -> str:
@@ -138,10 +147,12 @@ class _Compiler:
     """Builds closures over a table; raises :class:`_Untranslatable` for what Arrow
     must not decide."""
 
-    def __init__(self, schema: pa.Schema, types: Mapping[str, pa.DataType], zone: str = "UTC"):
+    def __init__(self, schema: pa.Schema, types: Mapping[str, pa.DataType], zone: str = "UTC",
+                 midnights: Calendar | None = None):
         self.schema = schema
         self.types = types
         self.utc = zone in UTC_ZONES
+        self.midnights = midnights
 
     def _type(self, e: exp.Expr) -> pa.DataType:
         return self.types[e.sql(DIALECT)]
@@ -191,6 +202,13 @@ class _Compiler:
         if isinstance(e, exp.Neg) and _kind(out) == "float" and _kind(self._type(e.this)) == "float":
             f = self.value(e.this)  # the sign flipped, in both engines IEEE's: -0.0 of 0.0, NaN of NaN
             return lambda t: pc.negate(f(t)).cast(out)
+        if isinstance(e, (exp.Add, exp.Sub)) and pa.types.is_date32(out):
+            date, days = (e.left, e.right) if pa.types.is_date32(self._type(e.left)) else (e.right, e.left)
+            if isinstance(e, exp.Sub) and date is e.right:
+                raise _Untranslatable("date arithmetic")
+            return self._days_added(date, days, _ARITHMETIC[type(e)])
+        if isinstance(e, exp.TsOrDsAdd) and pa.types.is_date32(out) and e.text("unit").upper() in ("", "DAY"):
+            return self._days_added(e.this, e.expression, pc.add_checked)  # date_add, date_sub
         if type(e) in _ARITHMETIC or isinstance(e, exp.Neg):
             if _kind(out) not in ("int", "dec"):
                 raise _Untranslatable("arithmetic on " + str(out))
@@ -223,6 +241,8 @@ class _Compiler:
             if start < 1 or _kind(self._type(e.this)) != "str":
                 raise _Untranslatable("SUBSTRING")
             return lambda t: pc.utf8_slice_codeunits(f(t), start - 1, start - 1 + length)  # code points, as Spark
+        if isinstance(e, exp.Cast) and {self._type(e.this), out} in _DAY_CASTS:
+            return self._day_cast(e.this, out)
         if isinstance(e, exp.Cast):  # a safe cast: exactly Spark's value, or ArrowInvalid
             f = self.value(e.this)
             _exact_cast(self._type(e.this), out)
@@ -376,6 +396,25 @@ class _Compiler:
             seconds = pc.floor_temporal(v, unit="second").cast(pa.timestamp("s", tz=v.type.tz))
             return pc.strftime(seconds, format=pattern)
         return date_format
+
+    def _day_cast(self, e: exp.Expr, out: pa.DataType) -> Compiled:
+        """A cast between DATE and TIMESTAMP (or TIMESTAMP_NTZ), as Spark's in the session's
+        time zone: by the zone's midnights, asked of Spark once when the zone is not UTC."""
+        f = self.value(e)
+        zoned = pa.types.is_timestamp(out) and out.tz is not None or pa.types.is_timestamp(self._type(e)) \
+            and self._type(e).tz is not None
+        if zoned and not self.utc and self.midnights is None:
+            raise _Untranslatable("a cast between DATE and TIMESTAMP in a time zone other than UTC")
+        calendar = self.midnights() if zoned and not self.utc and self.midnights is not None else None
+        return lambda t: kernels.day_cast(as_column(f(t), t.num_rows), out, calendar)
+
+    def _days_added(self, date: exp.Expr, days: exp.Expr, arith: Callable[..., Any]) -> Compiled:
+        """A DATE plus or minus whole days (``+``, ``-``, ``date_add``, ``date_sub``): days
+        since the epoch as integers; past DATE's range Arrow raises and Spark decides."""
+        if not pa.types.is_date32(self._type(date)) or _kind(self._type(days)) != "int":
+            raise _Untranslatable("date arithmetic")
+        f, n = self.value(date), self.value(days)
+        return lambda t: arith(pc.cast(f(t), pa.int32()), pc.cast(n(t), pa.int32())).cast(pa.date32())
 
     def _leaf(self, e: exp.Expr) -> Compiled:
         """A column or a literal, typed as Spark types it."""

@@ -540,6 +540,44 @@ class Midnights:
         return day, (rest == 0) & (day < self._ends[run])
 
 
+    def day_of(self, instants: np.ndarray) -> np.ndarray:
+        """The day (since the epoch) each instant (microseconds since the epoch) falls on,
+        as Spark casts a TIMESTAMP to DATE: the day that started last at or before it."""
+        run = np.searchsorted(self._firsts, instants, "right") - 1
+        if not self._ordered or (run < 0).any():
+            raise UnsupportedKey("an instant on a day not known, or in a zone whose days go back")
+        day = np.minimum((instants - self.offsets[run]) // DAY_MICROS, self._ends[run] - 1)
+        if (day >= self.end).any():
+            raise UnsupportedKey("an instant on a day not known")
+        return day
+
+
+def day_cast(values: pa.Array | pa.ChunkedArray, target: pa.DataType, midnights: Midnights | None) -> pa.Array:
+    """A DATE cast to TIMESTAMP (the instant its day starts) or a TIMESTAMP to DATE (the
+    day it falls on), as Spark casts them in the session's time zone (``midnights``; None:
+    UTC, where a day starts at its midnight); TIMESTAMP_NTZ's days start at midnight in
+    every zone. Raises where Spark's answer is not known here (a day out of
+    ``midnights``' range, an instant out of TIMESTAMP's)."""
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    valid = values.is_valid().to_numpy(zero_copy_only=False)
+    if pa.types.is_date32(values.type):
+        days = values.view(pa.int32()).fill_null(0).to_numpy().astype(np.int64)
+        if midnights is not None and target.tz is not None:
+            starts = midnights.starts(days)
+        else:
+            starts = pc.multiply_checked(pa.array(days), DAY_MICROS).to_numpy()
+        return pa.array(starts, mask=~valid).view(target)
+    instants = values.view(pa.int64()).fill_null(0).to_numpy()
+    if midnights is not None and values.type.tz is not None:
+        found = midnights.day_of(instants)
+    else:
+        found = instants // DAY_MICROS
+    if len(found) and (found.min() < -(2 ** 31) or found.max() >= 2 ** 31):
+        raise UnsupportedKey("a day out of DATE's range")
+    return pa.array(found.astype(np.int32), mask=~valid).view(pa.date32())
+
+
 def probes_as(source: pa.DataType, target: pa.DataType) -> bool:
     """Whether keys of type ``source`` can probe keys of type ``target`` by
     :func:`as_probe` (numbers of other types, a DATE and a TIMESTAMP; anything else is

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import time
+from functools import partial
 from datetime import datetime, timezone
 from typing import Any, Callable, Mapping, Sequence
 
@@ -76,6 +77,12 @@ def _scan_paths(batches: Sequence[Batch]) -> list[tuple[str, str]]:
 _DECLINES = (NotArranged, kernels.UnsupportedKey, pa.ArrowInvalid, pa.ArrowNotImplementedError)
 
 
+def instant(t: datetime) -> datetime:
+    """A time as an instant in UTC: a naive datetime is UTC (a tick's time in the state,
+    whatever the process's local time)."""
+    return t.replace(tzinfo=timezone.utc) if t.tzinfo is None else t.astimezone(timezone.utc)
+
+
 class Pipeline:
     """A set of sources and views over them, advanced together one tick at a time."""
 
@@ -97,7 +104,7 @@ class Pipeline:
         #: how the last tick ran and where its time went
         self.last_tick: TickStats | None = None
         now = self.store.meta.get("now")
-        self._now: datetime | None = datetime.fromisoformat(now) if now else None
+        self._now: datetime | None = instant(datetime.fromisoformat(now)) if now else None
         #: what a layer above keeps about this pipeline, committed with every tick
         self.notes: dict[str, Any] = dict(self.store.meta.get("notes", {}))
         #: per state node, the value of the compared column below which its rows have left
@@ -117,7 +124,7 @@ class Pipeline:
 
     @property
     def now(self) -> datetime | None:
-        """The time of the last committed tick, for views that read the time."""
+        """The time of the last committed tick, for views that read the time (in UTC)."""
         return self._now
 
     def add_source(self, name: str, schema: str | StructType, *, replace: bool = False, expire: bool = False) -> bool:
@@ -189,7 +196,8 @@ class Pipeline:
              before_commit: Callable[[int, Changes], None] | None = None) -> Changes:
         """Apply one tick of input changes, commit it, and return each view's change.
 
-        ``now`` is the tick's time for views that read it (default: the clock, in UTC).
+        ``now`` is the tick's time for views that read it (default: the clock); a naive
+        datetime is UTC, not the process's local time (where Spark would take it as local).
         The returned DataFrames (consolidated, with ``_w``) stay readable until the next step.
         ``before_commit(tick, changes)`` runs once the tick's state is written and before it
         commits: outputs written there idempotently per tick are exactly-once.
@@ -222,10 +230,11 @@ class Pipeline:
 
         clock = self._now
         if CLOCK in self.circuit.sources:
+            now = None if now is None else instant(now)
             if now is not None and self._now is not None and now < self._now:
                 raise StreamError(f"the time {now} is before the last tick's {self._now}: the time views "
                                   f"read never goes back (rows outside every window for good leave the state)")
-            wall = datetime.now(timezone.utc).replace(tzinfo=None)
+            wall = datetime.now(timezone.utc)
             clock = now or (wall if self._now is None else max(wall, self._now))
             if clock != self._now:
                 moved = [((clock,), 1)] + ([((self._now,), -1)] if self._now is not None else [])
@@ -303,7 +312,7 @@ class Pipeline:
         meta["expired"] = {n: at for n, at in meta["expired"].items() if n in written}
         self.store.commit(tick, written, lambda node, df: merge(by_id[node], df), meta,
                           arrangements, lambda node, t: _merge_arrow(by_id[node], t))
-        self._now = datetime.fromisoformat(meta["now"]) if meta["now"] else None
+        self._now = instant(datetime.fromisoformat(meta["now"])) if meta["now"] else None
         self._retention.expired, self.failed = meta["expired"], meta["failed"]
         return outputs, committing
 
@@ -318,8 +327,9 @@ class Pipeline:
                 c = self.circuit
                 keep = {v.state.id for v in c.views.values()} | {
                     c.source_state(n).id for n in c.sources if n not in c.expiring}
-                self._plan = Plan(c.states(), c.same_state(), c.schema_of, c.types_of,
-                                  self.spark.conf.get("spark.sql.session.timeZone") or "UTC", keep)
+                zone = self.spark.conf.get("spark.sql.session.timeZone") or "UTC"
+                self._plan = Plan(c.states(), c.same_state(), c.schema_of, c.types_of, zone, keep,
+                                  partial(zsets.midnights, self.spark, zone))
                 for source, key in c.indexes:
                     if source in c.sources:
                         self._plan.need(c.source_state(source).id, key)

@@ -9,7 +9,7 @@ and the new window cancels, and a tick reads only the rows whose window opened o
 """
 from __future__ import annotations
 
-from ..circuit.operators import Filter, Input, Join, Map, Operator, Temporal, with_inputs
+from ..circuit.operators import Filter, Input, Join, Map, Operator, Temporal, is_identifier, with_inputs
 
 CLOCK, CLOCK_COLUMN = "__now", "__now_ts"
 
@@ -35,8 +35,12 @@ def _temporal(join: Join, used: set[str]) -> Operator:
     ``used`` (the SQL its consumer computes) reads none of the clock's columns."""
     for rows, clock in ((join.left, join.right), (join.right, join.left)):
         if _is_clock(clock) and not any(c in e for c in clock.columns for e in used):
-            return Temporal(rows, clock, join.on,
-                            tuple((b, a) for a, b in join.keys) if rows is join.right else join.keys)
+            keys = tuple((b, a) for a, b in join.keys) if rows is join.right else join.keys
+            if not all(is_identifier(theirs) for _, theirs in keys):
+                # a day of the clock's (``d = current_date()``): its one row is read whole
+                # and the key compared as the rest of ``on`` (no state is keyed by an expression)
+                keys = ()
+            return Temporal(rows, clock, join.on, keys)
     return join
 
 

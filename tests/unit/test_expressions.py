@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 from decimal import Decimal
+from functools import partial
 
 import pyarrow as pa
 import pytest
@@ -60,6 +61,9 @@ VALUES = [
     "`ts` - INTERVAL '1' HOUR", "`ts` + INTERVAL 2 DAYS", "`ts` - INTERVAL '-90' MINUTE", "`ts` + INTERVAL 59 SECOND",
     "REGEXP_EXTRACT(`s`, '(x)|(s)', 1)", "REGEXP_EXTRACT(`s`, '(&|^)small_([^&]*)', 2)",
     "REGEXP_EXTRACT(`s`, '([a-z]+)')",
+    # days and times: a DATE's start, a TIMESTAMP's day (in the session's zone), days added
+    "CAST(`ts` AS DATE)", "CAST(`day` AS TIMESTAMP)", "CAST(`day` AS TIMESTAMP_NTZ)", "`day` + 3", "`day` - `i`",
+    "DATE_SUB(`day`, 2)", "DATE_ADD(`day`, `i`)", "CAST(CAST(`ts` AS DATE) + 1 AS TIMESTAMP)",
     # integers as floats where they are exact (Arrow raises where Spark rounds); a float negated
     "CAST(`i` AS DOUBLE)", "CAST(`b` AS DOUBLE)", "CAST(`i` AS FLOAT)", "CAST(`b` * 10001 + 1 AS DOUBLE)", "-`x`",
 ]
@@ -132,3 +136,23 @@ def test_date_trunc_is_spark_s_only_in_utc(spark, frame):
     assert expressions.value("DATE_TRUNC('DAY', `ts`)", table.schema, types(spark, df), "UTC") is not None
     for sql in ("HOUR(`ts`)", "DATE_FORMAT(`ts`, 'yyyy-MM-dd')"):
         assert expressions.value(sql, table.schema, types(spark, df), "Asia/Kolkata") is None
+
+
+def test_casts_between_dates_and_times_are_spark_s_in_any_zone(spark, frame):
+    """Outside UTC a TIMESTAMP's day and a DATE's start follow the zone's midnights, asked
+    of Spark; without them the cast is Spark's."""
+    df, table = frame
+    zone = "America/New_York"
+    before = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", zone)
+    try:
+        for sql in ("CAST(`ts` AS DATE)", "CAST(`day` AS TIMESTAMP)", "CAST(CAST(`ts` AS DATE) - 1 AS TIMESTAMP)"):
+            assert expressions.value(sql, table.schema, types(spark, df), zone) is None
+            midnights = partial(zsets.midnights, spark, zone)
+            compiled = expressions.value(sql, table.schema, types(spark, df), zone, midnights)
+            assert compiled is not None, sql
+            want = zsets.collect_arrow(df.selectExpr(f"{sql} AS v")).column("v")
+            got = expressions.as_column(compiled(table), table.num_rows)
+            assert got.type == want.type and got.to_pylist() == want.to_pylist(), sql
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", before)

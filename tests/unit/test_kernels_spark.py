@@ -372,3 +372,6 @@ def test_midnights_are_spark_s_cast_of_a_date_to_timestamp(spark, zone):
     day, starts = midnights.day_starting(instants[~twice])
     assert np.array_equal(starts, found.column("starts").to_numpy(zero_copy_only=False)[~twice])
     assert np.array_equal(day[starts], found.column("d").to_numpy()[~twice][starts])
+    # the day every instant falls on (Spark's CAST to DATE), a skipped day's start included
+    on = kernels.day_cast(pa.array(instants).view(kernels.INSTANT), pa.date32(), midnights)
+    assert np.array_equal(on.view(pa.int32()).to_numpy(), found.column("d").to_numpy())

@@ -5,7 +5,7 @@ process local time that are New York's (DST days, year 1, year 9999), ANSI on an
 from __future__ import annotations
 
 import math
-from datetime import date, datetime, timezone
+from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
 
 import pyarrow as pa
@@ -81,6 +81,45 @@ def test_time_shapes_run_on_arrangements_in_new_york(spark, tmp_path, local_new_
             for tick in NEW_YORK_TICKS:
                 twin.step(tick)
             assert twin.arranged == len(NEW_YORK_TICKS), f"auto's paths: {twin.paths}"
+        finally:
+            twin.close()
+
+
+#: views of a calendar day, read with the time (``current_date()`` is the session zone's day)
+DAY_VIEWS = {
+    "today": "SELECT id, v FROM e WHERE CAST(ts AS DATE) = current_date()",
+    "last_week": "SELECT v, COUNT(*) AS n, MAX(ts) AS last FROM e WHERE CAST(ts AS DATE) >= current_date() - 7 "
+                 "GROUP BY v",
+    "before_today": "SELECT COUNT(*) AS n FROM e WHERE to_date(ts) < current_date()",
+    "yesterday": "SELECT id FROM e WHERE CAST(ts AS DATE) = date_sub(current_date(), 1)",
+    "up_to_today": "SELECT id, ts FROM e WHERE CAST(ts AS DATE) <= current_date() AND v > 1",
+    "days_ahead": "SELECT id FROM e WHERE dt > current_date()",
+}
+_HOUR = timedelta(hours=1)
+#: the times DAY_VIEWS are read at: New York's and UTC's midnights and New York's days
+#: of 23 and 25 hours (2026-03-08, 2026-11-01)
+DAY_TIMES = [datetime(2026, 3, 7, 12, tzinfo=timezone.utc), datetime(2026, 3, 8, 4, 59, tzinfo=timezone.utc),
+             datetime(2026, 3, 8, 5, tzinfo=timezone.utc), datetime(2026, 3, 9, 3, 59, tzinfo=timezone.utc),
+             datetime(2026, 3, 9, 4, tzinfo=timezone.utc), datetime(2026, 3, 16, tzinfo=timezone.utc),
+             datetime(2026, 11, 1, 3, 59, tzinfo=timezone.utc), datetime(2026, 11, 2, 4, 59, tzinfo=timezone.utc),
+             datetime(2026, 11, 2, 5, tzinfo=timezone.utc)]
+
+
+def test_day_views_equal_spark_in_new_york(spark, tmp_path, local_new_york):
+    """Views of today, yesterday and the last week read by a row's time cast to a date
+    equal Spark's batch answer at each of :data:`DAY_TIMES` in New York's time zone, rows
+    of every hour around them inserted and deleted; "auto" runs every tick on
+    arrangements (a temporal filter read by the instants the days start)."""
+    start = datetime(2026, 3, 1, tzinfo=timezone.utc)
+    hours = [start + k * _HOUR for k in range(24 * 17)] + [start + k * _HOUR for k in range(5800, 5900)]
+    rows = [((k, t, t.date(), k % 4), 1) for k, t in enumerate(hours)] + [((-1, None, None, 2), 1)]
+    with spark_conf(spark, {"spark.sql.ansi.enabled": "false", "spark.sql.session.timeZone": TIME_ZONE}):
+        twin = Twin(spark, str(tmp_path), {"e": TIME_SOURCES["e"]}, DAY_VIEWS)
+        try:
+            twin.step({"e": rows}, now=DAY_TIMES[0])
+            for i, now in enumerate(DAY_TIMES[1:]):
+                twin.step({"e": [rows[i * 7], ((-2 - i, now, now.date(), i % 4), 1)]}, now=now)
+            assert twin.arranged == len(DAY_TIMES), f"auto's paths: {twin.paths}"
         finally:
             twin.close()
 
