@@ -230,6 +230,7 @@ class Plan:
         out = copy.copy(self)
         out.schema = lambda op: schemas[op.id]  # type: ignore[method-assign]
         out.types = _no_types  # type: ignore[method-assign]
+        out.midnights = None  # asked of the session; compiled expressions hold what they asked
         return out
 
     def state_of(self, integral: Integral) -> str:

@@ -91,7 +91,7 @@ def _typed(tree: exp.Expr, types: Types | None) -> dict[str, pa.DataType]:
 _TYPED = (exp.Add, exp.Sub, exp.Mul, exp.Neg, exp.Literal, exp.Case, exp.Extract, exp.Null, exp.Column, exp.Paren,
           exp.Substring, exp.Cast, exp.Coalesce, exp.TimestampTrunc, exp.Mod, exp.Div, exp.Floor, exp.Hour,
           exp.Minute, exp.Second, exp.Length, exp.Replace, exp.Lower, exp.Upper, exp.UnixSeconds, exp.Anonymous,
-          exp.TimeToStr, exp.RegexpExtract, exp.Bracket, exp.TsOrDsAdd)
+          exp.TimeToStr, exp.RegexpExtract, exp.Bracket, exp.TsOrDsAdd, exp.TsOrDsToDate)
 _COMPARE: dict[type[exp.Expr], str] = {exp.EQ: "equal", exp.NEQ: "not_equal", exp.LT: "less", exp.LTE: "less_equal",
                                        exp.GT: "greater", exp.GTE: "greater_equal"}
 _ARITHMETIC: dict[type[exp.Expr], Callable[..., Any]] = {
@@ -241,8 +241,9 @@ class _Compiler:
             if start < 1 or _kind(self._type(e.this)) != "str":
                 raise _Untranslatable("SUBSTRING")
             return lambda t: pc.utf8_slice_codeunits(f(t), start - 1, start - 1 + length)  # code points, as Spark
-        if isinstance(e, exp.Cast) and {self._type(e.this), out} in _DAY_CASTS:
-            return self._day_cast(e.this, out)
+        if isinstance(e, exp.Cast) and {self._type(e.this), out} in _DAY_CASTS or isinstance(
+                e, exp.TsOrDsToDate) and not e.args.get("format") and {self._type(e.this), out} in _DAY_CASTS:
+            return self._day_cast(e.this, out)  # CAST, to_date of a time
         if isinstance(e, exp.Cast):  # a safe cast: exactly Spark's value, or ArrowInvalid
             f = self.value(e.this)
             _exact_cast(self._type(e.this), out)

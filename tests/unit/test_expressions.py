@@ -63,7 +63,7 @@ VALUES = [
     "REGEXP_EXTRACT(`s`, '([a-z]+)')",
     # days and times: a DATE's start, a TIMESTAMP's day (in the session's zone), days added
     "CAST(`ts` AS DATE)", "CAST(`day` AS TIMESTAMP)", "CAST(`day` AS TIMESTAMP_NTZ)", "`day` + 3", "`day` - `i`",
-    "DATE_SUB(`day`, 2)", "DATE_ADD(`day`, `i`)", "CAST(CAST(`ts` AS DATE) + 1 AS TIMESTAMP)",
+    "DATE_SUB(`day`, 2)", "DATE_ADD(`day`, `i`)", "CAST(CAST(`ts` AS DATE) + 1 AS TIMESTAMP)", "TO_DATE(`ts`)",
     # integers as floats where they are exact (Arrow raises where Spark rounds); a float negated
     "CAST(`i` AS DOUBLE)", "CAST(`b` AS DOUBLE)", "CAST(`i` AS FLOAT)", "CAST(`b` * 10001 + 1 AS DOUBLE)", "-`x`",
 ]

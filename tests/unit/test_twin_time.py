@@ -105,21 +105,22 @@ DAY_TIMES = [datetime(2026, 3, 7, 12, tzinfo=timezone.utc), datetime(2026, 3, 8,
              datetime(2026, 11, 2, 5, tzinfo=timezone.utc)]
 
 
-def test_day_views_equal_spark_in_new_york(spark, tmp_path, local_new_york):
+@pytest.mark.parametrize("placement", ["auto", "tasks"])
+def test_day_views_equal_spark_in_new_york(spark, tmp_path, local_new_york, placement):
     """Views of today, yesterday and the last week read by a row's time cast to a date
     equal Spark's batch answer at each of :data:`DAY_TIMES` in New York's time zone, rows
-    of every hour around them inserted and deleted; "auto" runs every tick on
-    arrangements (a temporal filter read by the instants the days start)."""
+    of every hour around them inserted and deleted; every tick runs on arrangements, in
+    the driver or in Spark tasks (a temporal filter read by the instants the days start)."""
     start = datetime(2026, 3, 1, tzinfo=timezone.utc)
     hours = [start + k * _HOUR for k in range(24 * 17)] + [start + k * _HOUR for k in range(5800, 5900)]
     rows = [((k, t, t.date(), k % 4), 1) for k, t in enumerate(hours)] + [((-1, None, None, 2), 1)]
     with spark_conf(spark, {"spark.sql.ansi.enabled": "false", "spark.sql.session.timeZone": TIME_ZONE}):
-        twin = Twin(spark, str(tmp_path), {"e": TIME_SOURCES["e"]}, DAY_VIEWS)
+        twin = Twin(spark, str(tmp_path), {"e": TIME_SOURCES["e"]}, DAY_VIEWS, placements=(placement, "dataframe"))
         try:
             twin.step({"e": rows}, now=DAY_TIMES[0])
             for i, now in enumerate(DAY_TIMES[1:]):
                 twin.step({"e": [rows[i * 7], ((-2 - i, now, now.date(), i % 4), 1)]}, now=now)
-            assert twin.arranged == len(DAY_TIMES), f"auto's paths: {twin.paths}"
+            assert twin.arranged == len(DAY_TIMES), f"{placement}'s paths: {twin.paths}"
         finally:
             twin.close()
 
