@@ -5,9 +5,10 @@ on arrangements against the DataFrame evaluator, in one run.
                                [--placements auto,dataframe]
 
 The source ``events`` (declared ``expire``) holds ``--events`` events stamped over the
-last two days; four views read the time through temporal filters: the last hour's events,
-a per-user count and sum over the last 30 minutes, a per-user count over the last day and
-a global count over the last 15 minutes. The first tick loads every event (rows below
+last two days; five views read the time through temporal filters: the last hour's events,
+a per-user count and sum over the last 30 minutes, a per-user count over the last day, a
+global count over the last 15 minutes and a per-user count and sum of the calendar day
+(``CAST(ts AS DATE) = current_date()``). The first tick loads every event (rows below
 every window never get stored); the next one comes an hour later with ``--catchup``
 events (a consumer catching up after a stop: too many for the driver, so in Spark tasks
 on arrangements), and rows leave the state as the windows move; then ``--ticks`` ticks,
@@ -42,6 +43,8 @@ VIEWS = {
               "WHERE ts BETWEEN now() - INTERVAL 30 MINUTES AND now() GROUP BY u",
     "today": "SELECT u, COUNT(*) AS n FROM events WHERE ts >= now() - INTERVAL 1 DAY GROUP BY u",
     "quarter": "SELECT COUNT(*) AS n, MAX(v) AS top FROM events WHERE ts > now() - INTERVAL 15 MINUTES",
+    "calendar_day": "SELECT u, COUNT(*) AS n, SUM(v) AS s FROM events WHERE CAST(ts AS DATE) = current_date() "
+                    "GROUP BY u",
 }
 USERS = 50_000
 T0 = datetime(2026, 3, 2, 12, 0)
@@ -107,7 +110,8 @@ def run(spark, work: Path, placement: str, args: argparse.Namespace) -> dict:
         .createOrReplaceTempView("events")
     problems = {}
     for name, sql in VIEWS.items():
-        batch = spark.sql(sql.replace("current_timestamp()", literal).replace("now()", literal)).collect()
+        batch = spark.sql(sql.replace("current_timestamp()", literal).replace("now()", literal)
+                          .replace("current_date()", f"CAST({literal} AS DATE)")).collect()
         problems[name] = compare([tuple(r) for r in pipe.snapshot(name).collect()], [tuple(r) for r in batch])
     spark.catalog.dropTempView("events")
     pipe.close()
