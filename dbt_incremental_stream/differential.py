@@ -40,7 +40,7 @@ from .errors import StreamError
 from .process import threads
 from .runtime import zsets
 from .runtime.circuit import coerce_row
-from .runtime.pipeline import Pipeline, instant
+from .runtime.pipeline import Pipeline, tick_time
 from .runtime.ticks import data_error
 from .runtime.zsets import arrow_rows, arrow_schema, expand, pack
 from .sql.relations import DIALECT, engine_name, rename
@@ -861,9 +861,7 @@ class Twin:
         if CLOCK not in self.oracle.schemas:
             return None
         before = self.pipelines[self.fast].now
-        clock = instant(now or datetime.now(timezone.utc))
-        if before is not None:
-            clock = max(clock, before) if now is None else clock
+        clock = tick_time(now, before)
         if clock != before:
             moved = [((clock,), 1)] + ([((before,), -1)] if before is not None else [])
             self.oracle.apply(CLOCK, moved)

@@ -477,8 +477,8 @@ class Plan:
             else:
                 return None
             for a, b, below, strict in pairs:
-                if not (_row_side(a, rows)):
-                    a, b, below = b, a, not below
+                if not (isinstance(a, exp.Column) and a.name in rows or self._day_of(op.left, a)):
+                    a, b, below = b, a, not below  # the rows' column (or its day) on the left
                 if (day := self._day_of(op.left, a)) is not None:
                     # the day of a time compared with a day: the time compared with the
                     # instant that day (or the next) starts, as Spark casts a DATE to it
@@ -1099,14 +1099,6 @@ def _unchained(op: Operator) -> tuple[list[Operator], Operator]:
         chain.append(op)
         op = op.input
     return chain, op
-
-
-def _row_side(e: exp.Expr, rows: AbstractSet[str]) -> bool:
-    """Whether ``e`` reads the rows' side of a temporal filter: one of its columns, or
-    the day of one."""
-    if isinstance(e, (exp.Cast, exp.TsOrDsToDate)):
-        e = e.this
-    return isinstance(e, exp.Column) and e.name in rows
 
 
 def _day_start(day: exp.Expr, next_day: bool, kind: DataType) -> exp.Expr:

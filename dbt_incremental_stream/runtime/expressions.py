@@ -241,8 +241,8 @@ class _Compiler:
             if start < 1 or _kind(self._type(e.this)) != "str":
                 raise _Untranslatable("SUBSTRING")
             return lambda t: pc.utf8_slice_codeunits(f(t), start - 1, start - 1 + length)  # code points, as Spark
-        if isinstance(e, exp.Cast) and {self._type(e.this), out} in _DAY_CASTS or isinstance(
-                e, exp.TsOrDsToDate) and not e.args.get("format") and {self._type(e.this), out} in _DAY_CASTS:
+        if (isinstance(e, exp.Cast) or isinstance(e, exp.TsOrDsToDate) and not e.args.get("format")) \
+                and {self._type(e.this), out} in _DAY_CASTS:
             return self._day_cast(e.this, out)  # CAST, to_date of a time
         if isinstance(e, exp.Cast):  # a safe cast: exactly Spark's value, or ArrowInvalid
             f = self.value(e.this)
@@ -402,11 +402,10 @@ class _Compiler:
         """A cast between DATE and TIMESTAMP (or TIMESTAMP_NTZ), as Spark's in the session's
         time zone: by the zone's midnights, asked of Spark once when the zone is not UTC."""
         f = self.value(e)
-        zoned = pa.types.is_timestamp(out) and out.tz is not None or pa.types.is_timestamp(self._type(e)) \
-            and self._type(e).tz is not None
-        if zoned and not self.utc and self.midnights is None:
+        zoned = not self.utc and any(pa.types.is_timestamp(t) and t.tz is not None for t in (self._type(e), out))
+        if zoned and self.midnights is None:
             raise _Untranslatable("a cast between DATE and TIMESTAMP in a time zone other than UTC")
-        calendar = self.midnights() if zoned and not self.utc and self.midnights is not None else None
+        calendar = self.midnights() if zoned and self.midnights is not None else None
         return lambda t: kernels.day_cast(as_column(f(t), t.num_rows), out, calendar)
 
     def _days_added(self, date: exp.Expr, days: exp.Expr, arith: Callable[..., Any]) -> Compiled:

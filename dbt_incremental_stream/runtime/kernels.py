@@ -539,7 +539,6 @@ class Midnights:
             raise UnsupportedKey("an instant that may start a day not known")
         return day, (rest == 0) & (day < self._ends[run])
 
-
     def day_of(self, instants: np.ndarray) -> np.ndarray:
         """The day (since the epoch) each instant (microseconds since the epoch) falls on,
         as Spark casts a TIMESTAMP to DATE: the day that started last at or before it."""
@@ -610,10 +609,9 @@ def as_probe(values: pa.Array | pa.ChunkedArray, target: pa.DataType,
         return values, np.ones(len(values), bool)
     if {source, target} == {pa.date32(), INSTANT}:  # Spark casts the DATE to TIMESTAMP
         assert midnights is not None
-        given = values.view(pa.int32() if source == pa.date32() else pa.int64()).fill_null(0).to_numpy()
         if source == pa.date32():
-            return pa.array(midnights().starts(given), mask=~valid).view(target), np.ones(len(values), bool)
-        days, starts = midnights().day_starting(given)
+            return day_cast(values, target, midnights()), np.ones(len(values), bool)
+        days, starts = midnights().day_starting(values.view(pa.int64()).fill_null(0).to_numpy())
         ok = ~valid | starts
         return pa.array(np.where(ok, days, 0).astype(np.int32), mask=~valid).view(target), ok
     if pa.types.is_floating(target) and pa.types.is_floating(source) and target.bit_width < source.bit_width:

@@ -83,6 +83,15 @@ def instant(t: datetime) -> datetime:
     return t.replace(tzinfo=timezone.utc) if t.tzinfo is None else t.astimezone(timezone.utc)
 
 
+def tick_time(now: datetime | None, before: datetime | None) -> datetime:
+    """A tick's time: ``now`` (:func:`instant`), or the clock, never before the last
+    tick's (``before``)."""
+    if now is not None:
+        return instant(now)
+    wall = datetime.now(timezone.utc)
+    return wall if before is None else max(wall, before)
+
+
 class Pipeline:
     """A set of sources and views over them, advanced together one tick at a time."""
 
@@ -234,8 +243,7 @@ class Pipeline:
             if now is not None and self._now is not None and now < self._now:
                 raise StreamError(f"the time {now} is before the last tick's {self._now}: the time views "
                                   f"read never goes back (rows outside every window for good leave the state)")
-            wall = datetime.now(timezone.utc)
-            clock = now or (wall if self._now is None else max(wall, self._now))
+            clock = tick_time(now, self._now)
             if clock != self._now:
                 moved = [((clock,), 1)] + ([((self._now,), -1)] if self._now is not None else [])
                 arrow[CLOCK] = self.circuit.rows_arrow(CLOCK, moved)

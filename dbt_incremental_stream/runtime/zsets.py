@@ -156,7 +156,7 @@ def python_rows(df: DataFrame) -> pa.Table | None:
     batches are served to Python from the JVM as they are and unpickled once. None for any
     other DataFrame. Py4J calls are most of the time here (0.1-0.2 ms each): the plan is
     read as one JSON document."""
-    # optimized (cached for the tick's later reads): casts to a column's own type gone
+    # optimized: casts to a column's own type gone, projections collapsed
     plan = df._jdf.queryExecution().optimizedPlan()
     nodes = json.loads(plan.toJSON())
     picks: list[list[tuple[int, int]]] = []  # per Project from the top: (exprId read, exprId given)
