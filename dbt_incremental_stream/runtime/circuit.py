@@ -266,9 +266,15 @@ class Circuit:
     # --- a delta as its source's columns -------------------------------------------------
 
     def rows_arrow(self, source: str, rows: Rows) -> pa.Table | None:
-        """``(row, weight)`` pairs as an Arrow table (None for nested column types)."""
+        """``(row, weight)`` pairs as an Arrow table (None for nested column types). Values
+        are coerced (:func:`coerce_row`) only when Arrow refuses them as they are: where
+        Arrow takes a value (an int for a DOUBLE, exactly), it takes it as coerced."""
         st = zsets.with_weight(self.sources[source])
-        return zsets.arrow_rows(st, [coerce_row(st, tuple(r) + (int(w),)) for r, w in rows])
+        data = [(*r, int(w)) for r, w in rows]
+        try:
+            return zsets.arrow_rows(st, data)
+        except (pa.ArrowException, TypeError, ValueError, OverflowError):
+            return zsets.arrow_rows(st, [coerce_row(st, r) for r in data])
 
     def rows_frame(self, source: str, rows: Rows) -> DataFrame:
         """``(row, weight)`` pairs as a DataFrame."""

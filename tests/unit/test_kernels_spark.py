@@ -9,6 +9,7 @@ from decimal import Decimal
 from contextlib import contextmanager
 from functools import partial
 from typing import Iterator
+from zoneinfo import ZoneInfo
 
 import numpy as np
 import pyarrow as pa
@@ -16,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import functions as F
-from pyspark.sql.types import DecimalType, StructType
+from pyspark.sql.types import DateType, DecimalType, StructType
 
 from dbt_incremental_stream.circuit.operators import WEIGHT, AggCall
 from dbt_incremental_stream.differential import compare_exact
@@ -321,6 +322,36 @@ def test_python_rows_are_to_arrow_without_a_job(spark, new_york, data):
     assert zsets.python_rows(df.filter("c2 IS NULL")) is None
     assert zsets.python_rows(df.selectExpr("c2 + 1 AS c2")) is None
     assert zsets.python_rows(spark.createDataFrame([([1],)], "a ARRAY<INT>")) is None
+
+
+#: Python values where Arrow's reading could differ from Spark's ``toInternal``: a
+#: datetime given for a DATE (Spark keeps its day), an aware one for a TIMESTAMP_NTZ
+#: (Spark keeps its wall clock), naive and aware ones for a TIMESTAMP
+_IN_NEW_YORK = [t.astimezone(ZoneInfo(NEW_YORK)) for t in TIMESTAMPS if 1 < t.year < 9999]
+_GIVEN = {
+    "DATE": st.one_of(values(DateType()), st.sampled_from(TIMESTAMPS + [t.replace(tzinfo=None) for t in _IN_NEW_YORK])),
+    "TIMESTAMP_NTZ": st.one_of(st.none(), st.sampled_from(TIMESTAMPS + _IN_NEW_YORK)),
+    "TIMESTAMP": st.sampled_from(TIMESTAMPS + [t.replace(tzinfo=None) for t in TIMESTAMPS]),
+}
+
+
+@given(data=st.data())
+@SETTINGS
+def test_python_values_are_read_as_create_dataframe_reads_them(spark, new_york, data):
+    """Rows of Python values (as ``Pipeline.step`` takes them) become the Arrow table
+    ``createDataFrame`` of the same rows gives, in one pass or column by column: every
+    kernel type, and values Arrow could read otherwise than Spark."""
+    types = TYPES + list(_GIVEN)
+    schema = _schema(", ".join(f"c{i} {t}" for i, t in enumerate(types)))
+    rows = data.draw(st.lists(st.tuples(*(_GIVEN[t] if t in _GIVEN and i >= len(TYPES) else values(f.dataType)
+                                          for i, (t, f) in enumerate(zip(types, schema.fields)))), max_size=12))
+    ntz = types.index("TIMESTAMP_NTZ")  # read per value: without it, in one pass
+    one_pass = StructType([f for i, f in enumerate(schema.fields) if i != ntz])
+    for schema, rows in ((schema, rows), (one_pass, [r[:ntz] + r[ntz + 1:] for r in rows])):
+        got = zsets.arrow_rows(schema, rows)
+        want = spark.createDataFrame(rows, schema).toArrow()
+        assert got is not None and got.schema == want.schema
+        assert compare_exact(got, want) is None, compare_exact(got, want)
 
 
 def test_collect_arrow_cut_short_takes_to_arrow(spark, monkeypatch):
