@@ -880,7 +880,7 @@ class ArrangedTick:
         rows, matched = self._read(j.state, delta, keys, [unquote(p[1 - i]) for p in op.keys], j.null_safe)
         if matched is None:
             return None
-        mine = delta.take(pa.array(rows))
+        mine = kernels.gather(delta, rows)
         if j.computed or j.probe_as:
             mine = mine.select(list(op.left.columns if j.state_right else op.right.columns) + [WEIGHT])
         w = pc.multiply_checked(mine.column(WEIGHT), matched.column(WEIGHT))

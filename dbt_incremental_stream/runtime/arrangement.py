@@ -52,6 +52,8 @@ ARRANGEMENT_DIR = "arrangements"
 #: bounded buckets keep every merge and every bulk-build task bounded
 BUCKET_ROWS = 1_000_000
 MAX_BUCKETS = 64
+#: rows of an arrangement probed as one run, however many runs it holds
+SMALL_ROWS = 4096
 #: runs a bucket may hold before its newest ones are merged
 MAX_RUNS = 4
 #: rows past which a bucket that is merged whole splits, into parts of BUCKET_ROWS or less
@@ -222,7 +224,14 @@ class RunStore:
         hashes = kernels.key_hash(probe, keys)
         runs: list[pa.Table] = []
         subsets: list[np.ndarray | None] = []
-        if len(arr.runs) == 1:
+        every = [r for bucket in arr.runs for r in bucket]
+        if len(every) > 1 and arr.rows <= max(SMALL_ROWS, probe.num_rows // 4):
+            # small beside the probe (a dimension's): one run of it, so each probe row is
+            # looked up once (kernels.candidates), not once per run
+            whole = pa.concat_tables([self.read(r) for r in every], promote_options="permissive")
+            order = np.argsort(whole.column(kernels.HASH).to_numpy(), kind="stable")
+            runs, subsets = [whole.take(pa.array(order))], [None]
+        elif len(arr.runs) == 1:
             runs, subsets = [self.read(r) for r in arr.runs[0]], [None] * len(arr.runs[0])
         else:  # grouped by bucket (a radix sort of small ints)
             buckets = arr.bucket_of(hashes).astype(np.int16 if len(arr.runs) <= 1 << 15 else np.int64)

@@ -461,27 +461,41 @@ SORTED_PROBE = 4096
 
 
 def candidates(run_hashes: np.ndarray, probe_hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(probe row, run row) pairs whose hashes are equal. A run of distinct hashes much
-    smaller than the probe (a dimension's arrangement) is looked up in a hash table of it;
-    else the run (sorted by hash) is binary searched, by a large probe in hash order: a
-    search of random hashes in a run larger than the caches is 10x slower."""
+    """(probe row, run row) pairs whose hashes are equal, in a run sorted by hash. A run
+    much smaller than the probe (a dimension's arrangement) is looked up in a hash table
+    of its distinct hashes; else the run is binary searched, by a large probe in hash
+    order: a search of random hashes in a run larger than the caches is 10x slower."""
     n, m = len(probe_hashes), len(run_hashes)
-    if n and 4 * m <= n and not np.any(run_hashes[1:] == run_hashes[:-1]):
-        found = pc.index_in(pa.array(probe_hashes), value_set=pa.array(run_hashes))
+    if m and 4 * m <= n:
+        first = np.flatnonzero(np.concatenate(([True], run_hashes[1:] != run_hashes[:-1])))
+        found = pc.index_in(pa.array(probe_hashes), value_set=pa.array(run_hashes[first]))
         at = found.fill_null(-1).to_numpy()
         hit = np.flatnonzero(at >= 0)
-        return hit, at[hit].astype(np.int64)
+        if len(first) == m:  # distinct hashes: one run row each
+            return hit, at[hit].astype(np.int64)
+        return _pairs(hit, first[at[hit]], np.diff(np.append(first, m))[at[hit]])
     order = np.argsort(probe_hashes, kind="stable") if n >= SORTED_PROBE else None
     keys = probe_hashes if order is None else probe_hashes[order]
     lo = np.searchsorted(run_hashes, keys, "left")
     hi = np.searchsorted(run_hashes, keys, "right")
-    counts = hi - lo
+    return _pairs(np.arange(n) if order is None else order, lo, hi - lo)
+
+
+def _pairs(probe_rows: np.ndarray, lo: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(probe row, run row) pairs of probe rows each matching ``counts`` run rows from ``lo`` on."""
     total = int(counts.sum())
-    probe_rows = np.repeat(np.arange(n) if order is None else order, counts)
     if total == 0:
-        return probe_rows, np.zeros(0, np.int64)
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
     starts = np.repeat(lo - (np.cumsum(counts) - counts), counts)
-    return probe_rows, starts + np.arange(total)
+    return np.repeat(probe_rows, counts), starts + np.arange(total)
+
+
+def gather(table: pa.Table, rows: np.ndarray) -> pa.Table:
+    """``table``'s ``rows``, in that order: the table itself when they are all its rows in
+    order (a large probe of a dimension, each row matching once), without copying them."""
+    if len(rows) == table.num_rows and np.array_equal(rows, np.arange(len(rows))):
+        return table
+    return table.take(pa.array(rows))
 
 
 def keys_equal(left: pa.Table, lkeys: Sequence[str], right: pa.Table, rkeys: Sequence[str],
@@ -670,7 +684,7 @@ def probe(runs: Sequence[pa.Table], probe: pa.Table, probe_keys: Sequence[str], 
             continue
         if subset is not None:
             p = subset[p]
-        keep = keys_equal(probed.take(pa.array(p)), probe_keys, run.select(list(dict.fromkeys(run_keys))).take(
+        keep = keys_equal(gather(probed, p), probe_keys, run.select(list(dict.fromkeys(run_keys))).take(
             pa.array(r)), run_keys, null_safe) if probe_keys else np.ones(len(p), bool)  # no keys: all match
         rows.append(p[keep])
         found.append(run.drop_columns([HASH]).take(pa.array(r[keep])))  # the matches' rows, gathered once
@@ -687,7 +701,7 @@ def join(delta: pa.Table, delta_keys: Sequence[str], runs: Sequence[pa.Table], r
     rows, matched = probe(runs, delta, delta_keys, run_keys, null_safe)
     if matched is None:
         return None
-    mine = delta.take(pa.array(rows))
+    mine = gather(delta, rows)
     w = pc.multiply_checked(mine.column(WEIGHT), matched.column(WEIGHT))
     a, b = (mine, matched) if delta_left else (matched, mine)
     cols = {c: a.column(c) for c in data_columns(a)}

@@ -159,28 +159,30 @@ def test_candidates_are_the_equal_hash_pairs(run, probe):
 
 
 @settings(max_examples=60, deadline=None)
-@given(DELTAS, DELTAS)
-def test_join_integrates_to_batch(tmp_path_factory, left_ticks, right_ticks):
-    """Δ(A⋈B) = ΔA⋈z⁻¹B + A⋈ΔB with B and A arranged: the sum of outputs is A⋈B."""
+@given(DELTAS, DELTAS, st.sampled_from([arrangement.SMALL_ROWS, 0]))
+def test_join_integrates_to_batch(tmp_path_factory, left_ticks, right_ticks, small_rows):
+    """Δ(A⋈B) = ΔA⋈z⁻¹B + A⋈ΔB with B and A arranged: the sum of outputs is A⋈B. An
+    arrangement is probed by bucket, or as one run when it is small."""
     store = RunStore(str(tmp_path_factory.mktemp("runs")))
-    a_arr = Arrangement("a", ("k",), False, buckets=4)
-    b_arr = Arrangement("b", ("k",), False, buckets=4)
-    a_all, b_all, out = [], [], Counter()
-    for tick, (da, db) in enumerate(zip(left_ticks, right_ticks), 1):
-        ta, tb = table(da), table(db)
-        rows, m = store.probe(b_arr, ta, ["k"], [False])
-        out.update(join_bag(ta, rows, m, delta_is_a=True))
-        rows, m = store.probe(a_arr, tb, ["k"], [False], extra=ta)
-        out.update(join_bag(tb, rows, m, delta_is_a=False))
-        a_arr, b_arr = store.append(a_arr, tick, ta), store.append(b_arr, tick, tb)
-        a_all += da
-        b_all += db
-        want = Counter()
-        for k, x, w in a_all:
-            for k2, y, w2 in b_all:
-                if k is not None and k == k2:
-                    want[frozenset([("a", x), ("b", y), ("k", k)])] += w * w2
-        assert {r: w for r, w in out.items() if w} == {r: w for r, w in want.items() if w}
+    with mock.patch.object(arrangement, "SMALL_ROWS", small_rows):
+        a_arr = Arrangement("a", ("k",), False, buckets=4)
+        b_arr = Arrangement("b", ("k",), False, buckets=4)
+        a_all, b_all, out = [], [], Counter()
+        for tick, (da, db) in enumerate(zip(left_ticks, right_ticks), 1):
+            ta, tb = table(da), table(db)
+            rows, m = store.probe(b_arr, ta, ["k"], [False])
+            out.update(join_bag(ta, rows, m, delta_is_a=True))
+            rows, m = store.probe(a_arr, tb, ["k"], [False], extra=ta)
+            out.update(join_bag(tb, rows, m, delta_is_a=False))
+            a_arr, b_arr = store.append(a_arr, tick, ta), store.append(b_arr, tick, tb)
+            a_all += da
+            b_all += db
+            want = Counter()
+            for k, x, w in a_all:
+                for k2, y, w2 in b_all:
+                    if k is not None and k == k2:
+                        want[frozenset([("a", x), ("b", y), ("k", k)])] += w * w2
+            assert {r: w for r, w in out.items() if w} == {r: w for r, w in want.items() if w}
 
 
 def join_bag(delta: pa.Table, rows: np.ndarray, matched: pa.Table | None, delta_is_a: bool) -> Counter:
