@@ -267,14 +267,21 @@ class Circuit:
 
     def rows_arrow(self, source: str, rows: Rows) -> pa.Table | None:
         """``(row, weight)`` pairs as an Arrow table (None for nested column types). Values
-        are coerced (:func:`coerce_row`) only when Arrow refuses them as they are: where
-        Arrow takes a value (an int for a DOUBLE, exactly), it takes it as coerced."""
-        st = zsets.with_weight(self.sources[source])
-        data = [(*r, int(w)) for r, w in rows]
+        are coerced (:func:`coerce_row`, ``int`` of a weight) only when Arrow refuses them
+        as they are: where Arrow takes a value (an int for a DOUBLE, exactly), it takes it
+        as coerced."""
+        st = self.sources[source]
+        data, weights = [r for r, _ in rows], [w for _, w in rows]
         try:
-            return zsets.arrow_rows(st, data)
+            table, w = zsets.arrow_rows(st, data), pa.array(weights, pa.int64())
+            if w.null_count:
+                raise TypeError("a NULL weight")
         except (pa.ArrowException, TypeError, ValueError, OverflowError):
-            return zsets.arrow_rows(st, [coerce_row(st, r) for r in data])
+            table = zsets.arrow_rows(st, [coerce_row(st, r) for r in data])
+            w = pa.array([int(x) for x in weights], pa.int64())
+        if table is None:
+            return None
+        return pa.Table.from_arrays(table.columns + [w], schema=zsets.arrow_schema(zsets.with_weight(st)))
 
     def rows_frame(self, source: str, rows: Rows) -> DataFrame:
         """``(row, weight)`` pairs as a DataFrame."""

@@ -595,6 +595,22 @@ def test_a_view_failing_on_its_input_is_set_aside_and_rebuilt_when_the_cause_goe
         diff.close()
 
 
+def test_rows_are_taken_as_create_dataframe_takes_them(spark, tmp_path):
+    """Rows handed to ``Pipeline.step`` are read as Spark reads them: an int for a
+    DOUBLE, a float for a DECIMAL, lists, a float weight; a NULL weight is refused."""
+    pipe = Pipeline(spark, str(tmp_path / "state"))
+    pipe.add_source("t", "d DECIMAL(10,2), x DOUBLE, s STRING")
+    try:
+        pipe.step({"t": [((1.5, 2, "a"), 1), ([Decimal("2.25"), 3.5, None], 2.0), ((7, 2**60, "b"), 1)]})
+        assert sorted(pipe.snapshot("t").collect(), key=str) == sorted(
+            [(Decimal("1.50"), 2.0, "a"), (Decimal("2.25"), 3.5, None), (Decimal("2.25"), 3.5, None),
+             (Decimal("7.00"), float(2**60), "b")], key=str)
+        with pytest.raises(TypeError):
+            pipe.step({"t": [((1, 1, "c"), None)]})
+    finally:
+        pipe.close()
+
+
 def test_a_dataframe_delta_is_sized_by_its_rows(spark, tmp_path, monkeypatch):
     """A DataFrame made from Python rows (Spark's size estimate of it is unbounded) or read
     from files takes the arranged path in the driver when it has few rows, as the same rows
