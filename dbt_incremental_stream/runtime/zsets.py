@@ -178,8 +178,9 @@ def python_rows(df: DataFrame) -> pa.Table | None:
     batches are served to Python from the JVM as they are and unpickled once. None for any
     other DataFrame. Py4J calls are most of the time here (0.1-0.2 ms each): the plan is
     read as one JSON document."""
-    # optimized: casts to a column's own type gone, projections collapsed
-    plan = df._jdf.queryExecution().optimizedPlan()
+    # analyzed, not optimized: a DataFrame is analyzed when made, and running the optimizer
+    # costs more than the rest of this read (a cast, even to a column's own type, declines)
+    plan = df._jdf.queryExecution().analyzed()
     nodes = json.loads(plan.toJSON())
     picks: list[list[tuple[int, int]]] = []  # per Project from the top: (exprId read, exprId given)
     for node in nodes[:-1]:
@@ -199,10 +200,10 @@ def python_rows(df: DataFrame) -> pa.Table | None:
         return None
     for _ in _PYTHON_ROWS_LINEAGE[2:]:
         rdd = rdd.dependencies().apply(0).rdd()
-    func = _private(rdd, "func")
+    func = _private(rdd, "PythonRDD", "func")
     if func.broadcastVars().size() or not _identity_map(bytes(func.command().unsafeArray())):
         return None
-    data = _private(rdd.dependencies().apply(0).rdd(), "data")  # every slice, in order
+    data = _private(rdd.dependencies().apply(0).rdd(), "ParallelCollectionRDD", "data")  # every slice, in order
     jvm = df.sparkSession._jvm
     assert jvm is not None
     rows: list[tuple[Any, ...]] = []
@@ -228,10 +229,18 @@ def python_rows(df: DataFrame) -> pa.Table | None:
     return table.rename_columns(wanted.names).cast(wanted)
 
 
-def _private(obj: Any, name: str) -> Any:
-    """A JVM object's private field (a Scala constructor parameter)."""
-    field = obj.getClass().getDeclaredField(name)
-    field.setAccessible(True)
+_FIELDS: dict[tuple[int, str, str], Any] = {}
+
+
+def _private(obj: Any, kind: str, name: str) -> Any:
+    """A private field (a Scala constructor parameter) of a JVM object of class ``kind``:
+    the reflected field is kept per JVM gateway (one Py4J call a read, not four)."""
+    key = (id(obj._gateway_client), kind, name)
+    field = _FIELDS.get(key)
+    if field is None:
+        field = obj.getClass().getDeclaredField(name)
+        field.setAccessible(True)
+        _FIELDS[key] = field
     return field.get(obj)
 
 
