@@ -27,6 +27,11 @@ from pyspark.sql.types import StructType
 from .circuit.operators import quote
 from .process import map_all
 
+#: the positions of a CatalogTable's view texts among its fields: the Spark release's, read
+#: once per process (a read is a Py4J call per field)
+_TEXT_FIELDS: tuple[int, ...] | None = None
+
+
 def quote_relation(relation: str) -> str:
     return ".".join(quote(p) for p in relation.split("."))
 
@@ -38,7 +43,6 @@ class Catalog:
         self.spark = spark
         self._view_sql: dict[str, str] = {}  # each catalog view's SQL as this instance last wrote it
         self._schemas: set[str] = set()  # catalog schemas this instance made sure exist
-        self._text_fields: tuple[int, ...] | None = None  # positions of a CatalogTable's view texts
         #: per view this instance wrote: its columns, its stored definition and that one's fields
         self._fields: dict[str, tuple[list[tuple[str, Any]], Any, list[Any]]] = {}
 
@@ -107,16 +111,17 @@ class Catalog:
             if (stored is None or stored.tableType().name() != "VIEW"
                     or _columns(StructType.fromJson(json.loads(stored.schema().json()))) != columns):
                 return False
-            if self._text_fields is None:  # CatalogTable's fields by name, once: their number varies by release
+            global _TEXT_FIELDS
+            if _TEXT_FIELDS is None:  # CatalogTable's fields by name, once: their number varies by release
                 names = [stored.productElementName(i) for i in range(stored.productArity())]
-                self._text_fields = tuple(i for i, n in enumerate(names) if n in ("viewText", "viewOriginalText"))
+                _TEXT_FIELDS = tuple(i for i, n in enumerate(names) if n in ("viewText", "viewOriginalText"))
             known = (columns, stored, [stored.productElement(i) for i in range(stored.productArity())])
             if _value(stored.viewText()) == sql:  # as a previous instance left it
                 self._fields[rel] = known
                 return True
-        assert self.spark._jvm is not None and self._text_fields is not None  # both set: ``known`` was read
+        assert self.spark._jvm is not None and _TEXT_FIELDS is not None  # both set: ``known`` was read
         text = self.spark._jvm.scala.Some(sql)
-        fields = [text if i in self._text_fields else f for i, f in enumerate(known[2])]
+        fields = [text if i in _TEXT_FIELDS else f for i, f in enumerate(known[2])]
         try:
             self.spark._jsparkSession.sessionState().catalog().alterTable(known[1].copy(*fields))
         except Exception:  # dropped or replaced by another client since: DDL decides
