@@ -96,7 +96,6 @@ def arrow_rows(schema: StructType, rows: Sequence[Sequence[Any]], internal: bool
     arrow = arrow_schema(schema)
     if any(pa.types.is_nested(t) for t in arrow.types):
         return None
-    columns: list[pa.Array] = []
     if internal or all(_read_as_spark(f.dataType) for f in schema.fields):
         given = [_internal_type(t) if internal else t for t in arrow.types]
         try:
@@ -104,8 +103,9 @@ def arrow_rows(schema: StructType, rows: Sequence[Sequence[Any]], internal: bool
         except (pa.ArrowException, TypeError, ValueError, OverflowError):
             pass  # not tuples, or a value to fail on: column by column, as below, says which
         else:
-            columns = [c.view(t) if c.type != t else c for c, t in zip(struct.flatten(), arrow.types)]
-            return pa.Table.from_arrays(columns, schema=arrow)
+            read = [c.view(t) if c.type != t else c for c, t in zip(struct.flatten(), arrow.types)]
+            return pa.Table.from_arrays(read, schema=arrow)
+    columns: list[pa.Array] = []
     for f, t, values in zip(schema.fields, arrow.types, zip(*rows) if rows else [()] * len(arrow)):
         if not internal and _read_as_spark(f.dataType):
             columns.append(pa.array(values, t))
