@@ -36,6 +36,17 @@ def quote_relation(relation: str) -> str:
     return ".".join(quote(p) for p in relation.split("."))
 
 
+def table_identifier(spark: SparkSession, relation: str) -> Any | None:
+    """The session catalog's identifier of ``[schema.]name`` (None for a longer name, or
+    a session without a JVM)."""
+    parts = relation.split(".")
+    jvm: Any = spark._jvm
+    if len(parts) > 2 or jvm is None:
+        return None
+    database = jvm.scala.Some(parts[0]) if len(parts) == 2 else jvm.scala.Option.empty()
+    return jvm.org.apache.spark.sql.catalyst.TableIdentifier.apply(parts[-1], database)
+
+
 class Catalog:
     """The catalog views and schemas one project instance writes, and what it knows of them."""
 
@@ -51,6 +62,13 @@ class Catalog:
         self._view_sql.clear()
         self._schemas.clear()
         self._fields.clear()
+
+    def recheck(self) -> None:
+        """Write every view and make sure of every schema again at the next publish (another
+        client may have dropped them), from the stored definitions this instance knows: a
+        view dropped since fails the catalog write and is written by DDL."""
+        self._view_sql.clear()
+        self._schemas.clear()
 
     def ensure_schema(self, relation: str) -> str:
         """The relation, once its schema exists (dbt does not create sources' schemas)."""
@@ -89,15 +107,12 @@ class Catalog:
 
     def _stored(self, rel: str) -> Any:
         """The relation's stored definition (a metastore read, no analysis), or None."""
-        parts = rel.split(".")
-        if len(parts) > 2:
+        ident = table_identifier(self.spark, rel)
+        if ident is None:
             return None
         try:
-            jvm: Any = self.spark._jvm  # None without a JVM: caught below, as any failure here
-            database = jvm.scala.Some(parts[0]) if len(parts) == 2 else jvm.scala.Option.empty()
-            return self.spark._jsparkSession.sessionState().catalog().getTableMetadata(
-                jvm.org.apache.spark.sql.catalyst.TableIdentifier.apply(parts[-1], database))
-        except Exception:  # no such relation yet, or a session without a JVM: the view is written by DDL
+            return self.spark._jsparkSession.sessionState().catalog().getTableMetadata(ident)
+        except Exception:  # no such relation yet: the view is written by DDL
             return None
 
     def _rewrite(self, rel: str, sql: str, schema: StructType) -> bool:

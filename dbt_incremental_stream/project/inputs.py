@@ -41,7 +41,7 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from ..catalog import quote_relation
+from ..catalog import quote_relation, table_identifier
 from ..circuit.operators import WEIGHT
 from ..connectors.datasource import driver_table, kafka_frame, stops
 from ..connectors.kafka import Fetched, KafkaSettings, KafkaSource, KafkaTopics, Ranges, shares
@@ -107,15 +107,24 @@ class Inputs:
         self._opened: dict[str, DataFrame] = {}
 
     def table(self, relation: str, reader: str | None = None) -> DataFrame:
-        """A table source as Spark reads it now (as opened since the last read)."""
+        """A table source as Spark reads it now (as opened since the last read). Its files
+        are listed anew: a session keeps a table's relation, files and all, until something
+        in the session writes the table, so files another writer added or removed since (an
+        ingestion job, a file dropped into an external table) are not seen without."""
         if relation in self._opened:
             return self._opened[relation]
+        _forget_relation(self.spark, relation)
         try:
             table = self._opened[relation] = self.spark.table(quote_relation(relation))
             return table
         except AnalysisException as e:
             raise ConnectorError(f"model {reader!r} reads {relation!r}, which is neither a streaming model of "
                                  f"this project nor a table or view Spark can read: {e.getMessage()}") from e
+
+    def new_invocation(self) -> None:
+        """Read Kafka sources to their new end, and table sources as they are now."""
+        self.caught_up.clear()
+        self._opened.clear()
 
     def topics(self) -> KafkaTopics:
         if self._topics is None:
@@ -305,6 +314,14 @@ class Inputs:
         if letters.num_rows:
             read.dead[rel] = self.spark.createDataFrame(letters)
         return True
+
+
+def _forget_relation(spark: SparkSession, relation: str) -> None:
+    """Drop the session's cached relation of a catalog table (its file listing): the next
+    analysis reads it from the metastore and lists its files. No-op for other relations."""
+    ident = table_identifier(spark, relation)
+    if ident is not None:
+        spark._jsparkSession.sessionState().catalog().invalidateCachedTable(ident)
 
 
 def _changes(pipe: Pipeline, source: KafkaSource, rows: DataFrame | pa.Table) -> DataFrame | pa.Table:

@@ -9,6 +9,7 @@ once it is whole.
 """
 from __future__ import annotations
 
+import atexit
 import re
 import threading
 import time
@@ -29,6 +30,14 @@ from .outputs import Outputs
 from .report import TickReport
 
 
+#: projects whose invocation (a ``dbt run`` in this process) ended, by state location, with
+#: their footprint there (:meth:`Project.set_down`); the oldest beyond :data:`SET_DOWN_MOST`
+#: are closed (each keeps Kafka clients and mapped runs)
+_SET_DOWN: dict[str, tuple[Project, tuple[str, ...]]] = {}
+SET_DOWN_MOST = 4
+_SET_DOWN_LOCK = threading.Lock()
+
+
 class Project:
     """The deployed models at ``state_location`` and the pipeline that maintains them.
 
@@ -40,6 +49,8 @@ class Project:
                  max_records: int | None = None):
         self.spark = spark
         self.location = state_location
+        self.settings = (kafka, max_records)
+        self._sound = True  # no tick failed half-way in this instance (see set_down)
         self._lock = threading.RLock()
         self.pipe = Pipeline(spark, state_location)
         notes = self.pipe.notes
@@ -60,6 +71,57 @@ class Project:
         self.on_read: Callable[[TickReport], None] | None = None
         self.dropped: dict[str, str] = {}
         self._define(self.models, self.streams)
+
+    @classmethod
+    def take_up(cls, spark: SparkSession, state_location: str, *, kafka: KafkaSettings | None = None,
+                max_records: int | None = None) -> Project:
+        """The project at ``state_location`` for a new invocation: the one an earlier
+        invocation of this process set down (:meth:`set_down`), when it was opened alike on
+        this Spark session and nothing changed the location since (another process's tick,
+        redo or open); else one opened anew. Opening defines the circuit again (Spark
+        analyses each model and table: 0.2 s for a small project), a small tick's worth,
+        for every ``dbt run`` made by ``dbtRunner`` in one process."""
+        with _SET_DOWN_LOCK:
+            kept = _SET_DOWN.pop(state_location, None)
+        if kept is not None:
+            project, footprint = kept
+            try:
+                if project.settings == (kafka, max_records) \
+                        and project.spark._jsparkSession.equals(spark._jsparkSession) \
+                        and project.pipe.store.footprint() == footprint:
+                    project.new_invocation()
+                    return project
+            except Exception:  # its session or location went: open anew
+                pass
+            _close_quietly(project)
+        return cls(spark, state_location, kafka=kafka, max_records=max_records)
+
+    def set_down(self) -> None:
+        """End an invocation: keep the project for the next one at this location in this
+        process (:meth:`take_up`), or close it when a tick failed half-way in it."""
+        if not self._sound:
+            self.close()
+            return
+        footprint = self.pipe.store.footprint()
+        with _SET_DOWN_LOCK:
+            atexit.unregister(_close_set_down)  # registered last: at exit it runs before Spark stops
+            atexit.register(_close_set_down)
+            before = _SET_DOWN.pop(self.location, None)
+            gone = [before[0]] if before is not None and before[0] is not self else []
+            _SET_DOWN[self.location] = (self, footprint)
+            while len(_SET_DOWN) > SET_DOWN_MOST:
+                gone.append(_SET_DOWN.pop(next(iter(_SET_DOWN)))[0])
+        for project in gone:
+            _close_quietly(project)
+
+    def new_invocation(self) -> None:
+        """What a fresh instance does anew for each ``dbt run``: the time moves, Kafka
+        sources are read to their new end, and the catalog views are published once (dbt or
+        a user may have dropped them in between)."""
+        with self._lock:
+            self._timed, self._published = False, -1
+            self.inputs.new_invocation()
+            self.catalog.recheck()
 
     # --- definition --------------------------------------------------------------------
 
@@ -165,6 +227,7 @@ class Project:
         with self._lock:
             started = time.monotonic()
             tick = self.pipe.tick + 1
+            self._sound = False
             report = TickReport(tick)
             read = self.inputs.read(self.pipe, self.table_sources, [self.streams[r] for r in self.stream_sources],
                                     report)
@@ -176,6 +239,7 @@ class Project:
                     self.inputs.idle(self.pipe, tick, read)
                     if self._published != self.tick:
                         self._publish()
+                    self._sound = True
                     return False
                 self.pipe.notes = {
                     "models": {rel: {k: v for k, v in m.to_json().items() if k != "relation"}
@@ -204,6 +268,7 @@ class Project:
             publishing = time.monotonic()
             self._publish()
             report.split["publish"] = time.monotonic() - publishing
+            self._sound = True
             return True
 
     def new_frontier(self) -> None:
@@ -265,3 +330,20 @@ def _said(action: str, tick: int, ticked: bool, reports: Sequence[Mapping[str, A
     verb = action.upper() if action != "unchanged" else "UPDATED" if ticked else "UNCHANGED"
     return f"{verb} at tick {tick}" + (f": read {', '.join(read)}" if read else "") + ("" if ticked else
                                                                                          " (up to date)")
+
+
+def _close_set_down() -> None:
+    """At exit: close the projects no invocation took up (their Kafka clients, their merges)."""
+    with _SET_DOWN_LOCK:
+        kept = [project for project, _ in _SET_DOWN.values()]
+        _SET_DOWN.clear()
+    for project in kept:
+        _close_quietly(project)
+
+
+def _close_quietly(project: Project) -> None:
+    """Close a set-down project no invocation takes up (its session may be gone)."""
+    try:
+        project.close()
+    except Exception:  # a stopped session's cached frames, a broker gone: nothing left to keep
+        pass

@@ -346,6 +346,9 @@ class RunStore:
             if run is not None:
                 self.remove(run.path)
 
+    def exists(self, path: str) -> bool:
+        return self.fs.get_file_info(self._full(path)).type != pafs.FileType.NotFound
+
     def close(self) -> None:
         """Unmap what was read (a table still held elsewhere keeps its own mapping)."""
         self._cache.clear()

@@ -40,6 +40,7 @@ client of the catalog see the same state as the driver.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -368,9 +369,7 @@ class StateStore:
         """Remove batches of crashed or failed ticks, compacted-away runs and dropped nodes
         (after the merges running aside: what they wrote is live until folded or dropped)."""
         self.settle()
-        merged_runs = {r.path for f in self._run_merges.values() if f.exception() is None
-                       for _, r in f.result().outputs if r is not None}
-        merged = {b.path for _, f in self._spine_merges.values() if f.exception() is None and (b := f.result())}
+        merged_runs, merged = self._merged()
         live = {b.path for s in self.spines.values() for b in s.batches} | self._retired.keys() | merged
         for tick in self.fs.list(self.fs.path(STATE_DIR)):
             base = self.fs.path(STATE_DIR, tick)
@@ -390,6 +389,29 @@ class StateStore:
         for name in self.fs.list(self.fs.path(MANIFEST_DIR)):
             if name.endswith(".tmp"):
                 self.fs.delete(self.fs.path(MANIFEST_DIR, name))
+
+    def _merged(self) -> tuple[set[str], set[str]]:
+        """The runs and the batches the finished merges wrote (the next commit folds them in)."""
+        runs = {r.path for f in self._run_merges.values() if f.done() and f.exception() is None
+                for _, r in f.result().outputs if r is not None}
+        batches = {b.path for _, f in self._spine_merges.values() if f.done() and f.exception() is None
+                   and (b := f.result())}
+        return runs, batches
+
+    def footprint(self) -> tuple[str, ...]:
+        """What this open store counts on finding at its location, once the merges running
+        beside the ticks are done: the manifests and intents, and the files those merges
+        wrote (no manifest names them yet, so another process's open removes them). The same
+        footprint later: no other process committed, redid a tick or collected garbage here
+        in between, and this store is still the location's state."""
+        self.settle()
+        runs, batches = self._merged()
+        here = [f"run:{p}" for p in runs if self.runs is not None and self.runs.exists(p)]
+        here += [f"batch:{p}" for p in batches if self.fs.exists(p)]
+        names = sorted(self.fs.list(self.fs.path(MANIFEST_DIR)))
+        ticks = [n for n in names if n.startswith("tick-") and n.endswith(".json")]
+        latest = self.fs.read_text(self.fs.path(MANIFEST_DIR, ticks[-1])) if ticks else ""
+        return (hashlib.sha256(latest.encode()).hexdigest(), *names, *sorted(here))
 
     def has(self, node: str) -> bool:
         return node in self.spines

@@ -152,3 +152,67 @@ def test_one_dbt_run_moves_the_time_once(spark, tmp_path):
             assert not any(check_project(project).values()), check_project(project)
         finally:
             project.close()
+
+
+def test_files_another_writer_added_or_removed_are_seen(spark, tmp_path):
+    """A session keeps a table's file listing until the session itself writes the table:
+    files an ingestion job (here pyarrow) added or removed since are still read."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    spark.sql("CREATE DATABASE IF NOT EXISTS tsrc")
+    spark.sql("CREATE DATABASE IF NOT EXISTS tsout")
+    spark.createDataFrame(rows(0, 30), SCHEMA).coalesce(1).write.mode("overwrite").format("parquet") \
+        .saveAsTable("tsrc.ingested")
+    model = Model("tsout.ingested_sum", "SELECT cust, COUNT(*) AS n, SUM(amount) AS s FROM tsrc.ingested GROUP BY cust")
+    location = tmp_path / "state"
+    assert run(spark, location, model) == {"tsrc.ingested": "read whole, in the driver"}
+    directory = Path(spark.table("tsrc.ingested").inputFiles()[0].removeprefix("file:").replace("///", "/", 1)).parent
+    added = spark.createDataFrame(rows(30, 36), SCHEMA).toPandas()
+    pq.write_table(pa.Table.from_pandas(added, schema=pa.schema(
+        [("id", pa.int32()), ("cust", pa.int32()), ("amount", pa.float64()), ("note", pa.string())]),
+        preserve_index=False), directory / "part-ingested.parquet")
+    assert run(spark, location, model) == {"tsrc.ingested": "1 added files, in the driver"}
+    (directory / "part-ingested.parquet").unlink()
+    assert run(spark, location, model) == {"tsrc.ingested": "compared whole, in the driver"}
+
+
+def test_a_project_set_down_is_taken_up_while_its_state_is_as_it_left_it(spark, tmp_path):
+    """The next invocation in a process (``dbtRunner``) takes up the project the last one
+    set down, when its state location is as it was; a tick committed by another instance
+    (another process's run), or a merge's output another instance's open removed, has it
+    open anew. Either way every run equals batch."""
+    spark.sql("CREATE DATABASE IF NOT EXISTS tsrc")
+    spark.sql("CREATE DATABASE IF NOT EXISTS tsout")
+    spark.createDataFrame(rows(0, 20), SCHEMA).coalesce(1).write.mode("overwrite").format("parquet") \
+        .saveAsTable("tsrc.kept")
+    model = Model("tsout.kept_sum", "SELECT cust, COUNT(*) AS n, SUM(amount) AS s FROM tsrc.kept GROUP BY cust")
+    location, start = str(tmp_path / "state"), 20
+
+    def append(n: int = 3) -> None:
+        nonlocal start
+        spark.createDataFrame(rows(start, start + n), SCHEMA).coalesce(1).write.mode("append").saveAsTable("tsrc.kept")
+        start += n
+
+    def invocation() -> Project:
+        project = Project.take_up(spark, location)
+        project.run_model(model)
+        assert not any(check_project(project).values()), check_project(project)
+        project.set_down()
+        return project
+
+    first = invocation()
+    append()
+    assert invocation() is first
+    other = Project(spark, location)  # another process's run commits a tick
+    append()
+    other.run_model(model)
+    other.close()
+    second = invocation()
+    assert second is not first and second.tick == other.tick
+    while not any(part.startswith(("run:", "batch:")) for part in second.pipe.store.footprint()):
+        append()  # ticks until a merge runs beside them (its output named by no manifest yet)
+        assert invocation() is second
+    Project(spark, location).close()  # another process's open removes that output
+    append()
+    assert invocation() is not second

@@ -94,14 +94,15 @@ class IncrementalStreamAdapter(SparkAdapter):
         return self.config.credentials  # type: ignore[return-value]
 
     def project(self) -> Project:
-        """The project's streaming state, opened once per dbt invocation."""
+        """The project's streaming state, once per dbt invocation: the one an earlier
+        invocation of this process set down, if still current (:meth:`Project.take_up`)."""
         with self._project_lock:
             if self._project is None:
                 self.connections.get_thread_connection()  # the SparkSession is started on open
                 spark = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
                 creds = self._credentials
-                self._project = Project(spark, self.state_location(), kafka=creds.kafka_settings,
-                                        max_records=creds.max_records_per_tick)
+                self._project = Project.take_up(spark, self.state_location(), kafka=creds.kafka_settings,
+                                                max_records=creds.max_records_per_tick)
             return self._project
 
     def environment(self) -> ServeClient | Project:
@@ -173,6 +174,6 @@ class IncrementalStreamAdapter(SparkAdapter):
     def cleanup_connections(self) -> None:
         with self._project_lock:
             if self._project is not None:
-                self._project.close()
+                self._project.set_down()
                 self._project, self._pruned = None, False
         super().cleanup_connections()
