@@ -11,7 +11,10 @@ Two kinds of source feed the models:
   contents minus what the pipeline holds of it (a whole-table comparison). Local Parquet
   files are read by pyarrow in the driver, up to a size (:data:`DRIVER_FILE_BYTES` added,
   :data:`DRIVER_TABLE_BYTES` whole), and compared there by the kernels; else Spark reads
-  and compares;
+  and compares. Every read lists the table's files anew (a session otherwise keeps the
+  listing it first made). Once Spark has listed a table of one local directory, later
+  reads by the same instance list that directory in Python and ask the metastore for its
+  definition, and read added Parquet files with no analysis by Spark (:class:`Listed`);
 - a *Kafka source*, read from where the last committed tick ended, to the end of the topic
   (once per :class:`Inputs`: one ``dbt run`` sees one frontier), at most ``max_records``
   records a tick. A small read is decoded in the driver into Arrow, a large one by Spark.
@@ -88,6 +91,21 @@ class Read:
             frame.unpersist()
 
 
+@dataclass(frozen=True)
+class Listed:
+    """A table source as a read of it by Spark in this process found it, so that later
+    reads list it without Spark (:meth:`Inputs._listed`): its catalog definition, the one
+    local directory of its files (listed there as Spark listed them), its columns, shape
+    and file format."""
+
+    definition: str
+    directory: str  # as Spark names it (``file:/...``)
+    columns: list[str]
+    shape: str
+    file_format: str
+    ident: Any  # its identifier in the session catalog
+
+
 class Inputs:
     """Where every source was read up to at the committed tick, and the reads of the next."""
 
@@ -105,6 +123,9 @@ class Inputs:
         #: table sources opened since the last read (a definition opens each to learn its
         #: columns, and the tick right after reads it: one analysis, 20 ms, not two)
         self._opened: dict[str, DataFrame] = {}
+        #: table sources whose later reads list them without Spark
+        self._listed_by_us: dict[str, Listed] = {}
+        self._catalog: Any = None  # the session catalog, a JVM object
 
     def table(self, relation: str, reader: str | None = None) -> DataFrame:
         """A table source as Spark reads it now (as opened since the last read). Its files
@@ -113,7 +134,9 @@ class Inputs:
         ingestion job, a file dropped into an external table) are not seen without."""
         if relation in self._opened:
             return self._opened[relation]
-        _forget_relation(self.spark, relation)
+        ident = table_identifier(self.spark, relation)
+        if ident is not None:  # the session's cached relation (its file listing) goes
+            self._session_catalog().invalidateCachedTable(ident)
         try:
             table = self._opened[relation] = self.spark.table(quote_relation(relation))
             return table
@@ -138,6 +161,7 @@ class Inputs:
             self.caught_up.discard(rel)
         for rel in tables:
             self.fingerprints.pop(rel, None)
+            self._listed_by_us.pop(rel, None)
 
     def behind(self, streams: Sequence[str]) -> bool:
         return any(rel not in self.caught_up for rel in streams)
@@ -205,12 +229,15 @@ class Inputs:
     def _read_tables(self, pipe: Pipeline, read: Read, report: TickReport) -> None:
         """Changes of table sources whose listing moved, and their new listings."""
         for rel in read.tables:
+            old = self.fingerprints.get(rel)
+            name = engine_name(rel)
+            if self._read_listed(pipe, rel, old, read, report):
+                continue
             table = self.table(rel)
             listing = _listing(table)
-            old = self.fingerprints.get(rel)
+            self._learn(rel, table, listing)
             if listing is not None and old is not None and _digest(old) == listing["digest"]:
                 continue
-            name = engine_name(rel)
             names = pipe.schema(name).fieldNames()
             added = _added(old, listing)
             file_format = _file_format(table) if added else None
@@ -230,18 +257,75 @@ class Inputs:
                 report.tables[rel] = "compared whole, by Spark"
             read.fingerprints[rel] = listing
 
+    def _read_listed(self, pipe: Pipeline, rel: str, old: Listing | str | None, read: Read,
+                     report: TickReport) -> bool:
+        """A table source read without Spark (:meth:`_listed`): True when it is unchanged, or
+        its added Parquet files were read in the driver; False: Spark reads it."""
+        quick = self._listed(rel, old)
+        if quick is None:
+            return False
+        listing, added = quick
+        if not added:
+            return True
+        known, name = self._listed_by_us[rel], engine_name(rel)
+        rows = _added_in_driver(pipe, name, known.columns, known.file_format, added, listing)
+        if rows is None:
+            return False
+        read.deltas[name], read.fingerprints[rel] = rows, listing
+        report.tables[rel] = f"{len(added)} added files, in the driver"
+        return True
+
+    def _listed(self, rel: str, old: Listing | str | None) -> tuple[Listing, list[str]] | None:
+        """A table source's listing now and its added files (none: unchanged), without Spark:
+        when a Spark read in this process learnt it (:meth:`_learn`), its catalog definition
+        is the same, and its files were only added since the committed listing. None: Spark
+        reads it (analysing it costs 25-50 ms, most of a small tick's read)."""
+        known = self._listed_by_us.get(rel)
+        if known is None or not isinstance(old, dict) or old["shape"] != known.shape:
+            return None
+        files = _files_in(known.directory)
+        try:
+            same = _definition(self._session_catalog().getTableMetadata(known.ident)) == known.definition
+        except Py4JError:  # dropped since: Spark says how
+            same = False
+        if files is None or not same:
+            self._listed_by_us.pop(rel)
+            return None
+        listing = _listing_of(known.shape, files)
+        if _digest(old) == listing["digest"]:
+            return listing, []
+        added = _added(old, listing)
+        return (listing, added) if added else None
+
+    def _learn(self, rel: str, table: DataFrame, listing: Listing | None) -> None:
+        """Remember a table source Spark just listed, for reads without Spark (:meth:`_listed`),
+        when its files are all in one local directory, where Python lists the same files."""
+        self._listed_by_us.pop(rel, None)
+        files = (listing or {}).get("files") or []
+        directories = {f[0].rsplit("/", 1)[0] for f in files}
+        if not files or any(len(f) != 3 for f in files) or len(directories) != 1:
+            return
+        directory = directories.pop()
+        found = _relation_of(table)
+        ident = table_identifier(self.spark, rel)
+        if found is None or found[1] not in APPENDABLE or ident is None or _files_in(directory) != files:
+            return
+        assert listing is not None
+        self._listed_by_us[rel] = Listed(_definition(found[0]), directory, table.columns, listing["shape"], found[1],
+                                         ident)
+
+    def _session_catalog(self) -> Any:
+        if self._catalog is None:
+            self._catalog = self.spark._jsparkSession.sessionState().catalog()
+        return self._catalog
+
     def _read_added(self, pipe: Pipeline, name: str, table: DataFrame, file_format: str, added: list[str],
                     listing: Listing | None) -> DataFrame | pa.Table:
-        """The rows of a table source's added files, each of weight 1: read by pyarrow in
-        the driver when they are Parquet files on this machine of at most
-        :data:`DRIVER_FILE_BYTES` in all (a Spark job costs more than reading them), else
-        by Spark."""
-        sizes = {f[0]: f[1] for f in (listing or {}).get("files") or [] if len(f) == 3}  # local files only
-        if file_format == "parquet" and all(f in sizes for f in added) \
-                and sum(sizes[f] for f in added) <= DRIVER_FILE_BYTES:
-            rows = _parquet_in_driver(pipe, name, table, added)
-            if rows is not None:
-                return rows
+        """The rows of a table source's added files, each of weight 1: in the driver
+        (:func:`_added_in_driver`), else by Spark."""
+        rows = _added_in_driver(pipe, name, table.columns, file_format, added, listing)
+        if rows is not None:
+            return rows
         names = pipe.schema(name).fieldNames()
         return zsets.inserted(self.spark.read.schema(table.schema).format(file_format).load(added).toDF(*names))
 
@@ -316,14 +400,6 @@ class Inputs:
         return True
 
 
-def _forget_relation(spark: SparkSession, relation: str) -> None:
-    """Drop the session's cached relation of a catalog table (its file listing): the next
-    analysis reads it from the metastore and lists its files. No-op for other relations."""
-    ident = table_identifier(spark, relation)
-    if ident is not None:
-        spark._jsparkSession.sessionState().catalog().invalidateCachedTable(ident)
-
-
 def _changes(pipe: Pipeline, source: KafkaSource, rows: DataFrame | pa.Table) -> DataFrame | pa.Table:
     """A tick's decoded records as a delta of the source. An upsert source keeps the last
     record per key (by partition, then offset): it inserts that record's row unless it is a
@@ -350,16 +426,28 @@ def _changes(pipe: Pipeline, source: KafkaSource, rows: DataFrame | pa.Table) ->
     return zsets.consolidate(zsets.union([new, zsets.scale(replaced_rows, "-1")]))  # type: ignore[arg-type]
 
 
-def _parquet_in_driver(pipe: Pipeline, name: str, table: DataFrame, files: list[str]) -> pa.Table | None:
+def _parquet_in_driver(pipe: Pipeline, name: str, columns: list[str], files: list[str]) -> pa.Table | None:
     """Parquet files of a table source on this machine, read by pyarrow: its rows, each
     inserted once, in the source's types; None when pyarrow does not read them as Spark
     does (Spark reads them then)."""
     try:
-        rows = pq.read_table([local_directory(f) for f in files], columns=table.columns,
+        rows = pq.read_table([local_directory(f) for f in files], columns=columns,
                              coerce_int96_timestamp_unit="us")
         return pipe.circuit.conform_arrow(name, kernels.inserted(rows.rename_columns(pipe.schema(name).fieldNames())))
     except (pa.ArrowException, OSError, KeyError):
         return None
+
+
+def _added_in_driver(pipe: Pipeline, name: str, columns: list[str], file_format: str, added: list[str],
+                     listing: Listing | None) -> pa.Table | None:
+    """A table source's added files read by pyarrow (:func:`_parquet_in_driver`), when they
+    are Parquet files on this machine of at most :data:`DRIVER_FILE_BYTES` in all (a Spark
+    job costs more than reading them); None: Spark reads them."""
+    sizes = {f[0]: f[1] for f in (listing or {}).get("files") or [] if len(f) == 3}  # local files only
+    if file_format != "parquet" or not all(f in sizes for f in added) or sum(sizes[f] for f in added) \
+            > DRIVER_FILE_BYTES:
+        return None
+    return _parquet_in_driver(pipe, name, columns, added)
 
 
 def _driver_files(table: DataFrame, listing: Listing | None) -> list[list[Any]] | None:
@@ -378,7 +466,7 @@ def _whole_in_driver(pipe: Pipeline, name: str, table: DataFrame, listing: Listi
     """A table source's rows read whole in the driver (:func:`_driver_files`); None: Spark
     reads it."""
     files = _driver_files(table, listing)
-    return None if files is None else _parquet_in_driver(pipe, name, table, [f[0] for f in files])
+    return None if files is None else _parquet_in_driver(pipe, name, table.columns, [f[0] for f in files])
 
 
 def _compared_in_driver(pipe: Pipeline, name: str, table: DataFrame, listing: Listing | None) -> pa.Table | None:
@@ -393,7 +481,7 @@ def _compared_in_driver(pipe: Pipeline, name: str, table: DataFrame, listing: Li
     if files is None:
         return None
     held = pipe.integral_arrow(name, DRIVER_TABLE_BYTES - sum(f[1] for f in files))
-    now = _parquet_in_driver(pipe, name, table, [f[0] for f in files]) if held is not None else None
+    now = _parquet_in_driver(pipe, name, table.columns, [f[0] for f in files]) if held is not None else None
     if held is None or now is None:
         return None
     return kernels.diff(now.drop_columns([WEIGHT]), held)
@@ -413,8 +501,10 @@ def _listing(table: DataFrame) -> Listing | None:
     files = sorted(table.inputFiles())
     if not files:
         return None
-    shape = _sha(json.dumps([table.schema.json(), table.semanticHash()]))
-    listed = [_file_stat(f) for f in files]
+    return _listing_of(_sha(json.dumps([table.schema.json(), table.semanticHash()])), [_file_stat(f) for f in files])
+
+
+def _listing_of(shape: str, listed: list[list[Any]]) -> Listing:
     return {"digest": _sha(json.dumps([shape, listed])), "shape": shape,
             "files": listed if len(listed) <= LISTED_FILES else None}
 
@@ -454,9 +544,9 @@ def _added(old: Listing | str | None, new: Listing | None) -> list[str] | None:
     return sorted(f[0] for f in now - before)
 
 
-def _file_format(table: DataFrame) -> str | None:
-    """The format of a table read straight from files, when its added files can be read
-    alone: Parquet or ORC, not partitioned (a partition's values are in its path)."""
+def _relation_of(table: DataFrame) -> tuple[Any, str] | None:
+    """The catalog definition and file format of a table read straight from files, not
+    partitioned (a partition's values are in its path); None for any other relation."""
     try:
         plan = table._jdf.queryExecution().analyzed()
         while plan.getClass().getSimpleName() == "SubqueryAlias":
@@ -464,9 +554,47 @@ def _file_format(table: DataFrame) -> str | None:
         if plan.getClass().getSimpleName() != "LogicalRelation":
             return None
         relation = plan.relation()
-        if relation.getClass().getSimpleName() != "HadoopFsRelation" or not relation.partitionSchema().isEmpty():
+        if relation.getClass().getSimpleName() != "HadoopFsRelation" or not relation.partitionSchema().isEmpty() \
+                or not plan.catalogTable().isDefined():
             return None
-        name = str(relation.fileFormat().shortName())
+        return plan.catalogTable().get(), str(relation.fileFormat().shortName())
     except Py4JError:
         return None
-    return name if name in APPENDABLE else None
+
+
+def _file_format(table: DataFrame) -> str | None:
+    """The format of a table read straight from files, when its added files can be read
+    alone: Parquet or ORC, not partitioned."""
+    found = _relation_of(table)
+    return found[1] if found is not None and found[1] in APPENDABLE else None
+
+
+def _definition(table: Any) -> str:
+    """What of a catalog table's definition decides how its files are read: its columns,
+    format and storage (location, options); not its statistics or times. (A table
+    partitioned anew has its files in directories, which Spark lists.)"""
+    return "\n".join((table.schema().json(), table.provider().toString(), table.storage().toString()))
+
+
+def _files_in(directory: str) -> list[list[Any]] | None:
+    """The files of a local directory as Spark lists a table's (names starting with ``_``
+    or ``.``, and files being copied, left out; a listing as :func:`_file_stat` gives),
+    sorted; None when it is not local or holds a directory (Spark decides then)."""
+    local = local_directory(directory) if directory.startswith("file:") else None
+    if local is None:
+        return None
+    try:
+        entries = list(os.scandir(local))
+    except OSError:
+        return None
+    files = []
+    for entry in entries:
+        if entry.name.startswith(("_", ".")) or entry.name.endswith("._COPYING_"):
+            continue
+        if not entry.is_file(follow_symlinks=False):
+            return None
+        st = entry.stat()
+        files.append([f"{directory}/{entry.name}", st.st_size, st.st_mtime_ns])
+    return sorted(files)
+
+

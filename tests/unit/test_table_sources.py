@@ -216,3 +216,51 @@ def test_a_project_set_down_is_taken_up_while_its_state_is_as_it_left_it(spark, 
     Project(spark, location).close()  # another process's open removes that output
     append()
     assert invocation() is not second
+
+
+def test_a_table_spark_listed_once_is_then_listed_without_it(spark, tmp_path, monkeypatch):
+    """Once Spark has listed a local Parquet table in this process, later ticks list its
+    directory themselves and ask the metastore for its definition: added files are read
+    alone with no analysis by Spark; a moved location (a changed definition) or any change
+    but added files goes back to Spark. Every tick equals batch."""
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    spark.sql("CREATE DATABASE IF NOT EXISTS tsrc")
+    spark.sql("CREATE DATABASE IF NOT EXISTS tsout")
+    spark.createDataFrame(rows(0, 30), SCHEMA).repartition(2).write.mode("overwrite").format("parquet") \
+        .saveAsTable("tsrc.quick")
+    model = Model("tsout.quick_sum", "SELECT cust, COUNT(*) AS n, SUM(amount) AS s FROM tsrc.quick GROUP BY cust")
+    analysed = []
+    listing = inputs._listing
+    monkeypatch.setattr(inputs, "_listing", lambda table: analysed.append(1) or listing(table))
+    project = Project(spark, str(tmp_path / "state"))
+
+    def tick() -> dict[str, str]:
+        done = project.run_model(model)
+        spark.catalog.refreshTable("tsrc.quick")  # batch sees the files as they are
+        assert not any(check_project(project).values()), check_project(project)
+        return {rel: how for t in done["ticks"] for rel, how in t["tables"].items()}
+
+    try:
+        assert tick() == {"tsrc.quick": "read whole, in the driver"} and len(analysed) == 1
+        spark.createDataFrame(rows(30, 34), SCHEMA).coalesce(1).write.mode("append").saveAsTable("tsrc.quick")
+        assert tick() == {"tsrc.quick": "1 added files, in the driver"}
+        assert tick() == {}
+        assert len(analysed) == 1  # neither tick analysed the table
+
+        files = sorted(spark.table("tsrc.quick").inputFiles())
+        moved = tmp_path / "moved"
+        moved.mkdir()
+        for f in files[1:]:  # the table at a new location, without its first file
+            source = Path(f.removeprefix("file:").replace("///", "/", 1))
+            shutil.copy(source, moved / source.name)
+        spark.sql(f"ALTER TABLE tsrc.quick SET LOCATION 'file://{moved}'")
+        assert tick() == {"tsrc.quick": "compared whole, in the driver"} and len(analysed) == 2
+        pq.write_table(pq.read_table(moved / Path(files[1]).name), moved / "part-copy.parquet")
+        assert tick() == {"tsrc.quick": "1 added files, in the driver"} and len(analysed) == 2
+        (moved / "part-copy.parquet").unlink()
+        assert tick() == {"tsrc.quick": "compared whole, in the driver"} and len(analysed) == 3
+    finally:
+        project.close()
