@@ -258,3 +258,59 @@ class TestStreamingModels:
         self.shop.write(built.project_root)
         run_dbt(["build"])  # the model leaves the state with the next tick
         assert_equal_to_batch(spark, built.project_root)
+
+
+class TestTheNextInvocationTakesUpTheProject:
+    """`dbt run`s made one after another in one process (``dbtRunner``): each takes up the
+    project the last one set down, rather than defining its circuit again, and still reads
+    every change, writes back a catalog view someone dropped and moves the time."""
+
+    @pytest.fixture(scope="class")
+    def seeds(self):
+        return {"orders.csv": "id,customer_id,amount,status\n1,1,2.5,placed\n2,1,4.0,shipped\n3,2,1.0,placed\n"}
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {"order_totals.sql": "{{ config(materialized='streaming_view') }}\n"
+                                    "select customer_id, count(*) as n, sum(amount) as total "
+                                    "from {{ ref('orders') }} group by customer_id"}
+
+    def test_runs_take_up_the_project(self, project, spark):
+        from dbt_incremental_stream.project import project as projects
+
+        location = os.path.join(str(project.project_root), "stream_state")
+        view, stamp = f"{project.test_schema}.order_totals", f"{project.test_schema}.order_stamp"
+
+        def totals() -> list[tuple]:
+            return sorted(tuple(r) for r in spark.table(view).collect())
+
+        def batch() -> list[tuple]:
+            return sorted(tuple(r) for r in spark.sql(
+                f"select customer_id, count(*), sum(amount) from {project.test_schema}.orders "
+                f"group by customer_id").collect())
+
+        run_dbt(["seed"])
+        run_dbt(["run"])
+        kept, _ = projects._SET_DOWN[location]
+        assert totals() == batch()
+
+        write_file("id,customer_id,amount,status\n1,1,2.5,placed\n3,2,7.0,placed\n4,3,1.5,placed\n",
+                   project.project_root, "seeds", "orders.csv")
+        run_dbt(["seed"])
+        run_dbt(["run"])
+        assert projects._SET_DOWN[location][0] is kept  # taken up, then set down again
+        assert totals() == batch()
+
+        spark.sql(f"DROP VIEW {view}")
+        results = run_dbt(["run"])  # nothing changed: no tick, still the view is back
+        assert results[0].adapter_response["code"] == "UNCHANGED"
+        assert projects._SET_DOWN[location][0] is kept and totals() == batch()
+
+        write_file("{{ config(materialized='streaming_view') }}\n"
+                   "select max(current_timestamp()) as at from {{ ref('orders') }}",
+                   project.project_root, "models", "order_stamp.sql")
+        run_dbt(["run"])
+        first = spark.table(stamp).collect()[0]["at"]
+        run_dbt(["run"])
+        assert projects._SET_DOWN[location][0] is kept
+        assert spark.table(stamp).collect()[0]["at"] > first  # the time moves with each run
