@@ -1,7 +1,7 @@
 """A dbt project over a large Parquet table source: `dbt run` of a streaming model after a
 small change to the table, against rebuilding the same model as a dbt `table`.
 
-    python bench/table_source.py [--orders 5000000] [--change 0.001] [--table-runs 2]
+    python bench/table_source.py [--orders 5000000] [--change 0.001] [--table-runs 2] [--stream-runs 3]
 
 The table source ``raw.orders`` (``--orders`` rows, Parquet, as a dbt seed, an ingestion
 job or ``INSERT INTO`` leaves one) joins ``raw.customers`` (10,000 rows) and is aggregated
@@ -10,8 +10,10 @@ per region, once as a ``streaming_view`` and once as a ``table`` (the baseline: 
 it times the first `dbt run` of each model, then, after each change, `dbt run` of the
 streaming model and of the table model, and checks they are equal:
 
-- **append**: ``--change`` of the rows added as one new file (``INSERT INTO``-like); the
-  streaming run reads the new file alone;
+- **append**: ``--change`` of the rows added as one new file (``INSERT INTO``-like), then
+  `dbt run` of the streaming model, ``--stream-runs`` times (the median reported); the
+  streaming run reads the new file alone. Each run takes up the project the last one set
+  down (runs in one process); one more run opens it anew, as a run in a new process does;
 - **rewrite**: the table rewritten whole with ``--change`` of its rows changed (deleted and
   inserted anew with another amount); the streaming run compares the table whole (in the
   driver when its Parquet files are local and small enough, else by Spark).
@@ -29,6 +31,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -37,6 +40,7 @@ from dbt.cli.main import dbtRunner  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
 from dbt_incremental_stream.differential import compare  # noqa: E402
+from dbt_incremental_stream.project.project import close_set_down  # noqa: E402
 from dbt_incremental_stream.runtime.session import session  # noqa: E402
 
 CUSTOMERS = 10_000
@@ -101,6 +105,7 @@ def main() -> None:
     ap.add_argument("--orders", type=int, default=5_000_000)
     ap.add_argument("--change", type=float, default=0.001)
     ap.add_argument("--table-runs", type=int, default=2)
+    ap.add_argument("--stream-runs", type=int, default=3)
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-table-"))
@@ -118,19 +123,36 @@ def main() -> None:
     rows.append(("first build", "streaming", dbt(root, "revenue_stream")))
     rows.append(("first build", "table", dbt(root, "revenue_table")))
 
-    def compare_runs(change: str) -> None:
-        rows.append((change, "streaming", dbt(root, "revenue_stream")))
+    def append() -> None:
+        nonlocal end
+        orders(spark.range(end, end + changed)).coalesce(1).write.mode("append").saveAsTable("raw.orders")
+        end += changed
+
+    def median(runs: list[tuple[float, float]]) -> tuple[float, float]:
+        return statistics.median(t[0] for t in runs), statistics.median(t[1] for t in runs)
+
+    def compare_runs(change: str, streaming: Callable[[], tuple[float, float]], runs: int = 1) -> None:
+        rows.append((change, "streaming" + (" (median)" if runs > 1 else ""), median([streaming()
+                                                                                    for _ in range(runs)])))
         table = [dbt(root, "revenue_table") for _ in range(args.table_runs)]
-        rows.append((change, "table (median)", (statistics.median(t[0] for t in table),
-                                                statistics.median(t[1] for t in table))))
+        rows.append((change, "table (median)", median(table)))
         problem = compare([tuple(r) for r in spark.table("bench.revenue_stream").collect()],
                           [tuple(r) for r in spark.table("bench.revenue_table").collect()])
         if problem:
             raise SystemExit(f"{change}: streaming and table differ: {problem}")
 
-    orders(spark.range(args.orders, args.orders + changed)).coalesce(1).write.mode("append") \
-        .saveAsTable("raw.orders")
-    compare_runs(f"append {changed:,} rows as a new file")
+    end = args.orders
+
+    def appended() -> tuple[float, float]:
+        append()
+        return dbt(root, "revenue_stream")
+
+    def appended_anew() -> tuple[float, float]:
+        close_set_down()  # as in a new process: the project is opened, its circuit defined
+        return appended()
+
+    compare_runs(f"append {changed:,} rows as a new file", appended, args.stream_runs)
+    compare_runs(f"append {changed:,} rows as a new file, project opened anew", appended_anew)
     whole = spark.table("raw.orders")
     step = max(1, args.orders // changed)
     rewritten = whole.select("id", "cust", F.when(F.col("id") % step == 0, F.col("amount") + 1.0)
@@ -138,7 +160,7 @@ def main() -> None:
     rewritten.write.format("parquet").saveAsTable("raw.orders_next")
     spark.sql("DROP TABLE raw.orders")
     spark.sql("ALTER TABLE raw.orders_next RENAME TO raw.orders")
-    compare_runs(f"rewrite with {changed:,} rows changed")
+    compare_runs(f"rewrite with {changed:,} rows changed", lambda: dbt(root, "revenue_stream"))
 
     print(f"\n{args.orders:,} orders in a Parquet table source; every streaming result equal to the table's\n")
     print("| change | model | dbt run (s) | model execution (s) | table / streaming (dbt run) | "

@@ -104,8 +104,8 @@ class Project:
             return
         footprint = self.pipe.store.footprint()
         with _SET_DOWN_LOCK:
-            atexit.unregister(_close_set_down)  # registered last: at exit it runs before Spark stops
-            atexit.register(_close_set_down)
+            atexit.unregister(close_set_down)  # registered last: at exit it runs before Spark stops
+            atexit.register(close_set_down)
             before = _SET_DOWN.pop(self.location, None)
             gone = [before[0]] if before is not None and before[0] is not self else []
             _SET_DOWN[self.location] = (self, footprint)
@@ -332,8 +332,9 @@ def _said(action: str, tick: int, ticked: bool, reports: Sequence[Mapping[str, A
                                                                                          " (up to date)")
 
 
-def _close_set_down() -> None:
-    """At exit: close the projects no invocation took up (their Kafka clients, their merges)."""
+def close_set_down() -> None:
+    """Close the projects no invocation took up (their Kafka clients, mapped runs and
+    merges): at exit, or when this process is done with them."""
     with _SET_DOWN_LOCK:
         kept = [project for project, _ in _SET_DOWN.values()]
         _SET_DOWN.clear()
