@@ -6,6 +6,11 @@ it, each ``streaming_view``'s catalog view is redefined over the committed state
 ``changelog_table`` has the tick's changes appended, so all models agree at every committed
 tick. A redeploy builds the new pipeline aside (:func:`.models.define`) and swaps it in only
 once it is whole.
+
+An instance lives for one invocation (a ``dbt run``); at its end it is set down, and the
+next invocation in the process at the same location takes it up when its state location
+is as it left it (:meth:`Project.take_up`), so that runs made by ``dbtRunner`` one after
+another do not define the circuit again each time.
 """
 from __future__ import annotations
 
@@ -21,7 +26,7 @@ from pyspark.sql import SparkSession
 
 from ..catalog import Catalog
 from ..connectors.kafka import KafkaSettings, KafkaSource
-from ..errors import ModelFailed
+from ..errors import ModelFailed, StateError
 from ..runtime.pipeline import Pipeline
 from ..sql.relations import engine_name
 from .inputs import Inputs
@@ -99,10 +104,13 @@ class Project:
     def set_down(self) -> None:
         """End an invocation: keep the project for the next one at this location in this
         process (:meth:`take_up`), or close it when a tick failed half-way in it."""
-        if not self._sound:
-            self.close()
+        try:
+            if not self._sound:
+                raise StateError("a tick failed half-way")
+            footprint = self.pipe.store.footprint()
+        except Exception:  # or the location went: nothing to take up
+            _close_quietly(self)
             return
-        footprint = self.pipe.store.footprint()
         with _SET_DOWN_LOCK:
             atexit.unregister(close_set_down)  # registered last: at exit it runs before Spark stops
             atexit.register(close_set_down)

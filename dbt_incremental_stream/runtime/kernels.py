@@ -22,11 +22,8 @@ from __future__ import annotations
 
 import decimal
 import math
-import threading
-from collections import OrderedDict
-from concurrent.futures import Future
 from decimal import Decimal
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -153,62 +150,10 @@ def key_hash(table: pa.Table, keys: Sequence[str]) -> np.ndarray:
     """The ``_h`` of each row: a hash of its ``keys`` columns (no keys: one constant).
     Per key, ``h = mix(h * MUL + v)``, where ``v`` is the value mixed (a NULL: a constant);
     computed a block of :data:`HASH_BLOCK` rows at a time, whatever the number of keys (a
-    whole column's pass per step was bound by memory, not arithmetic). The hashes of large
-    key columns are kept a while (:func:`_recent_hash`): a tick's delta is hashed by the
-    same key for the probe of a join and for the sort of its run."""
-    columns = [table.column(k) for k in keys]
-    if not columns or table.num_rows < RECENT_ROWS:
-        return _key_hash(table.num_rows, columns)
-    return _recent_hash(table.num_rows, columns)
-
-
-#: key columns of at least this many rows have their hash kept (:func:`_recent_hash`)
-RECENT_ROWS = 1 << 16
-#: how many such hashes are kept, and how many rows they may hash in all (what they hold)
-RECENT_HASHES = 4
-RECENT_MOST_ROWS = 1 << 22
-#: recent hashes by their key columns' chunks' buffers (memory, offset, length, type),
-#: each with those columns, held so that no other array can take their memory meanwhile
-_RECENT: OrderedDict[tuple[Any, ...], tuple[list[pa.ChunkedArray], Future[np.ndarray]]] = OrderedDict()
-_RECENT_LOCK = threading.Lock()
-
-
-def _recent_hash(n: int, columns: list[pa.ChunkedArray]) -> np.ndarray:
-    """:func:`_key_hash` of key columns hashed recently (or being hashed by another
-    thread: a join's probe and the sort of the delta's run run side by side), as it was:
-    the same buffers read the same way hold the same values (Arrow's arrays are
-    immutable). Columns of a dictionary or nested type are hashed anew (their buffers are
-    not all listed)."""
-    if n > RECENT_MOST_ROWS or any(pa.types.is_dictionary(c.type) or pa.types.is_nested(c.type) for c in columns):
-        return _key_hash(n, columns)
-    key = tuple(tuple((tuple(b.address if b is not None else 0 for b in a.buffers()), a.offset, len(a))
-                      for a in c.chunks) + (str(c.type),) for c in columns)
-    with _RECENT_LOCK:
-        kept = _RECENT.get(key)
-        if kept is not None:
-            _RECENT.move_to_end(key)
-        else:
-            mine: Future[np.ndarray] = Future()
-            _RECENT[key] = (columns, mine)
-            while len(_RECENT) > RECENT_HASHES or sum(len(c[0]) for c, _ in _RECENT.values()) > RECENT_MOST_ROWS:
-                _RECENT.popitem(last=False)
-    if kept is not None:
-        return kept[1].result()
-    try:
-        h = _key_hash(n, columns)
-    except BaseException as e:  # those waiting raise it too; the next call hashes anew
-        with _RECENT_LOCK:
-            _RECENT.pop(key, None)
-        mine.set_exception(e)
-        raise
-    h.flags.writeable = False  # shared by every caller asking for it
-    mine.set_result(h)
-    return h
-
-
-def _key_hash(n: int, keys: list[pa.ChunkedArray]) -> np.ndarray:
+    whole column's pass per step was bound by memory, not arithmetic)."""
+    n = table.num_rows
     h = np.full(n, _SEED, np.uint64)
-    columns = [_column_values(c.combine_chunks()) for c in keys]
+    columns = [_column_values(table.column(k).combine_chunks()) for k in keys]
     if not columns or not n:
         return h
     v, t = np.empty(min(n, HASH_BLOCK), np.uint64), np.empty(min(n, HASH_BLOCK), np.uint64)
@@ -283,9 +228,7 @@ def consolidate(table: pa.Table) -> pa.Table:
         else:  # most rows have a twin (a table compared with what was held of it): by sorting
             out = _sorted_sums(rows, cols, h)
     zero = pc.equal(out.column(WEIGHT), 0)
-    # rows taken as they are when none cancelled: no copy, and their columns stay those of
-    # the input (whose key hashes are kept, see key_hash)
-    return out.filter(pc.invert(zero)) if pc.any(zero).as_py() else out
+    return out.filter(pc.invert(zero)) if pc.any(zero).as_py() else out  # no copy when none cancelled
 
 
 def diff(current: pa.Table, before: pa.Table | None) -> pa.Table:

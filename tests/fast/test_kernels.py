@@ -521,31 +521,3 @@ def test_join_of_runs_is_the_join_of_bags(delta_rows, state_rows, runs, null_saf
                 if not keys or (dk == k and (dk is not None or null_safe)):
                     want[(dk, k)] += dw * w
         assert bag(got) == Counter({r: w for r, w in want.items() if w})
-
-
-def test_a_key_hash_is_kept_for_the_same_columns_only(monkeypatch):
-    """Large key columns' hashes are kept by their buffers: the same columns (renamed,
-    picked) get the kept hash, computed once even by threads asking together; a slice or
-    equal values in other buffers are hashed anew; a kept hash cannot be written."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    monkeypatch.setattr(kernels, "RECENT_ROWS", 4)
-    computed: list[int] = []
-    inner = kernels._key_hash
-    monkeypatch.setattr(kernels, "_key_hash", lambda n, cols: computed.append(n) or inner(n, cols))
-    t = pa.table({"a": pa.array(range(100), pa.int64()), "b": pa.array([None, "x"] * 50)})
-    h = kernels.key_hash(t, ["a", "b"])
-    assert np.array_equal(h, inner(100, [t.column("a"), t.column("b")]))
-    assert kernels.key_hash(t.rename_columns(["x", "y"]).select(["y", "x"]), ["x", "y"]) is h
-    assert computed == [100]
-    assert not np.array_equal(kernels.key_hash(t, ["b", "a"]), h)  # the key order matters
-    assert np.array_equal(kernels.key_hash(t.slice(1), ["a", "b"]), h[1:])
-    again = pa.table({"a": pa.array(range(100), pa.int64()), "b": pa.array([None, "x"] * 50)})
-    assert np.array_equal(kernels.key_hash(again, ["a", "b"]), h)
-    assert computed == [100, 100, 99, 100]
-    with pytest.raises(ValueError):
-        h[0] = 0
-    other = pa.table({"a": pa.array(range(200, 300), pa.int64())})
-    with ThreadPoolExecutor(4) as pool:
-        hashes = list(pool.map(lambda _: kernels.key_hash(other, ["a"]), range(8)))
-    assert all(x is hashes[0] for x in hashes) and computed == [100, 100, 99, 100, 100]
