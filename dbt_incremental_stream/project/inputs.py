@@ -308,7 +308,8 @@ class Inputs:
         directory = directories.pop()
         found = _relation_of(table)
         ident = table_identifier(self.spark, rel)
-        if found is None or found[1] not in APPENDABLE or ident is None or _files_in(directory) != files:
+        if found is None or found[0] is None or found[1] not in APPENDABLE or ident is None \
+                or _files_in(directory) != files:
             return
         assert listing is not None
         self._listed_by_us[rel] = Listed(_definition(found[0]), directory, table.columns, listing["shape"], found[1],
@@ -544,9 +545,10 @@ def _added(old: Listing | str | None, new: Listing | None) -> list[str] | None:
     return sorted(f[0] for f in now - before)
 
 
-def _relation_of(table: DataFrame) -> tuple[Any, str] | None:
-    """The catalog definition and file format of a table read straight from files, not
-    partitioned (a partition's values are in its path); None for any other relation."""
+def _relation_of(table: DataFrame) -> tuple[Any | None, str] | None:
+    """The catalog definition (None: not a catalog table) and file format of a relation
+    read straight from files, not partitioned (a partition's values are in its path); None
+    for any other relation."""
     try:
         plan = table._jdf.queryExecution().analyzed()
         while plan.getClass().getSimpleName() == "SubqueryAlias":
@@ -554,10 +556,10 @@ def _relation_of(table: DataFrame) -> tuple[Any, str] | None:
         if plan.getClass().getSimpleName() != "LogicalRelation":
             return None
         relation = plan.relation()
-        if relation.getClass().getSimpleName() != "HadoopFsRelation" or not relation.partitionSchema().isEmpty() \
-                or not plan.catalogTable().isDefined():
+        if relation.getClass().getSimpleName() != "HadoopFsRelation" or not relation.partitionSchema().isEmpty():
             return None
-        return plan.catalogTable().get(), str(relation.fileFormat().shortName())
+        catalog_table = plan.catalogTable()
+        return catalog_table.get() if catalog_table.isDefined() else None, str(relation.fileFormat().shortName())
     except Py4JError:
         return None
 
