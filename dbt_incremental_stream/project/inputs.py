@@ -231,16 +231,17 @@ class Inputs:
         for rel in read.tables:
             old = self.fingerprints.get(rel)
             name = engine_name(rel)
-            if self._read_listed(pipe, rel, old, read, report):
+            if self._read_listed(pipe, rel, name, old, read, report):
                 continue
             table = self.table(rel)
             listing = _listing(table)
-            self._learn(rel, table, listing)
+            found = _relation_of(table)
+            self._learn(rel, table, listing, found)
             if listing is not None and old is not None and _digest(old) == listing["digest"]:
                 continue
             names = pipe.schema(name).fieldNames()
             added = _added(old, listing)
-            file_format = _file_format(table) if added else None
+            file_format = found[1] if added and found is not None and found[1] in APPENDABLE else None
             if added and file_format is not None:
                 read.deltas[name] = self._read_added(pipe, name, table, file_format, added, listing)
                 where = "in the driver" if isinstance(read.deltas[name], pa.Table) else "by Spark"
@@ -257,7 +258,7 @@ class Inputs:
                 report.tables[rel] = "compared whole, by Spark"
             read.fingerprints[rel] = listing
 
-    def _read_listed(self, pipe: Pipeline, rel: str, old: Listing | str | None, read: Read,
+    def _read_listed(self, pipe: Pipeline, rel: str, name: str, old: Listing | str | None, read: Read,
                      report: TickReport) -> bool:
         """A table source read without Spark (:meth:`_listed`): True when it is unchanged, or
         its added Parquet files were read in the driver; False: Spark reads it."""
@@ -267,7 +268,7 @@ class Inputs:
         listing, added = quick
         if not added:
             return True
-        known, name = self._listed_by_us[rel], engine_name(rel)
+        known = self._listed_by_us[rel]
         rows = _added_in_driver(pipe, name, known.columns, known.file_format, added, listing)
         if rows is None:
             return False
@@ -297,16 +298,17 @@ class Inputs:
         added = _added(old, listing)
         return (listing, added) if added else None
 
-    def _learn(self, rel: str, table: DataFrame, listing: Listing | None) -> None:
-        """Remember a table source Spark just listed, for reads without Spark (:meth:`_listed`),
-        when its files are all in one local directory, where Python lists the same files."""
+    def _learn(self, rel: str, table: DataFrame, listing: Listing | None, found: tuple[Any | None, str] | None
+               ) -> None:
+        """Remember a table source Spark just listed (``found``: its :func:`_relation_of`),
+        for reads without Spark (:meth:`_listed`), when its files are all in one local
+        directory, where Python lists the same files."""
         self._listed_by_us.pop(rel, None)
         files = (listing or {}).get("files") or []
         directories = {f[0].rsplit("/", 1)[0] for f in files}
         if not files or any(len(f) != 3 for f in files) or len(directories) != 1:
             return
         directory = directories.pop()
-        found = _relation_of(table)
         ident = table_identifier(self.spark, rel)
         if found is None or found[0] is None or found[1] not in APPENDABLE or ident is None \
                 or _files_in(directory) != files:
