@@ -20,6 +20,8 @@ from typing import Any, Iterable, Mapping, Sequence, cast
 
 import numpy as np
 import pyarrow as pa
+from py4j.protocol import Py4JJavaError
+from pyspark.errors import IllegalArgumentException
 from pyspark.serializers import NoOpSerializer
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -132,19 +134,6 @@ def _internal_type(t: pa.DataType) -> pa.DataType:
     return pa.int64() if pa.types.is_timestamp(t) else pa.int32() if pa.types.is_date(t) else t
 
 
-#: the RDDs, from the leaf, under a DataFrame ``spark.createDataFrame`` made of Python rows:
-#: the rows pickled in the driver, PySpark's identity map to its batch size, the JVM's
-#: unpickling, and the rows as Spark's
-_PYTHON_ROWS_LINEAGE = ("ParallelCollectionRDD", "PythonRDD", "MapPartitionsRDD", "MapPartitionsRDD",
-                        "MapPartitionsRDD")
-
-
-def _rdd_kinds(lineage: str) -> tuple[str, ...]:
-    """The classes of an RDD's lineage as ``RDD.toDebugString`` gives it (one Py4J call
-    where walking it costs ten), from the leaf; unnamed RDDs only."""
-    return tuple(reversed(re.findall(r"^[\s|+-]*(?:\(\d+\) )?(\w+)\[\d+\] at ", lineage, re.M)))
-
-
 def _identity_map(command: bytes) -> bool:
     """Whether a PythonRDD's pickled command is PySpark's own identity map
     (``RDD._reserialize``): its rows are the parent's, as pickled."""
@@ -169,6 +158,73 @@ def _expr_id(tree: list[dict[str, Any]]) -> tuple[int, int] | None:
     return None
 
 
+class _Jvm:
+    """What reading Python rows asks of one JVM, found once per gateway: a ClassTag (to
+    step to an RDD's parent in one Py4J call, not three), the methods it calls, the
+    private fields it reads, and the pickled identity map PySpark last used (compared in
+    the JVM, not shipped and unpickled each read)."""
+
+    _seen: dict[int, _Jvm] = {}
+
+    def __init__(self, spark: SparkSession) -> None:
+        self.gateway = spark.sparkContext._gateway
+        jvm = spark._jvm
+        assert jvm is not None
+        self.tag = getattr(jvm.scala.reflect, "ClassTag$").__getattr__("MODULE$").Any()
+        # methods, not classes: each attribute of a class asks the JVM what it is
+        self.serve_iterator = jvm.org.apache.spark.api.python.PythonRDD.serveIterator
+        self.to_string = jvm.java.util.Arrays.toString
+        self.identity: Any = None  # a command (a JVM Seq of bytes) known to be the identity map
+        self.fields: dict[tuple[str, str], Any] = {}
+
+    @classmethod
+    def of(cls, spark: SparkSession) -> _Jvm:
+        gateway = spark.sparkContext._gateway
+        seen = cls._seen.get(id(gateway))
+        if seen is None or seen.gateway is not gateway:
+            seen = cls._seen[id(gateway)] = cls(spark)
+        return seen
+
+    def private(self, obj: Any, kind: str, name: str) -> Any:
+        """A private field (a Scala constructor parameter) of a JVM object of class ``kind``."""
+        field = self.fields.get((kind, name))
+        if field is None:
+            field = obj.getClass().getDeclaredField(name)
+            field.setAccessible(True)
+            self.fields[kind, name] = field
+        return field.get(obj)
+
+    def python_rdd(self, rdd: Any) -> Any:
+        """The PythonRDD under the RDD of a DataFrame ``createDataFrame`` made of Python
+        rows, stepping over the JVM's unpickling and the rows made Spark's (three
+        MapPartitionsRDDs): reading each one's parent field checks its class too (a field
+        of another class is refused). None for any other lineage."""
+        for _ in range(3):
+            rdd = self.private(rdd, "MapPartitionsRDD", "prev")
+            if rdd is None:  # checkpointed: its lineage is gone
+                return None
+        return rdd
+
+    def is_identity(self, command: Any) -> bool:
+        """Whether ``command`` (a PythonFunction's, in the JVM) is PySpark's identity map."""
+        if self.identity is not None and command.equals(self.identity):
+            return True
+        if not _identity_map(bytes(command.unsafeArray())):
+            return False
+        self.identity = command
+        return True
+
+    def serve(self, data: Any) -> tuple[int | str, str | None]:
+        """Serve a JVM sequence of byte arrays to Python, as ``PythonRDD.serveIterator``
+        does: the (port, secret) to connect with, read in one Py4J call where indexing
+        the array it gives takes four."""
+        info = self.serve_iterator(data.iterator(), "dbt-stream-rows")
+        port, secret, *_ = self.to_string(info)[1:-1].split(", ")
+        if port.isdigit() and re.fullmatch(r"[0-9a-f]+", secret):
+            return int(port), secret
+        return info[0], info[1]  # a Unix socket's path: as PySpark reads it
+
+
 def python_rows(df: DataFrame) -> pa.Table | None:
     """The rows of a DataFrame ``spark.createDataFrame`` made of Python rows (and columns
     picked or renamed from it), as ``toArrow`` gives them, read in the driver: no job.
@@ -176,39 +232,38 @@ def python_rows(df: DataFrame) -> pa.Table | None:
     ``parallelize``); each read of it through Spark is a job whose tasks unpickle the rows
     in a Python worker and then in the JVM (0.1-0.2 s for 1,000 rows). Here its pickled
     batches are served to Python from the JVM as they are and unpickled once. None for any
-    other DataFrame. Py4J calls are most of the time here (0.1-0.2 ms each): the plan is
-    read as one JSON document."""
-    # analyzed, not optimized: a DataFrame is analyzed when made, and running the optimizer
-    # costs more than the rest of this read (a cast, even to a column's own type, declines)
-    plan = df._jdf.queryExecution().analyzed()
+    other DataFrame. Py4J calls are most of the time here (0.1-0.5 ms each, about 20): the
+    plan is read as one JSON document, which also gives the columns' names and types."""
+    # Dataset.logicalPlan: analyzed, not optimized (the optimizer costs more than the rest
+    # of this read, and a cast, even to a column's own type, declines)
+    plan = df._jdf.logicalPlan()
     nodes = json.loads(plan.toJSON())
-    picks: list[list[tuple[int, int]]] = []  # per Project from the top: (exprId read, exprId given)
+    picks: list[list[tuple[int, int, str]]] = []  # per Project from the top: (exprId read, exprId given, name)
     for node in nodes[:-1]:
         kind = node["class"].rsplit(".", 1)[-1]
         if kind == "Project":
             passed = [_expr_id(tree) for tree in node["projectList"]]
             if None in passed:
                 return None
-            picks.append(cast("list[tuple[int, int]]", passed))
+            picks.append([(*ids, tree[0]["name"]) for ids, tree in zip(cast("list[tuple[int, int]]", passed),
+                                                                          node["projectList"])])
         elif kind != "SubqueryAlias":
             return None
     leaf = nodes[-1]
     if leaf["class"].rsplit(".", 1)[-1] != "LogicalRDD":
         return None
-    rdd = plan.collectLeaves().apply(0).rdd()
-    if _rdd_kinds(rdd.toDebugString()) != _PYTHON_ROWS_LINEAGE:
+    jvm = _Jvm.of(df.sparkSession)
+    try:
+        rdd = jvm.python_rdd(plan.collectLeaves().apply(0).rdd())
+        # a broadcast variable beside the identity map changes nothing: the rows are the parent's
+        if rdd is None or not jvm.is_identity(jvm.private(rdd, "PythonRDD", "func").command()):
+            return None
+        # the rows pickled in the driver: every slice, in order
+        data = jvm.private(rdd.firstParent(jvm.tag), "ParallelCollectionRDD", "data")
+    except (IllegalArgumentException, Py4JJavaError):  # a field of another class: another lineage
         return None
-    for _ in _PYTHON_ROWS_LINEAGE[2:]:
-        rdd = rdd.dependencies().apply(0).rdd()
-    func = _private(rdd, "PythonRDD", "func")
-    if func.broadcastVars().size() or not _identity_map(bytes(func.command().unsafeArray())):
-        return None
-    data = _private(rdd.dependencies().apply(0).rdd(), "ParallelCollectionRDD", "data")  # every slice, in order
-    jvm = df.sparkSession._jvm
-    assert jvm is not None
     rows: list[tuple[Any, ...]] = []
-    with _load_from_socket(jvm.PythonRDD.serveIterator(data.iterator(), "dbt-stream-rows"),
-                           NoOpSerializer()) as batches:
+    with _load_from_socket(jvm.serve(data), NoOpSerializer()) as batches:
         for batch in batches:
             rows.extend(pickle.loads(batch))
     output = [tree[0] for tree in leaf["output"]]
@@ -223,25 +278,9 @@ def python_rows(df: DataFrame) -> pa.Table | None:
         return None
     columns = {a["exprId"]["id"]: i for i, a in enumerate(output)}
     for ids in reversed(picks):
-        table = table.select([columns[read] for read, _ in ids])
-        columns = {given: n for n, (_, given) in enumerate(ids)}
-    wanted = arrow_schema(df.schema)
-    return table.rename_columns(wanted.names).cast(wanted)
-
-
-_FIELDS: dict[tuple[int, str, str], Any] = {}
-
-
-def _private(obj: Any, kind: str, name: str) -> Any:
-    """A private field (a Scala constructor parameter) of a JVM object of class ``kind``:
-    the reflected field is kept per JVM gateway (one Py4J call a read, not four)."""
-    key = (id(obj._gateway_client), kind, name)
-    field = _FIELDS.get(key)
-    if field is None:
-        field = obj.getClass().getDeclaredField(name)
-        field.setAccessible(True)
-        _FIELDS[key] = field
-    return field.get(obj)
+        table = table.select([columns[read] for read, _, _ in ids]).rename_columns([name for _, _, name in ids])
+        columns = {given: n for n, (_, given, _) in enumerate(ids)}
+    return table
 
 
 #: the most bytes Spark's Arrow writer puts in one batch when a local relation is collected

@@ -301,7 +301,8 @@ def test_python_rows_are_to_arrow_without_a_job(spark, new_york, data):
     """A DataFrame ``createDataFrame`` made of Python rows of every type the kernels meet
     (and of adversarial values: NaN, -0.0, limits, wide decimals, times in New York),
     with columns picked and renamed, is read as ``toArrow`` gives it, without a job; one
-    whose rows a Python function or a filter makes, or of a nested type, is not."""
+    whose rows a Python function, a filter or another lineage makes, or of a nested type,
+    is not."""
     ddl = ", ".join(f"c{i} {t}" for i, t in enumerate(TYPES))
     schema = _schema(ddl)
     rows = data.draw(st.lists(st.tuples(*(values(f.dataType) for f in schema.fields)), max_size=12))
@@ -317,8 +318,12 @@ def test_python_rows_are_to_arrow_without_a_job(spark, new_york, data):
         want = d.toArrow()
         assert table is not None and table.schema == want.schema
         assert compare_exact(table, want) is None, compare_exact(table, want)
-    mapped = spark.sparkContext.parallelize(rows or [tuple([None] * len(TYPES))]).map(lambda r: r)
-    assert zsets.python_rows(spark.createDataFrame(mapped, schema)) is None
+    given = spark.sparkContext.parallelize(rows or [tuple([None] * len(TYPES))])
+    assert zsets.python_rows(spark.createDataFrame(given.map(lambda r: r), schema)) is None
+    # other lineages: rows moved in the JVM, JSON read from Python strings, a checkpoint
+    assert zsets.python_rows(spark.createDataFrame(given.coalesce(1), schema)) is None
+    assert zsets.python_rows(spark.read.json(spark.sparkContext.parallelize(['{"a": 1}']))) is None
+    assert zsets.python_rows(df.localCheckpoint()) is None
     assert zsets.python_rows(df.filter("c2 IS NULL")) is None
     assert zsets.python_rows(df.selectExpr("c2 + 1 AS c2")) is None
     assert zsets.python_rows(spark.createDataFrame([([1],)], "a ARRAY<INT>")) is None
