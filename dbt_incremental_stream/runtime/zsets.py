@@ -10,6 +10,7 @@ Spark's batch answer on both placements (the twin harness, ``tests/twin.py``).
 """
 from __future__ import annotations
 
+import io
 import json
 import pickle
 import re
@@ -91,7 +92,8 @@ def arrow_schema(schema: StructType) -> pa.Schema:
 def arrow_rows(schema: StructType, rows: Sequence[Sequence[Any]], internal: bool = False) -> pa.Table | None:
     """Rows of Python values as an Arrow table of ``schema``, each value converted as
     Spark's ``createDataFrame`` converts it (``DataType.toInternal``), or converted already
-    (``internal``: what ``createDataFrame`` hands the JVM); None for column types that
+    (``internal``: what ``createDataFrame`` hands the JVM, as :func:`python_rows` unpickles
+    it, a decimal as its text); None for column types that
     only Spark converts (nested types). Tuples whose every column Arrow reads as Spark
     does are read by Arrow in one pass (5-6x faster than a pass per column); the others
     column by column, converted per value where Arrow's reading differs from Spark's."""
@@ -105,7 +107,7 @@ def arrow_rows(schema: StructType, rows: Sequence[Sequence[Any]], internal: bool
         except (pa.ArrowException, TypeError, ValueError, OverflowError):
             pass  # not tuples, or a value to fail on: column by column, as below, says which
         else:
-            read = [c.view(t) if c.type != t else c for c, t in zip(struct.flatten(), arrow.types)]
+            read = [_from_internal(c, t) for c, t in zip(struct.flatten(), arrow.types)]
             return pa.Table.from_arrays(read, schema=arrow)
     columns: list[pa.Array] = []
     for f, t, values in zip(schema.fields, arrow.types, zip(*rows) if rows else [()] * len(arrow)):
@@ -114,7 +116,7 @@ def arrow_rows(schema: StructType, rows: Sequence[Sequence[Any]], internal: bool
             continue
         if not internal:
             values = tuple(None if v is None else f.dataType.toInternal(v) for v in values)
-        columns.append(pa.array(values, _internal_type(t)).view(t))
+        columns.append(_from_internal(pa.array(values, _internal_type(t)), t))
     return pa.Table.from_arrays(columns, schema=arrow)
 
 
@@ -130,8 +132,29 @@ def _read_as_spark(dtype: DataType) -> bool:
 
 def _internal_type(t: pa.DataType) -> pa.DataType:
     """The Arrow type of Spark's internal values of a column of Arrow type ``t``: days
-    and microseconds for dates and times, which are then viewed as ``t``."""
-    return pa.int64() if pa.types.is_timestamp(t) else pa.int32() if pa.types.is_date(t) else t
+    and microseconds for dates and times; a decimal's text, as :func:`python_rows` reads
+    it (Arrow reads text 2x faster than ``Decimal`` objects, which are slow to unpickle)."""
+    return (pa.int64() if pa.types.is_timestamp(t) else pa.int32() if pa.types.is_date(t)
+            else pa.string() if pa.types.is_decimal(t) else t)
+
+
+def _from_internal(column: pa.Array, t: pa.DataType) -> pa.Array:
+    """A column of :func:`_internal_type` as Arrow type ``t``: days and microseconds
+    viewed, decimals' text cast (exactly: a value with more digits than ``t`` holds, or
+    not a number, is refused)."""
+    if column.type == t:
+        return column
+    return column.cast(t) if pa.types.is_decimal(t) else column.view(t)
+
+
+class _TextDecimals(pickle.Unpickler):
+    """Unpickles a ``Decimal`` as its text (what it pickles as): the rows' decimals are
+    then read by Arrow (2x faster in all, for 12,345 TPC-H lineitem rows)."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) == ("decimal", "Decimal"):
+            return str
+        return super().find_class(module, name)
 
 
 def _identity_map(command: bytes) -> bool:
@@ -265,7 +288,7 @@ def python_rows(df: DataFrame) -> pa.Table | None:
     rows: list[tuple[Any, ...]] = []
     with _load_from_socket(jvm.serve(data), NoOpSerializer()) as batches:
         for batch in batches:
-            rows.extend(pickle.loads(batch))
+            rows.extend(_TextDecimals(io.BytesIO(batch)).load())
     output = [tree[0] for tree in leaf["output"]]
     schema = StructType.fromJson({"type": "struct", "fields": [
         {"name": a["name"], "type": a["dataType"], "nullable": a["nullable"], "metadata": a["metadata"]}
