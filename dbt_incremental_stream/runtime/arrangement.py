@@ -229,14 +229,12 @@ class RunStore:
             # small beside the probe (a dimension's): one run of it, so each probe row is
             # looked up once (kernels.candidates), not once per run
             whole = pa.concat_tables([self.read(r) for r in every], promote_options="permissive")
-            order = np.argsort(whole.column(kernels.HASH).to_numpy(), kind="stable")
+            order = kernels.hash_order(whole.column(kernels.HASH).to_numpy())
             runs, subsets = [whole.take(pa.array(order))], [None]
         elif len(arr.runs) == 1:
             runs, subsets = [self.read(r) for r in arr.runs[0]], [None] * len(arr.runs[0])
         else:  # grouped by bucket (a radix sort of small ints)
-            buckets = arr.bucket_of(hashes).astype(np.int16 if len(arr.runs) <= 1 << 15 else np.int64)
-            order = np.argsort(buckets, kind="stable")
-            bounds = np.searchsorted(buckets[order], np.arange(len(arr.runs) + 1))
+            order, bounds = kernels.grouped(arr.bucket_of(hashes), len(arr.runs))
             for b, bucket in enumerate(arr.runs):
                 if bounds[b] < bounds[b + 1]:
                     runs += [self.read(r) for r in bucket]

@@ -108,6 +108,39 @@ def _column_values(arr: pa.Array) -> tuple[np.ndarray, np.ndarray | None]:
     return values, valid
 
 
+#: :func:`hash_order` finds at most this many ties among the hashes' high bits before it
+#: sorts whole (a vast table of many keys; random hashes of 1M rows tie about 0.03 times)
+ORDER_TIES = 256
+
+
+def hash_order(h: np.ndarray) -> np.ndarray:
+    """``np.argsort(h, kind="stable")`` of key hashes, 2.5-3x faster: each hash's high bits
+    and its row number packed in one uint64 and the values sorted (a vectorized sort that
+    argsort does not have). Equal hashes stay in row order; hashes that differ only in the
+    low bits the row number took (rare for mixed hashes) are then put in order among
+    themselves."""
+    n = len(h)
+    bits = max(1, (n - 1).bit_length())
+    if n < 2 or bits > 40:
+        return np.argsort(h, kind="stable")
+    shift = np.uint64(bits)
+    packed = (h >> shift) << shift
+    packed |= np.arange(n, dtype=np.uint64)
+    packed.sort()
+    order = (packed & np.uint64((1 << bits) - 1)).astype(np.int64)
+    ordered = h[order]
+    ties = np.flatnonzero(ordered[1:] < ordered[:-1])
+    if ties.size > ORDER_TIES:
+        return np.argsort(h, kind="stable")
+    if ties.size:
+        high = packed >> shift
+        starts, ends = np.searchsorted(high, high[ties], "left"), np.searchsorted(high, high[ties], "right")
+        for lo, hi in set(zip(starts.tolist(), ends.tolist())):
+            part = order[lo:hi]
+            order[lo:hi] = part[np.argsort(h[part], kind="stable")]
+    return order
+
+
 def _bytes_hash(arr: pa.Array) -> np.ndarray:
     """A polynomial hash of each value's bytes, mixed with its length (vectorized)."""
     n = len(arr)
@@ -248,9 +281,9 @@ def _sorted_sums(rows: pa.Table, cols: list[str], h: np.ndarray) -> pa.Table:
     gathering release the GIL): equal rows are in one half, and the halves in turn are the
     whole in order."""
     if len(h) < SIDE_BY_SIDE:
-        return _sorted_part(rows, cols, h, np.argsort(h))
+        return _sorted_part(rows, cols, h, hash_order(h))
     top = h >= np.uint64(1 << 63)
-    halves = map_all("sort", lambda part: _sorted_part(rows, cols, h, part[np.argsort(h[part])]),
+    halves = map_all("sort", lambda part: _sorted_part(rows, cols, h, part[hash_order(h[part])]),
                      (np.flatnonzero(~top), np.flatnonzero(top)))
     return pa.concat_tables(halves, promote_options="permissive")
 
@@ -362,17 +395,25 @@ def sort_run(table: pa.Table, keys: Sequence[str]) -> pa.Table:
         out = valid.take(pc.sort_indices(valid.column(column)))
         return out.append_column(HASH, pa.array(key_hash(out, [column]), pa.uint64())).combine_chunks()
     h = key_hash(table, keys)
-    order = np.argsort(h, kind="stable")
+    order = hash_order(h)
     cols = [c for c in table.column_names if c != HASH]
     out = table.select(cols).take(pa.array(order)).append_column(HASH, pa.array(h[order], pa.uint64()))
     return out.combine_chunks()
 
 
+def grouped(index: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rows grouped by their ``index`` in ``range(count)`` (a bucket, a task), each group in
+    row order: (the rows' order, where each group starts, and the end). A radix sort where
+    the indexes fit 16 bits (8x faster than numpy's stable sort of int64)."""
+    small = index.astype(np.int16) if count <= 1 << 15 else index
+    order = np.argsort(small, kind="stable")
+    return order, np.searchsorted(small[order], np.arange(count + 1))
+
+
 def split_by(run: pa.Table, index: np.ndarray, count: int) -> dict[int, pa.Table]:
     """A run split by each row's ``index`` in ``range(count)`` (its bucket), each part still
     in the run's order."""
-    order = np.argsort(index, kind="stable")
-    bounds = np.searchsorted(index[order], np.arange(count + 1))
+    order, bounds = grouped(index, count)
     ordered = run.take(pa.array(order))
     return {i: ordered.slice(int(bounds[i]), int(bounds[i + 1] - bounds[i]))
             for i in range(count) if bounds[i + 1] > bounds[i]}
@@ -475,7 +516,7 @@ def candidates(run_hashes: np.ndarray, probe_hashes: np.ndarray) -> tuple[np.nda
         if len(first) == m:  # distinct hashes: one run row each
             return hit, at[hit].astype(np.int64)
         return _pairs(hit, first[at[hit]], np.diff(np.append(first, m))[at[hit]])
-    order = np.argsort(probe_hashes, kind="stable") if n >= SORTED_PROBE else None
+    order = hash_order(probe_hashes) if n >= SORTED_PROBE else None
     keys = probe_hashes if order is None else probe_hashes[order]
     lo = np.searchsorted(run_hashes, keys, "left")
     hi = np.searchsorted(run_hashes, keys, "right")

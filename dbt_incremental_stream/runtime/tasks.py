@@ -288,9 +288,7 @@ class Context:
 def _blobs(dest: int, node: str, table: pa.Table, hashes: np.ndarray, parts: Sequence[int]
            ) -> Iterator[pa.RecordBatch]:
     """``table``'s rows as blobs for stage ``dest``, each row to the task its hash picks."""
-    target = (hashes % np.uint64(len(parts))).astype(np.int64)
-    order = np.argsort(target, kind="stable")
-    bounds = np.searchsorted(target[order], np.arange(len(parts) + 1))
+    order, bounds = kernels.grouped((hashes % np.uint64(len(parts))).astype(np.int64), len(parts))
     ordered = table.take(pa.array(order))
     for t in range(len(parts)):
         for start in range(int(bounds[t]), int(bounds[t + 1]), BLOB_ROWS):

@@ -142,6 +142,31 @@ def test_consolidate_by_each_way(rows, copies):
 
 
 @settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 2**64 - 1), max_size=50), st.lists(st.integers(0, 49), max_size=400),
+       st.integers(0, 12), st.sampled_from([kernels.ORDER_TIES, 0]))
+def test_hash_order_is_numpy_s_stable_argsort(distinct, picks, low_bits, ties):
+    """Hashes repeated (equal ones keep their rows' order), and hashes that differ only in
+    the low bits the row number takes (put in order among themselves, or, past
+    ``ORDER_TIES`` of them, the whole sorted by numpy), ordered as a stable argsort."""
+    values = np.array(distinct or [0], np.uint64)
+    if low_bits:  # the distinct hashes share their high bits, in a few groups
+        values = (values >> np.uint64(62) << np.uint64(62)) | (values & np.uint64((1 << low_bits) - 1))
+    h = values[np.array(picks, np.int64) % len(values)]
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(kernels, "ORDER_TIES", ties)
+        got = kernels.hash_order(h)
+    assert np.array_equal(got, np.argsort(h, kind="stable"))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(0, 6), max_size=200), st.sampled_from([7, 1 << 16]))
+def test_grouped_keeps_row_order_within_each_group(index, count):
+    order, bounds = kernels.grouped(np.array(index, np.int64), count)
+    assert np.array_equal(order, np.argsort(np.array(index, np.int64), kind="stable"))
+    assert [int(bounds[g + 1] - bounds[g]) for g in range(7)] == [index.count(g) for g in range(7)]
+
+
+@settings(max_examples=200, deadline=None)
 @given(st.lists(st.integers(0, 40), max_size=60), st.lists(st.integers(0, 40), max_size=300))
 def test_candidates_are_the_equal_hash_pairs(run, probe):
     """Every strategy (a hash table of a small run, a search in hash order, a plain search)
