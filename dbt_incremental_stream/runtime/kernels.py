@@ -23,7 +23,7 @@ from __future__ import annotations
 import decimal
 import math
 from decimal import Decimal
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -87,15 +87,15 @@ def _column_values(arr: pa.Array) -> tuple[np.ndarray, np.ndarray | None]:
         return np.zeros(n, np.uint64), np.zeros(n, bool)
     valid = arr.is_valid().to_numpy(zero_copy_only=False) if arr.null_count else None
     if pa.types.is_boolean(t) or pa.types.is_integer(t):
-        values = arr.cast(pa.int64()).fill_null(0).to_numpy().view(np.uint64)
+        values = _filled(arr, pa.int64(), 0).view(np.uint64)
     elif pa.types.is_floating(t):
-        f = arr.cast(pa.float64()).fill_null(0.0).to_numpy(zero_copy_only=False) + 0.0  # -0.0 is 0.0
+        f = _filled(arr, pa.float64(), 0.0) + 0.0  # -0.0 is 0.0
         f[np.isnan(f)] = np.nan
         values = f.view(np.uint64)
     elif pa.types.is_date32(t) or pa.types.is_time32(t):
-        values = arr.view(pa.int32()).cast(pa.int64()).fill_null(0).to_numpy().view(np.uint64)
+        values = _filled(arr.view(pa.int32()), pa.int64(), 0).view(np.uint64)
     elif pa.types.is_temporal(t):
-        values = arr.view(pa.int64()).fill_null(0).to_numpy().view(np.uint64)
+        values = _filled(arr.view(pa.int64()), pa.int64(), 0).view(np.uint64)
     elif pa.types.is_decimal(t):
         a = arr.cast(pa.decimal128(t.precision, t.scale)) if t.bit_width != 128 else arr
         words = np.frombuffer(a.buffers()[1], np.uint64)[2 * a.offset: 2 * (a.offset + n)].reshape(n, 2)
@@ -139,6 +139,16 @@ def hash_order(h: np.ndarray) -> np.ndarray:
             part = order[lo:hi]
             order[lo:hi] = part[np.argsort(h[part], kind="stable")]
     return order
+
+
+def _filled(arr: pa.Array, t: pa.DataType, null: Any) -> np.ndarray:
+    """``arr``'s values as numpy values of Arrow type ``t``, a NULL as ``null``: Arrow's
+    buffer as it is where it can be (``t`` already, no NULLs), else one copy."""
+    if arr.type == t and not arr.null_count:
+        return arr.to_numpy()
+    if arr.type != t and not arr.null_count and not pa.types.is_boolean(arr.type):
+        return arr.to_numpy().astype(t.to_pandas_dtype())  # one copy, not Arrow's cast then fill
+    return arr.cast(t).fill_null(null).to_numpy(zero_copy_only=False)
 
 
 def _bytes_hash(arr: pa.Array) -> np.ndarray:

