@@ -211,8 +211,7 @@ class RunStore:
         """``arr`` with this tick's ``delta`` (rows of the integral's input) as new runs."""
         if delta is None or delta.num_rows == 0:
             return arr
-        run = kernels.sort_run(delta, arr.key)
-        parts = kernels.split_by(run, arr.bucket_of(run.column(kernels.HASH).to_numpy()), len(arr.parts))
+        parts = kernels.sorted_parts(delta, arr.key, arr.bucket_of, len(arr.parts))
         return arr.with_runs({b: [self.write(arr, arr.parts[b], tick, part)] for b, part in parts.items()})
 
     def probe(self, arr: Arrangement, probe: pa.Table, keys: Sequence[str], null_safe: Sequence[bool],

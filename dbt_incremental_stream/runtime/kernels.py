@@ -405,10 +405,28 @@ def sort_run(table: pa.Table, keys: Sequence[str]) -> pa.Table:
         out = valid.take(pc.sort_indices(valid.column(column)))
         return out.append_column(HASH, pa.array(key_hash(out, [column]), pa.uint64())).combine_chunks()
     h = key_hash(table, keys)
-    order = hash_order(h)
+    return _gathered(table, h, hash_order(h))
+
+
+def _gathered(table: pa.Table, h: np.ndarray, order: np.ndarray) -> pa.Table:
+    """``table``'s rows at ``order`` with their key hashes ``h`` in ``_h``, in one chunk."""
     cols = [c for c in table.column_names if c != HASH]
     out = table.select(cols).take(pa.array(order)).append_column(HASH, pa.array(h[order], pa.uint64()))
     return out.combine_chunks()
+
+
+def sorted_parts(table: pa.Table, keys: Sequence[str], bucket_of: Callable[[np.ndarray], np.ndarray],
+                 count: int) -> dict[int, pa.Table]:
+    """``table`` as runs (:func:`sort_run`) split by bucket (``bucket_of`` a key hash, in
+    ``range(count)``), as :func:`split_by` splits a run: its rows ordered by bucket, then
+    hash, and gathered once (a run and then its split gather every row twice)."""
+    if count == 1 or (keys and keys[0] == ORDERED):
+        run = sort_run(table, keys)
+        return split_by(run, bucket_of(run.column(HASH).to_numpy()), count)
+    h = key_hash(table, keys)
+    order = hash_order(h)
+    within, bounds = grouped(bucket_of(h[order]), count)
+    return _parts(_gathered(table, h, order[within]), bounds)
 
 
 def grouped(index: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
@@ -423,10 +441,16 @@ def grouped(index: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
 def split_by(run: pa.Table, index: np.ndarray, count: int) -> dict[int, pa.Table]:
     """A run split by each row's ``index`` in ``range(count)`` (its bucket), each part still
     in the run's order."""
+    if count == 1:
+        return {0: run} if run.num_rows else {}
     order, bounds = grouped(index, count)
-    ordered = run.take(pa.array(order))
+    return _parts(run.take(pa.array(order)), bounds)
+
+
+def _parts(ordered: pa.Table, bounds: np.ndarray) -> dict[int, pa.Table]:
+    """The non-empty slices of ``ordered`` between consecutive ``bounds``, by index."""
     return {i: ordered.slice(int(bounds[i]), int(bounds[i + 1] - bounds[i]))
-            for i in range(count) if bounds[i + 1] > bounds[i]}
+            for i in range(len(bounds) - 1) if bounds[i + 1] > bounds[i]}
 
 
 def in_ranges(table: pa.Table, column: str, regions: Sequence[tuple[pa.Scalar, pa.Scalar]],

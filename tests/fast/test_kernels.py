@@ -166,6 +166,21 @@ def test_grouped_keeps_row_order_within_each_group(index, count):
     assert [int(bounds[g + 1] - bounds[g]) for g in range(7)] == [index.count(g) for g in range(7)]
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.lists(ROW, max_size=80), st.sampled_from([((1, 0),), ((3, 0), (3, 1), (3, 2)),
+                                                    ((3, 0), (6, 1), (6, 4), (3, 2))]))
+def test_sorted_parts_are_a_run_split_by_bucket(rows, parts):
+    """A delta sorted and split in one gather is the run of it split by bucket, for
+    buckets of one modulus and for buckets that split."""
+    arr = Arrangement("n", ("k",), additive=False, buckets=parts[0][0], parts=parts)
+    delta = table(rows)
+    want = kernels.split_by(run := kernels.sort_run(delta, ["k"]), arr.bucket_of(run.column("_h").to_numpy()),
+                            len(parts))
+    got = kernels.sorted_parts(delta, ["k"], arr.bucket_of, len(parts))
+    assert got.keys() == want.keys()
+    assert all(got[b].equals(want[b]) for b in want)
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.integers(0, 40), max_size=60), st.lists(st.integers(0, 40), max_size=300))
 def test_candidates_are_the_equal_hash_pairs(run, probe):
