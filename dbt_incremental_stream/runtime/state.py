@@ -26,12 +26,14 @@ then renamed), so a crash leaves the previous manifest in force; files no manife
 are removed on open. Batches a compaction replaced stay for :data:`RETIRED_GRACE_SECONDS`
 (and at least a tick), since a catalog query planned before the commit may still read them;
 runs a merge replaced go (and are unmapped) with the commit, since only ticks and merges read
-runs. Both are deleted beside the ticks, in the merges' thread; a close leaves what it had not
-deleted yet to the next open.
+runs. Both are deleted beside the ticks, in the spines' merge thread; a close leaves what it
+had not deleted yet to the next open.
 
 Merges run beside the ticks: a commit starts the merges the committed state is due (a
-spine's newest batches past its size-tiered bound, an arrangement bucket's runs) in one
-thread, and a later commit folds in those that finished, in place of their inputs (which
+spine's newest batches past its size-tiered bound, an arrangement bucket's runs), the
+arrangements' in one thread and the spines' in another (a spine's merge may be a Spark job
+of seconds, and a bucket whose runs pile up behind it stalls the commits), and a later
+commit folds in those that finished, in place of their inputs (which
 only a merge removes, so they are still there, newer batches after them). A merge writes
 only new files, named by no manifest until a commit folds it in: a crash during one, or
 a merge whose inputs went (a node dropped or rebuilt), leaves files the next open removes.
@@ -87,7 +89,7 @@ STALL = 3
 
 
 def _yielding() -> None:
-    """Lower the merge thread's priority (Linux: a thread's own nice value), so that where
+    """Lower a merge thread's priority (Linux: a thread's own nice value), so that where
     it and a tick want the same core, the tick gets it."""
     try:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
@@ -336,13 +338,15 @@ class StateStore:
         self.meta: dict[str, Any] = {}
         #: compacted-away batches, with the tick and time they were retired, kept for readers
         self._retired: dict[str, tuple[int, float]] = {}
-        #: merges running beside the ticks, in one thread (pyarrow works outside the GIL):
-        #: of arrangements' runs by (node, key, bucket part), of spines by node (with inputs)
+        #: merges running beside the ticks (pyarrow works outside the GIL): of arrangements'
+        #: runs by (node, key, bucket part) in one thread, of spines by node (with inputs)
+        #: in another
         self._aside = threads(1, "merge", initializer=_yielding)
+        self._run_lane = threads(1, "merge-runs", initializer=_yielding)
         self._merge_group = f"merge-{uuid.uuid4().hex[:8]}"
         self._run_merges: dict[tuple[str, tuple[str, ...], Part], Future[Merge]] = {}
         self._spine_merges: dict[str, tuple[tuple[Batch, ...], Future[Batch | None]]] = {}
-        #: deletions of what commits retired, in the same thread (their order kept)
+        #: deletions of what commits retired, in the spines' thread (their order kept)
         self._deletions: list[Future[None]] = []
         self._load()
 
@@ -641,7 +645,8 @@ class StateStore:
                 for key, arr in arrs.items():
                     busy = frozenset(p for n, k, p in self._run_merges if (n, k) == (node, key))
                     for planned in runs.merges(arr, busy):
-                        self._run_merges[node, key, planned.part] = self._aside.submit(runs.merge, arr, planned, tick)
+                        self._run_merges[node, key, planned.part] = self._run_lane.submit(runs.merge, arr, planned,
+                                                                                          tick)
         for node, spine in self.spines.items():
             start = spine.compaction(self.max_batches)
             if start is None or node in self._spine_merges:
@@ -680,6 +685,7 @@ class StateStore:
         dropped, the running one is waited for, and what it writes no manifest names (the
         next open removes it). Cancelling a merge's Spark job instead would leave its tasks
         running past the close and have Spark log the abort as errors."""
+        self._run_lane.shutdown(wait=True, cancel_futures=True)
         self._aside.shutdown(wait=True, cancel_futures=True)
         for s in self.spines.values():
             s.release()
