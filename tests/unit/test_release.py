@@ -85,6 +85,45 @@ def test_runs_a_merge_replaced_go_at_the_commit_that_folds_it(spark, tmp_path):
     pipe.close()
 
 
+def test_runs_merge_while_a_spine_merges(spark, tmp_path, monkeypatch):
+    """An arrangement's runs are merged in a thread of their own: a spine's merge (a Spark
+    job of seconds for a large spine) does not hold them back, so a bucket's runs do not
+    pile up past the stall bound and stall the commits while it runs."""
+    import threading
+
+    from dbt_incremental_stream.runtime import state
+
+    gate = threading.Event()
+    merge_spine = state.StateStore._merge_spine
+
+    def held_spine_merge(self, *args):
+        gate.wait()
+        return merge_spine(self, *args)
+
+    monkeypatch.setattr(state.StateStore, "_merge_spine", held_spine_merge)
+    safety = threading.Timer(120, gate.set)  # were it held back, the stalled commit would wait for ever
+    safety.start()
+    pipe = Pipeline(spark, str(tmp_path / "state"))  # a spine merge from the 9th batch, its stall at the 25th
+    try:
+        pipe.add_source("orders", "id INT, cust INT")
+        pipe.add_view("by_cust", "SELECT cust, COUNT(*) AS n FROM orders GROUP BY cust")
+        named: set[str] = set()
+        folded_while_held = False
+        for t in range(16):
+            pipe.step({"orders": [((t, t % 3), 1)]})
+            for future in list(pipe.store._run_merges.values()):
+                future.result()
+            live = {p for arrs in pipe.store.arrangements.values() for a in arrs.values() for p in a.paths()}
+            folded_while_held |= bool(named - live) and not gate.is_set()
+            named |= live
+        assert pipe.store._spine_merges, "no spine merge started (else this test proves nothing)"
+        assert folded_while_held
+    finally:
+        gate.set()
+        safety.cancel()
+        pipe.close()
+
+
 def test_closing_lets_a_running_merge_finish(spark, tmp_path, monkeypatch):
     """Closing waits for a merge running beside the ticks in Spark instead of cancelling
     it: a cancelled job's tasks run on after close (and Spark logs their abort as errors,
