@@ -169,15 +169,15 @@ def _identity_map(command: bytes) -> bool:
             and len(inner) == 1 and getattr(inner[0], "__code__", None) in codes)
 
 
-def _expr_id(tree: list[dict[str, Any]]) -> tuple[int, int] | None:
+def _expr_id(tree: list[dict[str, Any]]) -> tuple[int, int, str] | None:
     """A projected expression (its nodes in ``TreeNode.toJSON``'s pre-order) that only
-    passes or renames a column: the exprId it reads and the one it gives; None for any
-    other."""
+    passes or renames a column: the exprId it reads, the one it gives and its name; None
+    for any other."""
     kinds = [node["class"].rsplit(".", 1)[-1] for node in tree]
     if kinds == ["AttributeReference"]:
-        return tree[0]["exprId"]["id"], tree[0]["exprId"]["id"]
+        return tree[0]["exprId"]["id"], tree[0]["exprId"]["id"], tree[0]["name"]
     if kinds == ["Alias", "AttributeReference"]:
-        return tree[1]["exprId"]["id"], tree[0]["exprId"]["id"]
+        return tree[1]["exprId"]["id"], tree[0]["exprId"]["id"], tree[0]["name"]
     return None
 
 
@@ -270,8 +270,7 @@ def python_rows(df: DataFrame) -> pa.Table | None:
             passed = [_expr_id(tree) for tree in node["projectList"]]
             if None in passed:
                 return None
-            picks.append([(*ids, tree[0]["name"]) for ids, tree in zip(cast("list[tuple[int, int]]", passed),
-                                                                          node["projectList"])])
+            picks.append(cast("list[tuple[int, int, str]]", passed))
         elif kind != "SubqueryAlias":
             return None
     leaf = nodes[-1]
