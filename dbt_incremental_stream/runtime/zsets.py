@@ -181,6 +181,10 @@ def _expr_id(tree: list[dict[str, Any]]) -> tuple[int, int, str] | None:
     return None
 
 
+class _OtherLineage(Exception):
+    """An RDD of another class than the lineage of Python rows has there."""
+
+
 class _Jvm:
     """What reading Python rows asks of one JVM, found once per gateway: a ClassTag (to
     step to an RDD's parent in one Py4J call, not three), the methods it calls, the
@@ -209,9 +213,14 @@ class _Jvm:
         return seen
 
     def private(self, obj: Any, kind: str, name: str) -> Any:
-        """A private field (a Scala constructor parameter) of a JVM object of class ``kind``."""
+        """A private field (a Scala constructor parameter) of a JVM object of class
+        ``kind``: looked up on the first object of that class (another class with a field
+        of that name is refused, not kept in its place), and then refused by the JVM for
+        an object of another class."""
         field = self.fields.get((kind, name))
         if field is None:
+            if obj.getClass().getSimpleName() != kind:
+                raise _OtherLineage(kind)
             field = obj.getClass().getDeclaredField(name)
             field.setAccessible(True)
             self.fields[kind, name] = field
@@ -284,7 +293,7 @@ def python_rows(df: DataFrame) -> pa.Table | None:
             return None
         # the rows pickled in the driver: every slice, in order
         data = jvm.private(rdd.firstParent(jvm.tag), "ParallelCollectionRDD", "data")
-    except (IllegalArgumentException, Py4JJavaError):  # a field of another class: another lineage
+    except (_OtherLineage, IllegalArgumentException, Py4JJavaError):  # an RDD of another class
         return None
     rows: list[tuple[Any, ...]] = []
     with _load_from_socket(jvm.serve(data), NoOpSerializer()) as batches:

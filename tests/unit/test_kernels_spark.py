@@ -329,6 +329,22 @@ def test_python_rows_are_to_arrow_without_a_job(spark, new_york, data):
     assert zsets.python_rows(spark.createDataFrame([([1],)], "a ARRAY<INT>")) is None
 
 
+def test_python_rows_step_through_fields_of_their_own_class_only(spark, monkeypatch):
+    """A field a read steps through is looked up on an RDD of the class it names: an RDD
+    of another class with a field of that name is refused, and the field is not kept in
+    its place (so the next DataFrame of Python rows is still read)."""
+    monkeypatch.setattr(zsets._Jvm, "_seen", {})
+    df = spark.createDataFrame([(1, "a"), (2, None)], "k INT, s STRING")
+    jvm = zsets._Jvm.of(spark)
+    python_rdd = jvm.python_rdd(df._jdf.logicalPlan().collectLeaves().apply(0).rdd())
+    parallel = python_rdd.firstParent(jvm.tag)  # a ParallelCollectionRDD, with a field "data"
+    with pytest.raises(zsets._OtherLineage):
+        jvm.private(parallel, "SomeOtherRDD", "data")
+    assert ("SomeOtherRDD", "data") not in jvm.fields
+    got = zsets.python_rows(df)
+    assert got is not None and got.equals(df.toArrow())
+
+
 #: Python values where Arrow's reading could differ from Spark's ``toInternal``: a
 #: datetime given for a DATE (Spark keeps its day), an aware one for a TIMESTAMP_NTZ
 #: (Spark keeps its wall clock), naive and aware ones for a TIMESTAMP
