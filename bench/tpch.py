@@ -119,7 +119,7 @@ def run_query(spark, work: Path, q: int, sql: str, ddl: dict[str, str], ticks: l
         if i:  # the first tick after loading warms caches
             seen.append((form, time.perf_counter() - start, spark_work(), pipe.last_tick.path,
                          pipe.last_tick.seconds))
-    plan = pipe._arranged_plan()
+    plan = pipe._arranged.plan()
     keys = len(plan.specs) if plan is not None else None
     got = [tuple(r) for r in pipe.snapshot("q").collect()]
     pipe.close()

@@ -246,7 +246,7 @@ class Inputs:
                 read.deltas[name] = self._read_added(pipe, name, table, file_format, added, listing)
                 where = "in the driver" if isinstance(read.deltas[name], pa.Table) else "by Spark"
                 report.tables[rel] = f"{len(added)} added files, {where}"
-            elif not pipe.holds(name):  # nothing to compare with: all of it is new
+            elif not pipe.contents.holds(name):  # nothing to compare with: all of it is new
                 whole = _whole_in_driver(pipe, name, table, listing)
                 read.deltas[name] = whole if whole is not None else zsets.inserted(table.toDF(*names))
                 report.tables[rel] = "read whole, " + ("in the driver" if whole is not None else "by Spark")
@@ -254,7 +254,7 @@ class Inputs:
                 read.deltas[name] = compared
                 report.tables[rel] = "compared whole, in the driver"
             else:
-                read.deltas[name] = zsets.diff(table.toDF(*names), pipe.integral(name))
+                read.deltas[name] = zsets.diff(table.toDF(*names), pipe.contents.integral(name))
                 report.tables[rel] = "compared whole, by Spark"
             read.fingerprints[rel] = listing
 
@@ -416,7 +416,7 @@ def _changes(pipe: Pipeline, source: KafkaSource, rows: DataFrame | pa.Table) ->
     if isinstance(rows, pa.Table):
         ranked = kernels.row_number(rows, key, [("_partition", True, False), ("_offset", True, False)], "_n")
         latest = ranked.filter(pc.equal(ranked.column("_n"), 1))
-        replaced = pipe.current_rows(name, key, latest.select(key))
+        replaced = pipe.contents.by_key(name, key, latest.select(key), pipe.pending)
         if replaced is not None:
             new = latest.filter(pc.greater(latest.column(WEIGHT), 0)).select(columns)
             return kernels.consolidate(kernels.concat([new.cast(replaced.schema), kernels.negate(replaced)]))
@@ -483,7 +483,7 @@ def _compared_in_driver(pipe: Pipeline, name: str, table: DataFrame, listing: Li
     files = _driver_files(table, listing)
     if files is None:
         return None
-    held = pipe.integral_arrow(name, DRIVER_TABLE_BYTES - sum(f[1] for f in files))
+    held = pipe.contents.integral_arrow(name, DRIVER_TABLE_BYTES - sum(f[1] for f in files))
     now = _parquet_in_driver(pipe, name, table.columns, [f[0] for f in files]) if held is not None else None
     if held is None or now is None:
         return None

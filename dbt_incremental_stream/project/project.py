@@ -307,7 +307,7 @@ class Project:
         self._published = self.tick
         views = [self.catalog.ensure_schema(rel) for rel in self.stream_sources]  # dbt creates only models' schemas
         views += [m.relation for m in self.models.values() if m.kind == STREAMING_VIEW]
-        self.catalog.publish({rel: (self.pipe.relation_sql(engine_name(rel)), self.pipe.schema(engine_name(rel)))
+        self.catalog.publish({rel: (self.pipe.contents.sql(engine_name(rel)), self.pipe.schema(engine_name(rel)))
                               for rel in views})
 
     # --- reading -----------------------------------------------------------------------

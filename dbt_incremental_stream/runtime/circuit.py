@@ -134,7 +134,7 @@ class Circuit:
         #: relation (source or view) → the operator that produces it
         self.catalog: dict[str, Operator] = {}
         self.views: dict[str, View] = {}
-        #: (source, key) kept arranged for :meth:`.Pipeline.current_rows`
+        #: (source, key) kept arranged for :meth:`.Contents.by_key`
         self.indexes: set[tuple[str, tuple[str, ...]]] = set()
         #: sources whose retained input drops rows out of every window
         self.expiring: set[str] = set()
@@ -264,6 +264,31 @@ class Circuit:
         raise StreamError(f"no view or source named {name!r}")
 
     # --- a delta as its source's columns -------------------------------------------------
+
+    def deltas(self, deltas: Mapping[str, DataFrame | pa.Table | Rows | None], fed: AbstractSet[str]
+               ) -> tuple[dict[str, DataFrame | None], dict[str, pa.Table]]:
+        """A tick's deltas by source in their sources' columns: those Spark computes (None:
+        no change), those held in Arrow. Rows, Arrow and a DataFrame of Python rows are read
+        in the driver; the sources in ``fed`` (the time, the one row) are not given."""
+        inputs: dict[str, DataFrame | None] = {}
+        arrow: dict[str, pa.Table] = {}
+        for source, d in deltas.items():
+            source = source.lower()
+            if source not in self.sources or source in fed:
+                raise StreamError(f"no source named {source!r}")
+            if isinstance(d, DataFrame) and (local := zsets.python_rows(d)) is not None:
+                d = local  # a DataFrame of Python rows: read as they are, as rows are
+            if isinstance(d, (pa.Table, pa.RecordBatch)):
+                arrow[source] = self.conform_arrow(source, d)
+                continue
+            if d is not None and not isinstance(d, DataFrame):
+                table = self.rows_arrow(source, d := list(d))
+                if table is not None:
+                    arrow[source] = table
+                    continue
+                d = self.rows_frame(source, d)
+            inputs[source] = None if d is None else self.conform(source, d)
+        return inputs, arrow
 
     def rows_arrow(self, source: str, rows: Rows) -> pa.Table | None:
         """``(row, weight)`` pairs as an Arrow table (None for nested column types). Values

@@ -139,9 +139,36 @@ class ArrangedTicks:
         self._task_parts: dict[int, list[int]] = {}  # per task count, the part values reaching each
         #: why an operator of the circuit cannot run in Spark tasks (found by a tick that tried)
         self._not_in_tasks: str | None = None
+        self._plan: Plan | NotArranged | None = None  # see :meth:`plan`
 
     def circuit_changed(self) -> None:
         self._not_in_tasks = None
+        self._plan = None
+
+    def plan(self) -> Plan | None:
+        """The circuit's arranged form, or None when an operator has none
+        (:attr:`unplanned` says which; found once per circuit)."""
+        if self._plan is None:
+            try:
+                if self.store.runs is None:
+                    raise NotArranged(f"pyarrow has no file system for {self.store.fs.root}")
+                c = self.circuit
+                keep = {v.state.id for v in c.views.values()} | {
+                    c.source_state(n).id for n in c.sources if n not in c.expiring}
+                zone = self.spark.conf.get("spark.sql.session.timeZone") or "UTC"
+                self._plan = Plan(c.states(), c.same_state(), c.schema_of, c.types_of, zone, keep,
+                                  partial(zsets.midnights, self.spark, zone))
+                for source, key in c.indexes:
+                    if source in c.sources:
+                        self._plan.need(c.source_state(source).id, key)
+            except NotArranged as e:
+                self._plan = e
+        return self._plan if isinstance(self._plan, Plan) else None
+
+    @property
+    def unplanned(self) -> str | None:
+        """Why the circuit has no arranged form (None: it has one, or it was not asked)."""
+        return str(self._plan) if isinstance(self._plan, NotArranged) else None
 
     def ready(self, plan: Plan) -> bool:
         """Whether every state node exists and every arrangement the plan needs is built."""

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import time
-from functools import partial
 from datetime import datetime, timezone
 from typing import Any, Callable, Mapping, Sequence
 
@@ -35,15 +34,15 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
-from ..circuit.operators import WEIGHT, Input, Integral, explain, quote
+from ..circuit.operators import Input, Integral, explain
 from ..errors import StateError, StreamError
 from ..sql.compile import parse
 from ..sql.rewrites.clock import uses_clock
 from ..sql.rewrites.constant import ONE, ONE_COLUMN, uses_one
 from ..sql.temporal import CLOCK, CLOCK_COLUMN
-from . import kernels, zsets
-from .session import empty_frame
-from .arranged import NotArranged, Plan
+from . import kernels
+from .arranged import NotArranged
+from .contents import Contents
 from .arrangement import Arrangement
 from .circuit import Circuit, Rows, parse_schema
 from .expiry import Retention
@@ -60,17 +59,6 @@ def _merge_arrow(state: State, table: pa.Table) -> pa.Table:
     if isinstance(state, Integral) and state.key is not None:
         return kernels.sum_by(table, state.key)
     return kernels.consolidate(table)
-
-
-def _scan_paths(batches: Sequence[Batch]) -> list[tuple[str, str]]:
-    """(struct column, path) to scan for ``batches`` of one node: one glob over their
-    tick directories where they share a parent and a leaf (a scan that SQL names costs a
-    schema-inference job, so one scan instead of up to :data:`max_batches`)."""
-    parts = [b.path.rsplit("/", 2) for b in batches]
-    if len(batches) > 1 and len({(p[0], p[2], b.column) for p, b in zip(parts, batches)}) == 1 \
-            and all(len(p) == 3 and not set(p[1]) & set("{},*?[]\\") for p in parts):
-        return [(batches[0].column, f"{parts[0][0]}/{{{','.join(p[1] for p in parts)}}}/{parts[0][2]}")]
-    return [(b.column, b.path) for b in batches]
 
 
 #: errors on which the arranged path hands a tick to the DataFrame path
@@ -107,9 +95,10 @@ class Pipeline:
         self.store = StateStore(spark, state_location, max_batches=max_batches)
         #: the sources and views, their state nodes and the types of their rows
         self.circuit = Circuit(spark, self.store.meta)
+        #: what the last committed tick holds, by view or source name
+        self.contents = Contents(spark, self.circuit, self.store)
         self._arranged = ArrangedTicks(self)
         self._dataframes = DataFrameTicks(self, self._arranged)
-        self._circuit_changed()
         #: how the last tick ran and where its time went
         self.last_tick: TickStats | None = None
         now = self.store.meta.get("now")
@@ -159,25 +148,13 @@ class Pipeline:
                 f"source {name!r} was {StructType.fromJson(known).simpleString()} in the state at "
                 f"{self.store.fs.root}, now {st.simpleString()}; use a new state location to start over")
         self.circuit.add_source(name, st)
-        self._circuit_changed()
+        self._arranged.circuit_changed()
         return replaced
 
     def index(self, source: str, key: Sequence[str]) -> None:
-        """Keep ``source``'s rows arranged by ``key`` too, for :meth:`current_rows`."""
+        """Keep ``source``'s rows arranged by ``key`` too, for :meth:`.Contents.by_key`."""
         self.circuit.indexes.add((source.lower(), tuple(key)))
-        self._circuit_changed()
-
-    def current_rows(self, source: str, key: Sequence[str], keys: pa.Table) -> pa.Table | None:
-        """``source``'s rows (with weights) whose ``key`` equals a row of ``keys`` (NULL
-        matches NULL), from its arrangement by ``key`` (see :meth:`index`); None until that
-        arrangement is built."""
-        node = self.circuit.source_state(source.lower()).id
-        arr = self.store.arrangements.get(node, {}).get(tuple(key))
-        if arr is None or self.store.runs is None or self.pending:
-            return None
-        _, rows = self.store.runs.probe(arr, keys, list(key), [True] * len(key))
-        schema = zsets.arrow_schema(zsets.with_weight(self.circuit.sources[source.lower()]))
-        return kernels.consolidate(rows.cast(schema)) if rows is not None else schema.empty_table()
+        self._arranged.circuit_changed()
 
     def add_view(self, name: str, sql: str) -> None:
         """Declare a view over sources and earlier views, maintained incrementally."""
@@ -189,17 +166,9 @@ class Pipeline:
         if ONE not in self.circuit.sources and uses_one(tree):
             self.add_source(ONE, f"{ONE_COLUMN} INT")  # the one row of a SELECT without FROM, fed by step()
         self.circuit.add_view(name, sql, tree)
-        self._circuit_changed()
-
-    def _circuit_changed(self) -> None:
-        self._plan: Plan | NotArranged | None = None
         self._arranged.circuit_changed()
 
     # --- running -----------------------------------------------------------------------
-
-    def delta(self, source: str, rows: Rows) -> DataFrame:
-        """A delta DataFrame for ``source`` from ``(row, weight)`` pairs."""
-        return self.circuit.rows_frame(source.lower(), rows)
 
     def step(self, deltas: Mapping[str, DataFrame | pa.Table | Rows | None], now: datetime | None = None,
              before_commit: Callable[[int, Changes], None] | None = None) -> Changes:
@@ -218,24 +187,7 @@ class Pipeline:
         one that succeeds is exactly the batch answer again and leaves :attr:`failed`.
         """
         started = time.perf_counter()
-        inputs: dict[str, DataFrame | None] = {}
-        arrow: dict[str, pa.Table] = {}
-        for source, d in deltas.items():
-            source = source.lower()
-            if source not in self.circuit.sources or source in (CLOCK, ONE):
-                raise StreamError(f"no source named {source!r}")
-            if isinstance(d, DataFrame) and (local := zsets.python_rows(d)) is not None:
-                d = local  # a DataFrame of Python rows: read as they are, as rows are
-            if isinstance(d, (pa.Table, pa.RecordBatch)):
-                arrow[source] = self.circuit.conform_arrow(source, d)
-                continue
-            if d is not None and not isinstance(d, DataFrame):
-                table = self.circuit.rows_arrow(source, d := list(d))
-                if table is not None:
-                    arrow[source] = table
-                    continue
-                d = self.delta(source, d)
-            inputs[source] = None if d is None else self.circuit.conform(source, d)
+        inputs, arrow = self.circuit.deltas(deltas, {CLOCK, ONE})
 
         clock = self._now
         if CLOCK in self.circuit.sources:
@@ -278,8 +230,8 @@ class Pipeline:
              before_commit: Callable[[int, Changes], None] | None, started: float, skip: Mapping[str, str]
              ) -> Changes:
         """One attempt at a tick, the views in ``skip`` (view → error) set aside as they are."""
-        plan = self._arranged_plan()
-        why = str(self._plan) if plan is None else None
+        plan = self._arranged.plan()
+        why = self._arranged.unplanned if plan is None else None
         aside = self.circuit.own_states(set(skip))
         if plan is not None and self.placement == "dataframe":
             why = "placement 'dataframe'"
@@ -326,25 +278,6 @@ class Pipeline:
 
     # --- the arranged path: small ticks on indexed state ---------------------------------
 
-    def _arranged_plan(self) -> Plan | None:
-        """The circuit's arranged form, or None when an operator has none (found once per circuit)."""
-        if self._plan is None:
-            try:
-                if self.store.runs is None:
-                    raise NotArranged(f"pyarrow has no file system for {self.store.fs.root}")
-                c = self.circuit
-                keep = {v.state.id for v in c.views.values()} | {
-                    c.source_state(n).id for n in c.sources if n not in c.expiring}
-                zone = self.spark.conf.get("spark.sql.session.timeZone") or "UTC"
-                self._plan = Plan(c.states(), c.same_state(), c.schema_of, c.types_of, zone, keep,
-                                  partial(zsets.midnights, self.spark, zone))
-                for source, key in c.indexes:
-                    if source in c.sources:
-                        self._plan.need(c.source_state(source).id, key)
-            except NotArranged as e:
-                self._plan = e
-        return self._plan if isinstance(self._plan, Plan) else None
-
     def _meta(self, now: datetime | None, expired: Mapping[str, int], failed: Mapping[str, str]) -> dict[str, Any]:
         return {
             "now": now.isoformat() if now else None,
@@ -359,57 +292,9 @@ class Pipeline:
     # --- reading -----------------------------------------------------------------------
 
     def snapshot(self, name: str, *, weights: bool = False) -> DataFrame:
-        """The view's contents at the last committed tick (or a source's retained input).
-
-        As a bag of rows, like the batch query returns; ``weights=True`` gives one row per
-        distinct tuple with its multiplicity in ``_w`` instead.
-        """
-        node, schema = self.circuit.contents(name)
-        df = self.store.before(node)
-        df = empty_frame(self.spark, zsets.with_weight(schema)) if df is None else zsets.consolidate(df)
-        return df if weights else zsets.expand(df)
-
-    def holds(self, name: str) -> bool:
-        """Whether the last committed tick holds any batch of a view or a source (False:
-        its contents are surely empty)."""
-        spine = self.store.spines.get(self.circuit.contents(name)[0])
-        return bool(spine and spine.batches)
-
-    def integral(self, name: str) -> DataFrame | None:
-        """A view's or a source's contents at the last committed tick as a Z-set not yet
-        consolidated (a union of its batches, for a caller that consolidates anyway); None
-        when it holds nothing."""
-        return self.store.before(self.circuit.contents(name)[0])
-
-    def integral_arrow(self, name: str, most_bytes: int) -> pa.Table | None:
-        """:meth:`integral` as an Arrow table read in the driver (its batches, not yet
-        consolidated); None when its batches pass ``most_bytes`` in all."""
-        node, schema = self.circuit.contents(name)
-        spine = self.store.spines.get(node)
-        batches = list(spine.batches) if spine else []
-        if sum(b.bytes for b in batches) > most_bytes:
-            return None
-        if not batches:
-            return zsets.arrow_schema(zsets.with_weight(schema)).empty_table()
-        return self.store.read_arrow(batches)
-
-    def relation_sql(self, name: str) -> str:
-        """A Spark SQL query of a view's contents (or a source's retained input) at the last
-        committed tick, reading the committed state files: a catalog view defined by it
-        shows exactly that tick to any client of the same catalog, and is redefined after
-        every commit."""
-        node, schema = self.circuit.contents(name)
-        spine = self.store.spines.get(node)
-        columns = ", ".join(quote(f.name) for f in schema)
-        if spine is None or not spine.batches:
-            nulls = ", ".join(f"CAST(NULL AS {f.dataType.simpleString()}) AS {quote(f.name)}" for f in schema)
-            return f"SELECT {nulls} WHERE 1 = 0"
-        scans = " UNION ALL ".join(f"SELECT {quote(column)}.* FROM parquet.`{path}`"
-                                   for column, path in _scan_paths(spine.batches))
-        groups, out = zsets.identity_columns(schema)  # -0.0 stays -0.0, as the view holds it
-        return (f"SELECT {columns} FROM (SELECT {', '.join(out)}, {WEIGHT} FROM (SELECT {', '.join(groups)}, "
-                f"SUM({WEIGHT}) AS {WEIGHT} FROM ({scans}) GROUP BY ALL "
-                f"HAVING SUM({WEIGHT}) > 0)) LATERAL VIEW explode(sequence(1, {WEIGHT})) AS __copy")
+        """The view's contents at the last committed tick (or a source's retained input),
+        as a bag of rows like the batch query returns (:meth:`.Contents.snapshot`)."""
+        return self.contents.snapshot(name, weights=weights)
 
     def reset(self, name: str) -> None:
         """Forget the view's own state (not its inputs', not other views'): the next step
@@ -439,9 +324,9 @@ class Pipeline:
         """The view's logical plan, its incremental circuit, and how a small tick runs it:
         on arrangements (what each node reads and where it is computed) or not, and why."""
         view = self.circuit.views[name.lower()]
-        plan = self._arranged_plan()
+        plan = self._arranged.plan()
         arranged = (f"-- view {view.name}: on arrangements\n{explain(view.state, note=plan.note)}" if plan is not None
-                    else f"-- view {view.name}: not on arrangements ({self._plan})")
+                    else f"-- view {view.name}: not on arrangements ({self._arranged.unplanned})")
         return (f"-- view {view.name}: plan\n{explain(view.logical)}\n"
                 f"-- view {view.name}: incremental circuit\n{explain(view.state)}\n{arranged}")
 
