@@ -6,6 +6,7 @@ import pytest
 from hypothesis import settings
 
 from dbt_incremental_stream.runtime.session import session
+from tests import jvm_classes
 
 # no test passes or fails on a wall-clock time: hypothesis's 200 ms deadline is off
 settings.register_profile("no_deadline", deadline=None)
@@ -14,8 +15,18 @@ settings.load_profile("no_deadline")
 # Spark's JVMs (this process's, and those of the dbt and serve processes tests start) compile
 # with the client compiler only: a test's JVM lives seconds to minutes, too short for the
 # server compiler's work to pay off on two cores (10-13% faster per test, measured on
-# test_twin and test_serve_redo). Semantics are the JVM's either way.
-os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")
+# test_twin and test_serve_redo). Semantics are the JVM's either way. They also map their
+# classes from one archive (tests/jvm_classes.py), made by the first process (xdist's
+# controller, before its workers start) unless the options are set from outside.
+_OPTIONS_GIVEN = "SPARK_SUBMIT_OPTS" in os.environ
+os.environ.setdefault("SPARK_SUBMIT_OPTS", jvm_classes.OPTIONS)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    spark_free = config.args and all(a.replace(os.sep, "/").startswith("tests/fast") for a in config.args)
+    if not _OPTIONS_GIVEN and not hasattr(config, "workerinput") and not spark_free:
+        os.environ["SPARK_SUBMIT_OPTS"] = jvm_classes.archive_options()
+
 
 # dbt's functional-test fixtures (project, adapter, run_dbt's profile) for tests/functional
 pytest_plugins = ["dbt.tests.fixtures.project"]
@@ -25,10 +36,10 @@ pytest_plugins = ["dbt.tests.fixtures.project"]
 #: --no-loadscope-reorder``): these start first and the short files fill in at the end,
 #: so that the workers finish together (by default xdist sorts files by how many tests
 #: they hold, which left the one-test files that take ten minutes for last)
-LONGEST_FIRST = ("unit/test_twin.py", "unit/test_tpch.py", "functional/test_cluster.py", "unit/test_differential.py",
-                 "functional/test_serve_crash.py", "functional/test_serve_clients.py",
-                 "functional/test_streaming.py", "functional/test_integration_project.py",
-                 "functional/test_serve_redo.py")
+LONGEST_FIRST = ("unit/test_twin.py", "functional/test_cluster.py", "unit/test_differential.py",
+                 "functional/test_serve_crash.py", "functional/test_serve_clients.py", "unit/test_twin_time.py",
+                 "unit/test_kafka_sources.py", "functional/test_streaming.py", "unit/test_kernels_spark.py",
+                 "functional/test_integration_project.py", "unit/test_tpch.py", "functional/test_serve_redo.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -41,6 +52,11 @@ def spark(tmp_path_factory):
     """One SparkSession per test process, its catalog in memory and its warehouse in a
     temporary directory; dbt invocations in the same process reuse it."""
     s = session("local[2]", {"spark.sql.shuffle.partitions": "1", "spark.sql.codegen.wholeStage": "false",
+                             # expressions interpreted, not compiled (Spark holds both to the same
+                             # answers): each plan the tests make is new and runs over a few rows,
+                             # where compiling its projections is most of the work (a DataFrame
+                             # evaluator's tick of the twin's aggregates: 20-28 s -> 17-20 s)
+                             "spark.sql.codegen.factoryMode": "NO_CODEGEN",
                              "spark.sql.warehouse.dir": str(tmp_path_factory.mktemp("warehouse"))})
     yield s
     s.stop()

@@ -25,6 +25,16 @@ SETTINGS = settings(max_examples=int(os.environ.get("TWIN_EXAMPLES", "1")), dead
                     derandomize=os.environ.get("TWIN_EXAMPLES") is None, database=None,
                     phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck))
 TICKS = 3
+
+
+def placements(ansi: bool) -> tuple[str, ...]:
+    """The placements a twin checks with ANSI mode ``ansi``: with it off, on arrangements
+    only. The DataFrame evaluator computes every value with Spark's own expressions, so
+    what the mode changes (overflow, division, comparing keys of two types) it gives as
+    Spark's batch does; its ticks are also the costliest of the suite (a Spark job per few
+    state nodes), and it is checked with ANSI mode on, where a data error sends the arranged
+    path's ticks to it."""
+    return TWIN_PLACEMENTS if ansi else ("auto",)
 TIME_ZONE = "America/New_York"
 ANSI = pytest.mark.parametrize("ansi", [True, False], ids=["ansi", "legacy"])
 

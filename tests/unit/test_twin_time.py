@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from pyspark.sql.types import StructType
 
 from dbt_incremental_stream.differential import Mismatch, SparkOracle, Twin, arrow_delta, compare_exact, float_equal
-from tests.twin import ANSI, SETTINGS, TIME_ZONE, run, spark_conf
+from tests.twin import ANSI, SETTINGS, TIME_ZONE, placements, run, spark_conf
 
 TIME_SOURCES = {"e": "id INT, ts TIMESTAMP, dt DATE, v INT", "g": "id INT, ts TIMESTAMP, dt DATE"}
 #: view shapes over TIME_SOURCES, by group
@@ -41,7 +41,8 @@ TIME_SHAPES: dict[str, dict[str, str]] = {
 @SETTINGS
 def test_time_shapes_equal_spark_in_new_york(spark, tmp_path_factory, local_new_york, group, ansi, data):
     run(data, spark, tmp_path_factory, TIME_SOURCES, TIME_SHAPES[group],
-        {"spark.sql.ansi.enabled": str(ansi).lower(), "spark.sql.session.timeZone": TIME_ZONE})
+        {"spark.sql.ansi.enabled": str(ansi).lower(), "spark.sql.session.timeZone": TIME_ZONE},
+        placements=placements(ansi))
 
 
 # --- findings, as fixed ticks --------------------------------------------------------------
@@ -115,7 +116,9 @@ def test_day_views_equal_spark_in_new_york(spark, tmp_path, local_new_york, plac
     hours = [start + k * _HOUR for k in range(24 * 17)] + [start + k * _HOUR for k in range(5800, 5900)]
     rows = [((k, t, t.date(), k % 4), 1) for k, t in enumerate(hours)] + [((-1, None, None, 2), 1)]
     with spark_conf(spark, {"spark.sql.ansi.enabled": "false", "spark.sql.session.timeZone": TIME_ZONE}):
-        twin = Twin(spark, str(tmp_path), {"e": TIME_SOURCES["e"]}, DAY_VIEWS, placements=(placement, "dataframe"))
+        # the DataFrame evaluator beside the driver's ticks (its ticks are the same beside the tasks')
+        twin = Twin(spark, str(tmp_path), {"e": TIME_SOURCES["e"]}, DAY_VIEWS,
+                    placements=(placement, "dataframe") if placement == "auto" else (placement,))
         try:
             times = DAY_TIMES if placement == "auto" else DAY_TIMES[::3]  # a tick in tasks costs jobs
             twin.step({"e": rows}, now=times[0])
