@@ -52,11 +52,6 @@ def spark(tmp_path_factory):
     """One SparkSession per test process, its catalog in memory and its warehouse in a
     temporary directory; dbt invocations in the same process reuse it."""
     s = session("local[2]", {"spark.sql.shuffle.partitions": "1", "spark.sql.codegen.wholeStage": "false",
-                             # expressions interpreted, not compiled (Spark holds both to the same
-                             # answers): each plan the tests make is new and runs over a few rows,
-                             # where compiling its projections is most of the work (a DataFrame
-                             # evaluator's tick of the twin's aggregates: 20-28 s -> 17-20 s)
-                             "spark.sql.codegen.factoryMode": "NO_CODEGEN",
                              "spark.sql.warehouse.dir": str(tmp_path_factory.mktemp("warehouse"))})
     yield s
     s.stop()

@@ -27,14 +27,14 @@ SETTINGS = settings(max_examples=int(os.environ.get("TWIN_EXAMPLES", "1")), dead
 TICKS = 3
 
 
-def placements(ansi: bool) -> tuple[str, ...]:
-    """The placements a twin checks with ANSI mode ``ansi``: with it off, on arrangements
-    only. The DataFrame evaluator computes every value with Spark's own expressions, so
+def checked_placements(conf: Mapping[str, str]) -> tuple[str, ...]:
+    """The placements a twin checks under the session settings ``conf``: with ANSI mode
+    off, on arrangements only. The DataFrame evaluator computes every value with Spark's own expressions, so
     what the mode changes (overflow, division, comparing keys of two types) it gives as
     Spark's batch does; its ticks are also the costliest of the suite (a Spark job per few
     state nodes), and it is checked with ANSI mode on, where a data error sends the arranged
     path's ticks to it."""
-    return TWIN_PLACEMENTS if ansi else ("auto",)
+    return TWIN_PLACEMENTS if conf.get("spark.sql.ansi.enabled", "true") == "true" else ("auto",)
 TIME_ZONE = "America/New_York"
 ANSI = pytest.mark.parametrize("ansi", [True, False], ids=["ansi", "legacy"])
 
@@ -102,8 +102,9 @@ _FAILED: dict[tuple[str, int], tuple[BaseException, list[Seen]]] = {}
 
 def run(data: st.DataObject, spark, directories: pytest.TempPathFactory, sources: Mapping[str, str],
         views: Mapping[str, str], conf: Mapping[str, str], ticks: int = TICKS,
-        placements: Sequence[str] = TWIN_PLACEMENTS) -> None:
-    """``views`` over ``sources`` as one twin of ``placements``, with the session settings
+        placements: Sequence[str] | None = None) -> None:
+    """``views`` over ``sources`` as one twin of ``placements`` (by default
+    :func:`checked_placements`), with the session settings
     ``conf``: ``ticks`` random ticks, every view checked after each; then every tick, the
     first (which builds the state) included, must have run on arrangements in the
     placement under test ("auto": in the driver, "tasks": in Spark tasks; else that path
@@ -116,7 +117,8 @@ def run(data: st.DataObject, spark, directories: pytest.TempPathFactory, sources
             changes(data, tick, names)
         raise error
     with spark_conf(spark, conf):
-        twin = Twin(spark, str(directories.mktemp("twin")), sources, views, placements=placements)
+        twin = Twin(spark, str(directories.mktemp("twin")), sources, views,
+                    placements=checked_placements(conf) if placements is None else placements)
         read: list[Seen] = []
         try:
             for _ in range(ticks):

@@ -2,7 +2,7 @@
 placements ("auto", on Arrow kernels in the driver after the first tick, and "dataframe",
 every tick in Spark) is exactly what Spark returns for the view's SQL in batch, on
 adversarial values (tests/adversarial.py), with ANSI mode on (and off where it matters:
-:data:`LEGACY_TOO`, on arrangements only: :func:`tests.twin.placements`), and the
+:data:`LEGACY_TOO`, on arrangements only: :func:`tests.twin.checked_placements`), and the
 process's local time New York's (no value may pass through it).
 
 Views are grouped: the views of one twin share its ticks (a pipeline per group, not per
@@ -19,7 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dbt_incremental_stream.differential import Twin
-from tests.twin import ANSI, SETTINGS, placements, run, spark_conf
+from tests.twin import ANSI, SETTINGS, run, spark_conf
 
 
 #: two sources of adversarial numbers and strings; ``a`` has a column named ``b`` and ``b``
@@ -106,7 +106,7 @@ LEGACY_TOO = ("joins", "aggregates")
 @SETTINGS
 def test_numeric_shapes_equal_spark(spark, tmp_path_factory, local_new_york, group, ansi, data):
     run(data, spark, tmp_path_factory, NUMERIC_SOURCES, NUMERIC_SHAPES[group],
-        {"spark.sql.ansi.enabled": str(ansi).lower()}, placements=placements(ansi))
+        {"spark.sql.ansi.enabled": str(ansi).lower()})
 
 
 # --- findings, as fixed ticks --------------------------------------------------------------

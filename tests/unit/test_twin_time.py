@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from pyspark.sql.types import StructType
 
 from dbt_incremental_stream.differential import Mismatch, SparkOracle, Twin, arrow_delta, compare_exact, float_equal
-from tests.twin import ANSI, SETTINGS, TIME_ZONE, placements, run, spark_conf
+from tests.twin import ANSI, SETTINGS, TIME_ZONE, run, spark_conf
 
 TIME_SOURCES = {"e": "id INT, ts TIMESTAMP, dt DATE, v INT", "g": "id INT, ts TIMESTAMP, dt DATE"}
 #: view shapes over TIME_SOURCES, by group
@@ -41,8 +41,7 @@ TIME_SHAPES: dict[str, dict[str, str]] = {
 @SETTINGS
 def test_time_shapes_equal_spark_in_new_york(spark, tmp_path_factory, local_new_york, group, ansi, data):
     run(data, spark, tmp_path_factory, TIME_SOURCES, TIME_SHAPES[group],
-        {"spark.sql.ansi.enabled": str(ansi).lower(), "spark.sql.session.timeZone": TIME_ZONE},
-        placements=placements(ansi))
+        {"spark.sql.ansi.enabled": str(ansi).lower(), "spark.sql.session.timeZone": TIME_ZONE})
 
 
 # --- findings, as fixed ticks --------------------------------------------------------------
