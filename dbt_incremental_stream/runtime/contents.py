@@ -71,6 +71,7 @@ class Contents:
         """A source's rows (with weights) whose ``key`` equals a row of ``keys`` (NULL
         matches NULL), from its arrangement by ``key``; None until that arrangement is
         built (or while state is ``pending``)."""
+        source = source.lower()
         node = self.circuit.source_state(source).id
         arr = self.store.arrangements.get(node, {}).get(tuple(key))
         if arr is None or self.store.runs is None or pending:

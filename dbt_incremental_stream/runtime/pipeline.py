@@ -276,8 +276,6 @@ class Pipeline:
         self._retention.expired, self.failed = meta["expired"], meta["failed"]
         return outputs, committing
 
-    # --- the arranged path: small ticks on indexed state ---------------------------------
-
     def _meta(self, now: datetime | None, expired: Mapping[str, int], failed: Mapping[str, str]) -> dict[str, Any]:
         return {
             "now": now.isoformat() if now else None,
