@@ -443,7 +443,23 @@ def _table_rows(table: pa.Table) -> list[Row]:
     return list(zip(*columns)) if columns else [() for _ in range(table.num_rows)]
 
 
-def compare_exact(got: pa.Table, want: pa.Table) -> str | None:
+def scan_order_zeros(sql: str) -> frozenset[int]:
+    """Positions of a view's output columns that are a MIN or MAX (aggregate or window).
+
+    Spark orders -0.0 and 0.0 as equal and its MIN/MAX keep the value met first, so over
+    a group holding both zeros its answer is whichever its scan met first: [0.0, -0.0]
+    gives 0.0, [-0.0, 0.0] gives -0.0. A stream has no such order, so there either zero
+    is Spark's answer. Only columns that are the MIN/MAX itself count (none of a ``*``
+    list): a zero computed further from one is compared as any other value."""
+    tree = sqlglot.parse_one(sql, read=DIALECT)
+    if not isinstance(tree, exp.Select) or any(isinstance(e, exp.Star) for e in tree.expressions):
+        return frozenset()
+    picks = (exp.Min, exp.Max)
+    return frozenset(i for i, e in enumerate(tree.expressions)
+                     if isinstance(u := e.unalias(), picks) or isinstance(u, exp.Window) and isinstance(u.this, picks))
+
+
+def compare_exact(got: pa.Table, want: pa.Table, either_zero: Collection[int] = ()) -> str | None:
     """None when ``got`` equals ``want`` as a bag of rows (multiplicities count), else what differs.
 
     Column names and Arrow types must be equal (a DECIMAL(38,18) where Spark says
@@ -456,8 +472,13 @@ def compare_exact(got: pa.Table, want: pa.Table) -> str | None:
     Spark itself sums floats in partition order, so SUM or AVG of doubles may differ from
     another evaluation in the last bits; it hides nothing larger.
 
+    In the float columns at the positions ``either_zero`` (:func:`scan_order_zeros`),
+    -0.0 and 0.0 are one value.
+
     The description names up to 10 rows found only on each side.
     """
+    if either_zero:
+        got, want = _one_zero(got, either_zero), _one_zero(want, either_zero)
     problems = []
     g_names, w_names = got.schema.names, want.schema.names
     if g_names != w_names:
@@ -475,6 +496,15 @@ def compare_exact(got: pa.Table, want: pa.Table) -> str | None:
                         f"only engine ({len(only_got)}): {_show(only_got)}; "
                         f"only batch ({len(only_want)}): {_show(only_want)}")
     return "; ".join(problems) or None
+
+
+def _one_zero(table: pa.Table, positions: Collection[int]) -> pa.Table:
+    """The table with -0.0 as 0.0 in the float columns at ``positions``."""
+    for i in positions:
+        if i < table.num_columns and pa.types.is_floating(table.schema.field(i).type):
+            column = table.column(i)
+            table = table.set_column(i, table.schema.field(i), pc.add(column, pa.scalar(0.0, column.type)))
+    return table
 
 
 def _show(rows: list[Row], limit: int = 10) -> str:
@@ -752,6 +782,8 @@ class Twin:
         #: (tick, view) → (batch's data error, per placement what ``failed`` says)
         self.errors: dict[tuple[int, str], tuple[str, dict[str, str | None]]] = {}
         self.rejected: dict[str, str] = {}  # view → why a pipeline would not define it
+        #: view → its output columns whose zero's sign is Spark's scan order (:func:`scan_order_zeros`)
+        self._first_zero: dict[str, frozenset[int]] = {}
         #: every tick's input as fed (source → Arrow delta with ``_w``), to replay a finding
         self.history: list[dict[str, pa.Table]] = []
         first = next(iter(self.pipelines.values()))
@@ -792,6 +824,7 @@ class Twin:
             if self.duck is not None:
                 self.duck.add_source(CLOCK, fast.circuit.sources[CLOCK])
         self.oracle.add_view(name, sql)
+        self._first_zero[name] = scan_order_zeros(sql)
         if self.duck is not None:
             self.duck.add_view(name, sql)
 
@@ -925,7 +958,7 @@ class Twin:
                                          f"in failed ({failed[name]}) but batch succeeds with {batch.num_rows} rows"))
                     continue
                 problem = compare_exact(got[name], batch)
-                if problem:
+                if problem and compare_exact(got[name], batch, either_zero=self._first_zero[name]) is not None:
                     found.append(Finding(tick, name, placement, "mismatch", problem))
             if placement == "auto" and self.duck is not None:
                 found += self._check_duckdb(names, answered, got, failed)
