@@ -278,13 +278,18 @@ class Plan:
         if isinstance(op, Temporal):
             t = self.temporal.get(op.id)
             return f"rows read by ranges of {t.column} as the time moves" if t is not None else None
-        if isinstance(op, Filter):
-            return "in Arrow" if op.id in self.predicates else "by Spark"
-        if isinstance(op, Map):
-            if self.renames.get(op.id) is not None:
-                return None  # columns renamed: nothing computed
-            return "in Arrow" if op.id in self.values else "by Spark"
+        if isinstance(op, Map) and self.renames.get(op.id) is not None:
+            return None  # columns renamed: nothing computed
+        if isinstance(op, (Map, Filter)):
+            return "by Spark" if self.by_spark(op) else "in Arrow"
         return None
+
+    def by_spark(self, op: Operator) -> bool:
+        """Whether Spark computes a Map's columns or a Filter's predicate: Arrow does not
+        compute them exactly (in tasks, a Spark projection between two stages does)."""
+        if isinstance(op, Filter):
+            return op.id not in self.predicates
+        return isinstance(op, Map) and self.renames.get(op.id) is None and op.id not in self.values
 
     def _check(self, op: Operator) -> None:
         if isinstance(op, Filter):
@@ -705,7 +710,7 @@ class ArrangedTick:
         """``op``'s rows from ``f`` applied by Spark to ``table``."""
         return self._conform(op, self._spark_pass(table, f, op.label()))
 
-    def _row_wise(self, op: Operator, t: pa.Table) -> pa.Table:
+    def row_wise(self, op: Operator, t: pa.Table) -> pa.Table:
         """A Map or Filter applied to ``t``, keeping a carried ``ROW`` column."""
         if isinstance(op, Filter):
             return self._where(op, t, op.predicate)
@@ -760,7 +765,7 @@ class ArrangedTick:
             return rows, matched
         t = matched.append_column(ROW, pa.array(rows, pa.int64()))
         for op in side.chain:
-            t = self._row_wise(op, t)
+            t = self.row_wise(op, t)
         if t.num_rows == 0:
             return np.zeros(0, np.int64), None
         return t.column(ROW).to_numpy(), t.drop_columns([ROW])
@@ -777,12 +782,12 @@ class ArrangedTick:
     @_eval.register
     def _(self, op: Map) -> pa.Table | None:
         t = self.value(op.input)
-        return None if t is None else self._row_wise(op, t)
+        return None if t is None else self.row_wise(op, t)
 
     @_eval.register
     def _(self, op: Filter) -> pa.Table | None:
         t = self.value(op.input)
-        return None if t is None else self._row_wise(op, t)
+        return None if t is None else self.row_wise(op, t)
 
     @_eval.register
     def _(self, op: Scale) -> pa.Table | None:
@@ -838,7 +843,7 @@ class ArrangedTick:
         if self.probe_rows is not None and matched.num_rows > self.probe_rows:
             raise NotArranged(f"the time moving reaches {matched.num_rows:,} rows of {plan.state.integral.label()}")
         for step in plan.state.chain:
-            matched = self._row_wise(step, matched)
+            matched = self.row_wise(step, matched)
         n, m = matched.num_rows, clock.num_rows
         mine, theirs = matched.take(np.repeat(np.arange(n), m)), clock.take(np.tile(np.arange(m), n))
         w = pc.multiply_checked(mine.column(WEIGHT), theirs.column(WEIGHT))
@@ -1018,7 +1023,7 @@ class ArrangedTick:
             self.rows_read += 0 if kept is None else kept.num_rows
             if kept is not None:
                 for step in side.chain:
-                    kept = self._row_wise(step, kept)
+                    kept = self.row_wise(step, kept)
             rows = kernels.consolidate(kernels.concat([kept.cast(delta.schema) if kept is not None else None, near]))
             if cut is None or (pc.sum(pc.max_element_wise(rows.column(WEIGHT), 0)).as_py() or 0) >= k:
                 return rows

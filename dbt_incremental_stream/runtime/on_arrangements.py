@@ -27,7 +27,7 @@ from pyspark import inheritable_thread_target
 from pyspark.sql import DataFrame
 from pyspark.sql.types import StructType
 
-from ..circuit.operators import walk
+from ..circuit.operators import Operator, walk
 from ..process import fan_out, map_all, threads
 from . import tasks, zsets
 from .arranged import ArrangedTick, NotArranged, Plan, Spec
@@ -503,17 +503,18 @@ class ArrangedTicks:
         files no manifest names."""
         given = {n: df for n, df in frames.items() if df is not None}
         assert self.store.runs is not None
-        self._rehearse(plan, arrangements, live, given, {**(sampled or {}), **held})
-        directory = batch_dir(tick)
         ported, ops = tasks.portable(plan, live)
+        layout = tasks.layout(plan, live)
+        self._rehearse(plan, arrangements, live, given, {**(sampled or {}), **held}, [ops[n] for n in layout.spark])
+        directory = batch_dir(tick)
         width = self.spark.sparkContext.defaultParallelism
         if width not in self._task_parts:
             self._task_parts[width] = tasks.spark_parts(self.spark, width)
         c = self.circuit
-        ctx = tasks.Context(ported, tasks.layout(plan, live), ops, dict(arrangements), self.store.runs.root, tick,
-                            directory,
+        ctx = tasks.Context(ported, layout, ops, dict(arrangements), self.store.runs.root, tick, directory,
                             {c.catalog[n].id: zsets.arrow_schema(zsets.with_weight(c.sources[n])) for n in c.sources},
-                            self._task_parts[width], zsets.ansi(self.spark), first, dict(cuts or {}))
+                            self._task_parts[width], zsets.ansi(self.spark), tasks.frame_schema(plan, layout, ops),
+                            first, dict(cuts or {}))
         try:
             files, seconds = tasks.run(ctx, self.spark, {c.catalog[n].id: df for n, df in given.items()},
                                        {c.catalog[n].id: t for n, t in held.items() if t.num_rows}, width)
@@ -542,17 +543,23 @@ class ArrangedTicks:
                                 for key, arr in arrangements.get(s.id, {}).items()} for s in live}, seconds
 
     def _rehearse(self, plan: Plan, arrangements: Mapping[str, dict[tuple[str, ...], Arrangement]],
-                  live: Sequence[State], frames: Mapping[str, DataFrame], held: Mapping[str, pa.Table]) -> None:
+                  live: Sequence[State], frames: Mapping[str, DataFrame], held: Mapping[str, pa.Table],
+                  between: Sequence[Operator]) -> None:
         """Run the operators in the driver as a task would (no Spark) over the first
         :data:`REHEARSAL_ROWS` rows of each source (of those ``held`` in Arrow, or of its
         DataFrame, fetched now): an operator that needs Spark declines here, before the
-        job moves the whole tick (a decline in the tasks costs the job)."""
+        job moves the whole tick (a decline in the tasks costs the job). The nodes Spark
+        computes ``between`` stages (in the order of the stages) are computed by Spark."""
         sample = {n: t.slice(0, REHEARSAL_ROWS) for n, t in held.items()}
         sample |= {n: self.circuit.conform_arrow(n, zsets.collect_arrow(df.limit(REHEARSAL_ROWS)))
                    for n, df in frames.items() if n not in held}
         assert self.store.runs is not None
-        run = ArrangedTick(plan, sample, arrangements, self.store.runs, None, ansi=zsets.ansi(self.spark),
-                           probe_rows=None)
+        ansi = zsets.ansi(self.spark)
+        run = ArrangedTick(plan, sample, arrangements, self.store.runs, None, ansi=ansi, probe_rows=None)
+        spark = ArrangedTick(plan, {}, arrangements, self.store.runs, self.spark, ansi=ansi)
+        for op in between:
+            value = run.value(op.input)  # type: ignore[attr-defined]
+            run.given({op.id: None if value is None else spark.row_wise(op, value)})
         for s in live:
             run.state_delta(s)
 

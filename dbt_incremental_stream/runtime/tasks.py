@@ -13,7 +13,12 @@ are sorted by), so a task reads the runs of the buckets its keys fall in.
 
 One Spark job per tick: each source's DataFrame is stage 0 (a source already in Arrow
 in the driver is split there), every later stage a ``mapInArrow`` after a
-``repartition`` by the blobs' part. A task writes its part of
+``repartition`` by the blobs' part. A Map or Filter that Arrow does not compute exactly
+(:meth:`.Plan.by_spark`) is Spark's, between two stages: its input leaves a task as
+typed rows (a struct column of the stage rows, ``in_<node>``), Spark's projection (or
+filter) runs on them in the same task, and the next stage reads its value from the
+result (``out_<node>``; a Filter's rows that passed), so the tick stays one job and
+Spark decides those values as it does in batch. A task writes its part of
 every state delta its stage computes: a Parquet file in the tick's batch directory
 (:mod:`.state`'s layout) and one run per touched bucket of each arrangement
 (:mod:`.arrangement`), and returns their names. The driver commits the tick as any
@@ -27,14 +32,17 @@ import re
 import time
 import uuid
 from dataclasses import dataclass, field, replace
-from functools import partial
+from functools import cached_property, partial
 from typing import Any, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 import numpy as np
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructField, StructType
 
 from ..circuit.operators import (
+    WEIGHT,
     Filter,
     GroupDiff,
     Input,
@@ -47,9 +55,10 @@ from ..circuit.operators import (
     Scale,
     Temporal,
     WindowDiff,
+    quote,
     walk,
 )
-from . import kernels
+from . import kernels, zsets
 from .arranged import ArrangedTick, NotArranged, Plan, group_keys, unquote
 from .arrangement import Arrangement, RunStore
 from .expiry import kept
@@ -113,6 +122,9 @@ class Layout:
     part: dict[str, Partition | None] = field(default_factory=dict)
     ships: dict[int, dict[str, Hash]] = field(default_factory=dict)
     writes: dict[int, list[str]] = field(default_factory=dict)
+    #: a node Spark computes between stages (:meth:`.Plan.by_spark`) → how its input is
+    #: split on its way there; the node's value is given in stage ``stage[node]``
+    spark: dict[str, Hash] = field(default_factory=dict)
 
     @property
     def stages(self) -> int:
@@ -239,6 +251,9 @@ def layout(plan: Plan, states: Sequence[Operator]) -> Layout:
     def place(op: Operator) -> None:
         if op.id in out.stage:
             return
+        if plan.by_spark(op):
+            place_by_spark(op)
+            return
         reads = _reads(plan, op)
         for x, _ in reads:
             place(x)
@@ -259,10 +274,31 @@ def layout(plan: Plan, states: Sequence[Operator]) -> Layout:
         first = reads[0][0] if reads else None
         out.part[op.id] = None if first is None else _carried(op, split(s, first), plan)
 
+    def place_by_spark(op: Operator) -> None:
+        x = op.input  # type: ignore[attr-defined]
+        place(x)
+        clash = sorted(set(x.columns) & set(STAGE.names))
+        if clash:
+            raise NotArranged(f"{op.label()} needs Spark between stages, and its input has columns named {clash}")
+        h = next(iter(wishes.get(x.id, [])), ("cols", tuple(x.columns)))
+        out.stage[op.id], out.spark[op.id] = out.stage[x.id] + 1, h
+        out.part[op.id] = _carried(op, _shipped(x, h), plan)
+
     for state in states:
         place(state)
         out.writes.setdefault(out.stage[state.id], []).append(state.id)
     return out
+
+
+def frame_schema(plan: Plan, layout: Layout, ops: Mapping[str, Operator]) -> StructType:
+    """The rows every stage gives: the stage rows, and the typed input of each node Spark
+    computes between stages (NULL in the other rows)."""
+    stage = StructType.fromDDL(STAGE_DDL)
+    assert isinstance(stage, StructType)
+    typed = {node: plan.schema(ops[node].input) for node in layout.spark}  # type: ignore[attr-defined]
+    return StructType(list(stage.fields) + [  # each field NULL where the whole struct is
+        StructField(f"in_{node}", StructType([StructField(f.name, f.dataType, True) for f in schema.fields]))
+        for node, schema in typed.items()])
 
 
 @dataclass
@@ -279,15 +315,20 @@ class Context:
     schemas: dict[str, pa.Schema]  # Input node → its rows' Arrow types (with the weight)
     parts: list[int]  # per task, the ``part`` value Spark's hash partitioning sends to it
     ansi: bool
+    frame: StructType  # the rows every stage gives (:func:`frame_schema`)
     first: bool = False  # the state nodes start empty (see :attr:`.ArrangedTick.first`)
     #: per state node rows leave as the time moves: (column, threshold) below which a row
     #: of its delta is not stored (:func:`.expiry.kept`)
     cuts: dict[str, tuple[str, pa.Scalar]] = field(default_factory=dict)
 
+    @cached_property
+    def arrow_frame(self) -> pa.Schema:
+        return zsets.arrow_schema(self.frame)
 
-def _blobs(dest: int, node: str, table: pa.Table, hashes: np.ndarray, parts: Sequence[int]
-           ) -> Iterator[pa.RecordBatch]:
+
+def _blobs(ctx: Context, dest: int, node: str, table: pa.Table, hashes: np.ndarray) -> Iterator[pa.RecordBatch]:
     """``table``'s rows as blobs for stage ``dest``, each row to the task its hash picks."""
+    parts = ctx.parts
     order, bounds = kernels.grouped((hashes % np.uint64(len(parts))).astype(np.int64), len(parts))
     ordered = table.take(pa.array(order))
     for t in range(len(parts)):
@@ -296,8 +337,35 @@ def _blobs(dest: int, node: str, table: pa.Table, hashes: np.ndarray, parts: Seq
             sink = pa.BufferOutputStream()
             with pa.ipc.new_stream(sink, piece.schema) as writer:
                 writer.write_table(piece)
-            yield pa.RecordBatch.from_pylist([{"dest": dest, "part": parts[t], "node": node,
-                                               "data": sink.getvalue().to_pybytes()}], schema=STAGE)
+            yield _framed(ctx, pa.RecordBatch.from_pylist([{"dest": dest, "part": parts[t], "node": node,
+                                                            "data": sink.getvalue().to_pybytes()}], schema=STAGE))
+
+
+def _framed(ctx: Context, batch: pa.RecordBatch) -> pa.RecordBatch:
+    """Stage rows as every stage gives them: NULL in each typed input column they lack."""
+    schema = ctx.arrow_frame
+    if batch.schema.names == schema.names:
+        return batch
+    return pa.RecordBatch.from_arrays([batch.column(f.name) if f.name in batch.schema.names
+                                       else pa.nulls(batch.num_rows, f.type) for f in schema], schema=schema)
+
+
+def _typed(ctx: Context, node: str, table: pa.Table, hashes: np.ndarray) -> Iterator[pa.RecordBatch]:
+    """``table`` (the input of ``node``, which Spark computes between stages) as typed rows
+    for the stage ``node`` is given in, each row to the task its hash picks."""
+    schema = ctx.arrow_frame
+    column = f"in_{node}"
+    table = table.cast(pa.schema(list(schema.field(column).type)))
+    parts = np.asarray(ctx.parts, np.int32)[(hashes % np.uint64(len(ctx.parts))).astype(np.int64)]
+    dest = ctx.layout.stage[node]
+    for start in range(0, table.num_rows, BLOB_ROWS):
+        piece = table.slice(start, BLOB_ROWS)
+        n = piece.num_rows
+        values = pa.StructArray.from_arrays([c.combine_chunks() for c in piece.columns], fields=list(piece.schema))
+        columns = {"dest": pa.array(np.full(n, dest, np.int32)), "part": pa.array(parts[start:start + n]),
+                   "node": pa.array([node] * n, pa.string()), "data": pa.nulls(n, pa.binary()), column: values}
+        yield pa.RecordBatch.from_arrays([columns[f.name] if f.name in columns else pa.nulls(n, f.type)
+                                          for f in schema], schema=schema)
 
 
 def _hash(tick: ArrangedTick, ops: Mapping[str, Operator], h: Hash, table: pa.Table) -> np.ndarray:
@@ -319,6 +387,13 @@ def _combined(op: Operator, parts: Sequence[pa.Table]) -> pa.Table | None:
     return kernels.group_sums(table, op.keys).select(table.column_names).cast(table.schema)
 
 
+def _by_spark(ctx: Context, node: str, parts: Sequence[pa.Table]) -> pa.Table | None:
+    """The value of a node Spark computed between stages, from its rows this task got, in
+    the node's Arrow types."""
+    table = kernels.concat(parts)
+    return None if table is None else table.cast(zsets.arrow_schema(ctx.plan.schema(ctx.ops[node])))
+
+
 def _keyless(ctx: Context) -> Iterator[pa.RecordBatch]:
     """On a first tick, a row for each stage computing a keyless aggregate, sent where its
     rows go (the hash of no keys): the task it reaches gives the aggregate's one row over
@@ -328,12 +403,13 @@ def _keyless(ctx: Context) -> Iterator[pa.RecordBatch]:
     owner = ctx.parts[int(kernels.key_hash(pa.table({"x": [0]}), [])[0] % np.uint64(len(ctx.parts)))]
     for s in sorted({ctx.layout.stage[n] for n, op in ctx.ops.items()
                      if isinstance(op, GroupDiff) and not op.keys and n in ctx.layout.stage}):
-        yield pa.RecordBatch.from_pylist([{"dest": s, "part": owner, "node": KEYLESS, "data": None}], schema=STAGE)
+        yield _framed(ctx, pa.RecordBatch.from_pylist([{"dest": s, "part": owner, "node": KEYLESS, "data": None}],
+                                                      schema=STAGE))
 
 
-def _wrote(doc: dict[str, Any]) -> pa.RecordBatch:
-    return pa.RecordBatch.from_pylist([{"dest": WROTE, "part": 0, "node": json.dumps(doc), "data": None}],
-                                      schema=STAGE)
+def _wrote(ctx: Context, doc: dict[str, Any]) -> pa.RecordBatch:
+    return _framed(ctx, pa.RecordBatch.from_pylist([{"dest": WROTE, "part": 0, "node": json.dumps(doc), "data": None}],
+                                                   schema=STAGE))
 
 
 T = TypeVar("T")
@@ -369,20 +445,27 @@ def run_stage(ctx: Context, s: int, source: str | None, batches: Iterator[pa.Rec
             start = time.perf_counter()
             dest, node, data = b.column("dest").to_pylist(), b.column("node").to_pylist(), b.column("data")
             forward = [i for i, d in enumerate(dest) if d != s]
+            typed: dict[str, list[int]] = {}
             for i, d in enumerate(dest):
                 if d == s and node[i] == KEYLESS:
                     keyless = True
+                elif d == s and node[i] in ctx.layout.spark:
+                    typed.setdefault(node[i], []).append(i)
                 elif d == s:
                     given.setdefault(node[i], []).append(pa.ipc.open_stream(data[i].as_buffer()).read_all())
+            for n, rows in typed.items():
+                values = b.column(f"out_{n}" if isinstance(ctx.ops[n], Map) else f"in_{n}").take(pa.array(rows))
+                given.setdefault(n, []).append(pa.Table.from_struct_array(values))
             seconds["read"] += time.perf_counter() - start
             if forward:
-                yield b.take(pa.array(forward))
+                yield b.select(ctx.arrow_frame.names).take(pa.array(forward))
     start = time.perf_counter()
     store = RunStore(ctx.root)
     tick = ArrangedTick(ctx.plan, {}, ctx.arrangements, store, None, ansi=ctx.ansi, first=keyless,
                         probe_rows=None)
     shipped = list(ctx.layout.ships.get(s, {})) if s else [source]
     tick.given({n: _combined(ctx.ops[n], given.get(n, [])) for n in shipped if n is not None})
+    tick.given({n: _by_spark(ctx, n, given.get(n, [])) for n in ctx.layout.spark if ctx.layout.stage[n] == s})
     seconds["compute"] += time.perf_counter() - start
     for dest in range(s + 1, ctx.layout.stages):
         for node, h in ctx.layout.ships.get(dest, {}).items():
@@ -392,8 +475,16 @@ def run_stage(ctx: Context, s: int, source: str | None, batches: Iterator[pa.Rec
             value = tick.value(ctx.ops[node])
             seconds["compute"] += time.perf_counter() - start
             if value is not None and value.num_rows:
-                yield from _timed(_blobs(dest, node, value, _hash(tick, ctx.ops, h, value), ctx.parts), seconds,
-                                  "ship")
+                yield from _timed(_blobs(ctx, dest, node, value, _hash(tick, ctx.ops, h, value)), seconds, "ship")
+    for node, h in ctx.layout.spark.items():  # typed rows for Spark's projection before the stage that gets them
+        x = ctx.ops[node].input  # type: ignore[attr-defined]
+        if ctx.layout.stage[x.id] != s or (s == 0 and x.id != source):
+            continue
+        start = time.perf_counter()
+        value = tick.value(x)
+        seconds["compute"] += time.perf_counter() - start
+        if value is not None and value.num_rows:
+            yield from _timed(_typed(ctx, node, value, _hash(tick, ctx.ops, h, value)), seconds, "ship")
     for node in ctx.layout.writes.get(s, []):
         start = time.perf_counter()
         delta = tick.state_delta(ctx.ops[node])
@@ -401,8 +492,8 @@ def run_stage(ctx: Context, s: int, source: str | None, batches: Iterator[pa.Rec
             delta = kept(delta, *ctx.cuts[node])
         seconds["compute"] += time.perf_counter() - start
         if delta is not None and delta.num_rows:
-            yield from map(_wrote, _timed(write(ctx, store, node, delta), seconds, "write"))
-    yield _wrote({"task": seconds})
+            yield from (_wrote(ctx, d) for d in _timed(write(ctx, store, node, delta), seconds, "write"))
+    yield _wrote(ctx, {"task": seconds})
 
 
 def write(ctx: Context, store: RunStore, node: str, delta: pa.Table) -> Iterator[dict[str, Any]]:
@@ -440,19 +531,36 @@ def run(ctx: Context, spark: SparkSession, sources: Mapping[str, DataFrame], tab
     Arrow (``tables``) runs here in the driver: its rows are split into blobs at once
     (through Spark, 1M rows cost seconds of conversion to rows and back to Arrow), and
     the blobs are the job's input beside the DataFrame sources' stage 0 tasks."""
-    frames = [df.mapInArrow(partial(run_stage, ctx, 0, node), STAGE_DDL) for node, df in sources.items()]
+    frames = [df.mapInArrow(partial(run_stage, ctx, 0, node), ctx.frame) for node, df in sources.items()]
     blobs = [b for node, t in tables.items() for b in run_stage(ctx, 0, node, iter(t.to_batches()))]
     blobs += _keyless(ctx)
     if blobs or not frames:
-        frames.append(spark.createDataFrame(pa.Table.from_batches(blobs, STAGE)))
+        frames.append(spark.createDataFrame(pa.Table.from_batches(blobs, ctx.arrow_frame), ctx.frame))
     frame = frames[0]
     for other in frames[1:]:
         frame = frame.unionByName(other)
     for s in range(1, ctx.layout.stages):
-        frame = frame.repartition(tasks, "part").mapInArrow(partial(run_stage, ctx, s, None), STAGE_DDL)
+        for node in sorted(n for n in ctx.layout.spark if ctx.layout.stage[n] == s):
+            frame = _through_spark(frame, node, ctx.ops[node])
+        frame = frame.repartition(tasks, "part").mapInArrow(partial(run_stage, ctx, s, None), ctx.frame)
     docs = [json.loads(r["node"]) for r in frame.where(f"dest = {WROTE}").select("node").collect()]
     seconds = {phase: sum(d["task"][phase] for d in docs if "task" in d) for phase in PHASES}
     return [d for d in docs if "task" not in d], seconds
+
+
+def _through_spark(frame: DataFrame, node: str, op: Operator) -> DataFrame:
+    """``frame`` with Spark's ``op`` over its typed input rows (``in_<node>``): a Map's
+    columns as ``out_<node>`` (NULL in the other rows; the expressions are not evaluated
+    there), a Filter's rows that fail its predicate dropped. A projection: it runs in the
+    task that gave the rows."""
+    columns = [quote(c) for c in frame.columns]
+    mine = F.col("node") == F.lit(node)
+    wide = frame.select(*columns, F.col(f"in_{node}.*"))
+    if isinstance(op, Filter):
+        return wide.where(~mine | F.coalesce(F.expr(op.predicate), F.lit(False))).select(*columns)
+    assert isinstance(op, Map)
+    values = F.struct(*(F.expr(e).alias(n) for n, e in op.exprs), F.col(quote(WEIGHT)))
+    return wide.select(*columns, F.when(mine, values).alias(f"out_{node}"))
 
 
 def declined(e: BaseException) -> str | None:
