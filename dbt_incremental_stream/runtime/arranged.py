@@ -629,8 +629,8 @@ def group_keys(op: Operator) -> tuple[str, ...]:
 def _on(op: Join) -> tuple[tuple[bool, ...], bool]:
     """Per key pair whether it is NULL-safe (``<=>``), and whether ``on`` says more than
     the key equalities."""
-    def norm(e: exp.Expr | str) -> str:
-        return (sqlglot.parse_one(e, read=DIALECT) if isinstance(e, str) else e).sql(DIALECT)
+    def norm(e: exp.Expr | str) -> str:  # (`a`) is `a`
+        return (sqlglot.parse_one(e, read=DIALECT) if isinstance(e, str) else e).unnest().sql(DIALECT)
 
     pairs = [(norm(a), norm(b)) for a, b in op.keys]
     found: dict[tuple[str, str], bool] = {}
