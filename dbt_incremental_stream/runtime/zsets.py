@@ -575,9 +575,14 @@ def average(total: Column, n: Column, kind: DataType) -> Column:
 
 def _sum_or_average(func: str, total: Column, n: Column, kind: DataType) -> Column:
     """A SUM or AVG (``func``) of ``n`` values of type ``kind`` from the sum of their
-    :func:`summand`: an AVG as :func:`average`, an integer SUM as :func:`integer_sum`."""
+    :func:`summand`: an AVG as :func:`average`, an integer SUM as :func:`integer_sum`, a
+    DECIMAL(p, s) SUM in Spark's type for it, DECIMAL(p + 10, s) (what is computed from
+    it, a ratio of two sums, is then rounded as Spark rounds it; out of that range, the
+    cast fails or gives NULL as Spark's sum does)."""
     if func == "avg":
         return average(total, n, kind)
+    if isinstance(kind, DecimalType):
+        return total.cast(DecimalType(min(38, kind.precision + 10), kind.scale))
     return integer_sum(total) if _integral(kind) else total
 
 

@@ -18,7 +18,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dbt_incremental_stream.differential import Twin
+from dbt_incremental_stream import Pipeline
+from dbt_incremental_stream.differential import Twin, compare_exact
 from tests.twin import ANSI, SETTINGS, run, spark_conf
 
 
@@ -204,9 +205,10 @@ def test_avg_of_bigints_sums_their_doubles(spark, tmp_path, ansi):
             twin.close()
 
 
-#: the shape groups whose every operator runs in Spark tasks (the others hold an expression
-#: only Spark computes exactly, which the tasks decline: the tick runs as a DataFrame)
-IN_TASKS = ("joins", "sets")
+#: the shape groups whose every operator runs in Spark tasks ("order" holds windows ordered
+#: by an expression only Spark computes exactly, which the tasks decline: the tick runs as
+#: a DataFrame)
+IN_TASKS = ("joins", "sets", "aggregates")
 
 
 @pytest.mark.parametrize("group", IN_TASKS)
@@ -216,3 +218,60 @@ def test_numeric_shapes_equal_spark_in_tasks(spark, tmp_path_factory, local_new_
     """The same shapes with every tick after the first in Spark tasks (:mod:`.tasks`)."""
     run(data, spark, tmp_path_factory, NUMERIC_SOURCES, NUMERIC_SHAPES[group], {"spark.sql.ansi.enabled": "true"},
         placements=("tasks",))
+
+
+#: Maps and Filters only Spark computes exactly (decimal division), over a source and after
+#: an aggregate, one after another
+BY_SPARK = {
+    "ratio": "SELECT g, SUM(m) / SUM(n) AS r, 100.00 * SUM(m) / COUNT(*) AS p FROM a GROUP BY g",
+    "picky": "SELECT id, m FROM a WHERE m / n > 1.5",
+    "chained": "SELECT g, r * 3 / 7 AS r3 FROM (SELECT g, SUM(m) / SUM(n) AS r FROM a GROUP BY g) WHERE r / 3 > 0.1",
+}
+BY_SPARK_TICKS = [
+    [((1, 1, Decimal("10.00"), Decimal("3.0000")), 1), ((2, 1, Decimal("-4.25"), Decimal("7.1234")), 1),
+     ((3, 2, Decimal("99999999.99"), Decimal("0.0007")), 1), ((4, None, None, Decimal("1.0000")), 1)],
+    [((5, 2, Decimal("1.00"), Decimal("-3.0000")), 1), ((1, 1, Decimal("10.00"), Decimal("3.0000")), -1),
+     ((6, 3, Decimal("7.77"), Decimal("2.5000")), 1)],
+    [((7, 1, Decimal("0.01"), Decimal("99999999.9999")), 1), ((3, 2, Decimal("99999999.99"), Decimal("0.0007")), -1)],
+]
+
+
+def test_spark_expressions_run_between_stages_in_tasks(spark, tmp_path):
+    """A Map or Filter Arrow does not compute exactly runs in Spark between two stages of
+    a tick in tasks (:func:`.tasks._through_spark`): every tick in tasks, each view
+    Spark's batch answer, with the tick's rows held in the driver (split there) and
+    handed over as a DataFrame (split by Spark's tasks)."""
+    ddl = "id INT, g INT, m DECIMAL(10,2), n DECIMAL(12,4)"
+    twin = Twin(spark, str(tmp_path / "twin"), {"a": ddl}, BY_SPARK, placements=("tasks",))
+    pipe = Pipeline(spark, str(tmp_path / "frames"), placement="tasks")
+    try:
+        pipe.add_source("a", ddl)
+        for name, sql in BY_SPARK.items():
+            pipe.add_view(name, sql)
+            assert "by Spark" in pipe.explain(name)
+        for tick in BY_SPARK_TICKS:
+            twin.step({"a": tick})
+            pipe.step({"a": spark.createDataFrame([(*row, w) for row, w in tick], f"{ddl}, _w BIGINT")})
+            assert pipe.last_tick is not None and pipe.last_tick.path == "tasks", pipe.last_tick
+        assert twin.arranged == len(BY_SPARK_TICKS), twin.paths
+        want = twin.oracle.answers(list(BY_SPARK))
+        for name in BY_SPARK:
+            assert compare_exact(pipe.snapshot(name).toArrow(), want[name]) is None, name
+    finally:
+        twin.close()
+        pipe.close()
+
+
+def test_a_ratio_of_decimal_sums_rounds_as_spark(spark, tmp_path):
+    """SUM of a DECIMAL(p, s) is DECIMAL(p + 10, s), as in Spark, before what is computed
+    from it: SUM(DECIMAL(10,2)) / SUM(DECIMAL(12,4)) is DECIMAL(38,16) with 16 exact
+    decimals (a sum kept as DECIMAL(38, s) made the ratio's type DECIMAL(38,6), then
+    widened: 0.5679910000000000 for Spark's 0.5679909911689749)."""
+    twin = Twin(spark, str(tmp_path), {"a": "id INT, g INT, m DECIMAL(10,2), n DECIMAL(12,4)"},
+                {"ratio": BY_SPARK["ratio"]})
+    try:
+        for tick in BY_SPARK_TICKS:
+            twin.step({"a": tick})
+        assert twin.arranged == len(BY_SPARK_TICKS), twin.paths
+    finally:
+        twin.close()
