@@ -1,6 +1,7 @@
 """TPC-H: incremental tick vs Spark batch recompute, per query, in the same run.
 
     python bench/tpch.py [--sf 1] [--queries 1,3,6] [--ticks 3] [--batch-runs 3] [--forms rows,dataframe]
+                         [--placements auto,dataframe] [--refresh 0.001]
 
 For each query: a pipeline with just that view is loaded with the data, then ``--ticks``
 refresh ticks per form each insert 0.1% new orders (with their lineitems), delete 0.1% of
@@ -9,8 +10,10 @@ partsupp, handed over in each of ``--forms`` in turn: "rows" ((values, weight) p
 a producer hands them) or "dataframe" (``spark.createDataFrame`` of those rows, as user
 code makes one). Each form's median tick time is compared with the median time Spark
 takes to run the same query in batch (adaptive execution and code generation on, result
-computed in full) over the same final data, whose result the view must equal. Prints a
-table and saves bench/results/tpch.png.
+computed in full) over the same final data, whose result the view must equal. With
+several ``--placements`` each query runs once per placement ("auto": the driver or, past
+100k changed rows, Spark tasks; "dataframe": the DataFrame evaluator, the baseline), each
+form labelled with it. Prints a table and saves bench/results/tpch.png.
 """
 from __future__ import annotations
 
@@ -54,6 +57,7 @@ def main() -> None:
     ap.add_argument("--refresh", type=float, default=0.001, help="share of orders inserted and deleted per tick")
     ap.add_argument("--memory", default="12g", help="Spark driver memory (local mode runs in the driver)")
     ap.add_argument("--forms", default="rows", help="how each tick's changes are handed over: rows,dataframe")
+    ap.add_argument("--placements", default="auto", help="the pipelines' placements, each run in turn: auto,dataframe")
     args = ap.parse_args()
     chosen = [int(q) for q in args.queries.split(",")]
     forms = args.forms.split(",")
@@ -77,8 +81,9 @@ def main() -> None:
         spark = session(app_name="tpch-bench", conf={"spark.driver.memory": args.memory})
         rows = []
         for q in chosen:
-            rows += run_query(spark, work, q, sqls[q], ddl, ticks, args.batch_runs, forms)
-            for r in rows[-len(forms):]:
+            placements = args.placements.split(",")
+            rows += run_query(spark, work, q, sqls[q], ddl, ticks, args.batch_runs, forms, placements)
+            for r in rows[-len(forms) * len(placements):]:
                 print(f"  q{q:02d} {r['form']}: tick {r['tick']:.2f} s, batch {r['batch']:.2f} s, "
                       f"load {r['load']:.1f} s, {r['jobs']:.0f} jobs / {r['stages']:.0f} stages per tick, "
                       f"{r['arrangements']} arrangements, {r['path']}, {'equal' if r['equal'] else 'DIFFERENT'}",
@@ -96,11 +101,34 @@ def handed_over(spark, form: str, changes: list, ddl: str):
 
 
 def run_query(spark, work: Path, q: int, sql: str, ddl: dict[str, str], ticks: list, batch_runs: int,
-              forms: list[str]) -> list[dict]:
-    """One query: its load, its ticks in each form in turn, its batch runs; a result per form."""
+              forms: list[str], placements: list[str]) -> list[dict]:
+    """One query: per placement its load and its ticks in each form in turn, then its
+    batch runs; a result per placement and form."""
+    tables = used_tables(sql)
+    runs = [(p, *ticked(spark, work, q, sql, ddl, ticks, forms, p)) for p in placements]
+    batch_times, want = batch_run(spark, work, sql, tables, batch_runs)
+    out = []
+    for placement, load, seen, keys, got in runs:
+        for form in forms:
+            mine = [s for s in seen if s[0] == form]
+            times, work_done, splits = [s[1] for s in mine], [s[2] for s in mine], [s[4] for s in mine]
+            out.append({"q": q, "form": form if len(placements) == 1 else f"{form}, {placement}",
+                        "tick": statistics.median(times), "ticks": times,
+                        "batch": statistics.median(batch_times), "load": load, "equal": compare(got, want) is None,
+                        "stages": statistics.median(w[1] for w in work_done),
+                        "jobs": statistics.median(w[0] for w in work_done), "arrangements": keys,
+                        "path": "/".join(sorted({s[3] for s in mine})),
+                        "split": {k: statistics.median(s.get(k, 0.0) for s in splits) for k in splits[0]}})
+    return out
+
+
+def ticked(spark, work: Path, q: int, sql: str, ddl: dict[str, str], ticks: list, forms: list[str],
+           placement: str) -> tuple[float, list, int | None, list]:
+    """A pipeline of the query on ``placement``: its load time, its ticks (form, seconds,
+    Spark's work, path, split), its arrangements, its result."""
     tables = used_tables(sql)
     configure(spark, TICK_CONF)
-    pipe = Pipeline(spark, str(work / f"state-q{q}"))
+    pipe = Pipeline(spark, str(work / f"state-q{q}"), placement=placement)
     for t in tables:
         pipe.add_source(t, ddl[t])
     pipe.add_view("q", sql)
@@ -123,7 +151,12 @@ def run_query(spark, work: Path, q: int, sql: str, ddl: dict[str, str], ticks: l
     keys = len(plan.specs) if plan is not None else None
     got = [tuple(r) for r in pipe.snapshot("q").collect()]
     pipe.close()
+    shutil.rmtree(work / f"state-q{q}", ignore_errors=True)
+    return load, seen, keys, got
 
+
+def batch_run(spark, work: Path, sql: str, tables: list[str], batch_runs: int) -> tuple[list[float], list]:
+    """Spark's batch times of ``sql`` over the final data, and its result."""
     configure(spark, BATCH_CONF)
     batch_times = []
     for _ in range(batch_runs):
@@ -133,19 +166,7 @@ def run_query(spark, work: Path, q: int, sql: str, ddl: dict[str, str], ticks: l
         start = time.perf_counter()
         batch.sql(sql).write.format("noop").mode("overwrite").save()
         batch_times.append(time.perf_counter() - start)
-    want = [tuple(r) for r in batch.sql(sql).collect()]
-    shutil.rmtree(work / f"state-q{q}", ignore_errors=True)
-    out = []
-    for form in forms:
-        mine = [s for s in seen if s[0] == form]
-        times, work_done, splits = [s[1] for s in mine], [s[2] for s in mine], [s[4] for s in mine]
-        out.append({"q": q, "form": form, "tick": statistics.median(times), "ticks": times,
-                    "batch": statistics.median(batch_times), "load": load, "equal": compare(got, want) is None,
-                    "stages": statistics.median(w[1] for w in work_done),
-                    "jobs": statistics.median(w[0] for w in work_done), "arrangements": keys,
-                    "path": "/".join(sorted({s[3] for s in mine})),
-                    "split": {k: statistics.median(s.get(k, 0.0) for s in splits) for k in splits[0]}})
-    return out
+    return batch_times, [tuple(r) for r in batch.sql(sql).collect()]
 
 
 def report(rows: list[dict], args: argparse.Namespace) -> None:
