@@ -38,7 +38,7 @@ from .catalog import quote_relation
 from .project import CHANGELOG_COLUMNS, CHANGELOG_TABLE, Project
 from .errors import StreamError
 from .process import threads
-from .runtime import zsets
+from .runtime import kernels, zsets
 from .runtime.circuit import coerce_row
 from .runtime.pipeline import Pipeline, tick_time
 from .runtime.ticks import data_error
@@ -499,11 +499,11 @@ def compare_exact(got: pa.Table, want: pa.Table, either_zero: Collection[int] = 
 
 
 def _one_zero(table: pa.Table, positions: Collection[int]) -> pa.Table:
-    """The table with -0.0 as 0.0 in the float columns at ``positions``."""
+    """The table with -0.0 as 0.0 in the float columns at ``positions`` (normalized as
+    Spark's keys are: :func:`.kernels.normal_float`)."""
     for i in positions:
-        if i < table.num_columns and pa.types.is_floating(table.schema.field(i).type):
-            column = table.column(i)
-            table = table.set_column(i, table.schema.field(i), pc.add(column, pa.scalar(0.0, column.type)))
+        if i < table.num_columns:
+            table = table.set_column(i, table.schema.field(i), kernels.normal_float(table.column(i)))
     return table
 
 

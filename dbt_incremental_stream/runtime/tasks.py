@@ -353,19 +353,17 @@ def _framed(ctx: Context, batch: pa.RecordBatch) -> pa.RecordBatch:
 def _typed(ctx: Context, node: str, table: pa.Table, hashes: np.ndarray) -> Iterator[pa.RecordBatch]:
     """``table`` (the input of ``node``, which Spark computes between stages) as typed rows
     for the stage ``node`` is given in, each row to the task its hash picks."""
-    schema = ctx.arrow_frame
     column = f"in_{node}"
-    table = table.cast(pa.schema(list(schema.field(column).type)))
+    table = table.cast(pa.schema(list(ctx.arrow_frame.field(column).type)))
     parts = np.asarray(ctx.parts, np.int32)[(hashes % np.uint64(len(ctx.parts))).astype(np.int64)]
     dest = ctx.layout.stage[node]
     for start in range(0, table.num_rows, BLOB_ROWS):
         piece = table.slice(start, BLOB_ROWS)
         n = piece.num_rows
         values = pa.StructArray.from_arrays([c.combine_chunks() for c in piece.columns], fields=list(piece.schema))
-        columns = {"dest": pa.array(np.full(n, dest, np.int32)), "part": pa.array(parts[start:start + n]),
-                   "node": pa.array([node] * n, pa.string()), "data": pa.nulls(n, pa.binary()), column: values}
-        yield pa.RecordBatch.from_arrays([columns[f.name] if f.name in columns else pa.nulls(n, f.type)
-                                          for f in schema], schema=schema)
+        yield _framed(ctx, pa.RecordBatch.from_pydict({
+            "dest": pa.array(np.full(n, dest, np.int32)), "part": pa.array(parts[start:start + n]),
+            "node": pa.array([node] * n, pa.string()), "data": pa.nulls(n, pa.binary()), column: values}))
 
 
 def _hash(tick: ArrangedTick, ops: Mapping[str, Operator], h: Hash, table: pa.Table) -> np.ndarray:
@@ -454,7 +452,7 @@ def run_stage(ctx: Context, s: int, source: str | None, batches: Iterator[pa.Rec
                 elif d == s:
                     given.setdefault(node[i], []).append(pa.ipc.open_stream(data[i].as_buffer()).read_all())
             for n, rows in typed.items():
-                values = b.column(f"out_{n}" if isinstance(ctx.ops[n], Map) else f"in_{n}").take(pa.array(rows))
+                values = b.column(_by_spark_column(ctx.ops[n])).take(pa.array(rows))
                 given.setdefault(n, []).append(pa.Table.from_struct_array(values))
             seconds["read"] += time.perf_counter() - start
             if forward:
@@ -560,7 +558,12 @@ def _through_spark(frame: DataFrame, node: str, op: Operator) -> DataFrame:
         return wide.where(~mine | F.coalesce(F.expr(op.predicate), F.lit(False))).select(*columns)
     assert isinstance(op, Map)
     values = F.struct(*(F.expr(e).alias(n) for n, e in op.exprs), F.col(quote(WEIGHT)))
-    return wide.select(*columns, F.when(mine, values).alias(f"out_{node}"))
+    return wide.select(*columns, F.when(mine, values).alias(_by_spark_column(op)))
+
+
+def _by_spark_column(op: Operator) -> str:
+    """The column of the stage rows holding the value of ``op`` after :func:`_through_spark`."""
+    return f"out_{op.id}" if isinstance(op, Map) else f"in_{op.id}"
 
 
 def declined(e: BaseException) -> str | None:
