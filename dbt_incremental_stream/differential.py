@@ -40,7 +40,8 @@ from .errors import StreamError
 from .process import threads
 from .runtime import kernels, zsets
 from .runtime.circuit import coerce_row
-from .runtime.pipeline import Pipeline, tick_time
+from .runtime.pipeline import Pipeline
+from .runtime.ticks import Clock
 from .runtime.ticks import data_error
 from .runtime.zsets import arrow_rows, arrow_schema, expand, pack
 from .sql.relations import DIALECT, engine_name, rename
@@ -893,10 +894,8 @@ class Twin:
         view reads the time."""
         if CLOCK not in self.oracle.schemas:
             return None
-        before = self.pipelines[self.fast].now
-        clock = tick_time(now, before)
-        if clock != before:
-            moved = [((clock,), 1)] + ([((before,), -1)] if before is not None else [])
+        clock, moved = Clock(self.pipelines[self.fast].now).advance(now)
+        if moved:
             self.oracle.apply(CLOCK, moved)
             if self.duck is not None:
                 self.duck.replace(CLOCK, [(clock,)])

@@ -571,10 +571,12 @@ class Plan:
         assert state is not None
         if state.integral.key is not None:
             raise NotArranged(f"{op.label()}: joins partial sums")
-        if not all(is_identifier(pair[i]) for pair in op.keys):  # no arrangement by a computed key (yet)
-            return JoinPlan(state, right is not None, null_safe, residual, False,
-                            f"{op.label()}: the key of its state side is an expression")
-        probed = state.key([unquote(pair[i]) for pair in op.keys])
+        try:  # a key computed over state has no arrangement (the planner makes keys columns of the state)
+            if not all(is_identifier(pair[i]) for pair in op.keys):
+                raise NotArranged("the key of its state side is an expression")
+            probed = state.key([unquote(pair[i]) for pair in op.keys])
+        except NotArranged as e:
+            return JoinPlan(state, right is not None, null_safe, residual, False, f"{op.label()}: {e}")
         self.need(self.state_of(state.integral), probed, False)
         computed = not all(is_identifier(pair[1 - i]) for pair in op.keys)
         delta = op.left if right is not None else op.right

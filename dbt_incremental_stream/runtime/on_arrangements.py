@@ -27,9 +27,9 @@ from pyspark import inheritable_thread_target
 from pyspark.sql import DataFrame
 from pyspark.sql.types import StructType
 
-from ..circuit.operators import Operator, walk
+from ..circuit.operators import Integral, Operator, walk
 from ..process import fan_out, map_all, threads
-from . import tasks, zsets
+from . import kernels, tasks, zsets
 from .arranged import ArrangedTick, NotArranged, Plan, Spec
 from .arrangement import BUILT_DDL, Arrangement, Run, buckets_for
 from .arrangement import build as build_runs
@@ -61,6 +61,13 @@ FETCH_BYTES = 4 * DRIVER_BYTES
 REHEARSAL_ROWS = 1_000
 #: batches of at most this many bytes in all are arranged in the driver, not by a Spark job
 SMALL_BUILD_BYTES = 8 << 20
+
+
+def merge_arrow(state: State, table: pa.Table) -> pa.Table:
+    """:func:`.on_dataframes.merge` in Arrow: a state's batches as one."""
+    if isinstance(state, Integral) and state.key is not None:
+        return kernels.sum_by(table, state.key)
+    return kernels.consolidate(table)
 
 
 def estimated_bytes(df: DataFrame) -> int:

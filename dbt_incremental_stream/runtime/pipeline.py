@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, Callable, Mapping, Sequence
 
 import pyarrow as pa
@@ -46,38 +46,16 @@ from .contents import Contents
 from .arrangement import Arrangement
 from .circuit import Circuit, Rows, parse_schema
 from .expiry import Retention
-from .on_arrangements import ArrangedTicks
+from .on_arrangements import ArrangedTicks, merge_arrow
 from .on_dataframes import DataFrameTicks, merge
 from .state import Batch, StateStore
-from .ticks import Changes, State, TickStats, ViewsFailed, data_error
+from .ticks import Changes, Clock, State, TickStats, ViewsFailed, data_error
 
 PLACEMENTS = frozenset({"auto", "dataframe", "tasks"})
 
 
-def _merge_arrow(state: State, table: pa.Table) -> pa.Table:
-    """:func:`.on_dataframes.merge` in Arrow."""
-    if isinstance(state, Integral) and state.key is not None:
-        return kernels.sum_by(table, state.key)
-    return kernels.consolidate(table)
-
-
 #: errors on which the arranged path hands a tick to the DataFrame path
 _DECLINES = (NotArranged, kernels.UnsupportedKey, pa.ArrowInvalid, pa.ArrowNotImplementedError)
-
-
-def instant(t: datetime) -> datetime:
-    """A time as an instant in UTC: a naive datetime is UTC (a tick's time in the state,
-    whatever the process's local time)."""
-    return t.replace(tzinfo=timezone.utc) if t.tzinfo is None else t.astimezone(timezone.utc)
-
-
-def tick_time(now: datetime | None, before: datetime | None) -> datetime:
-    """A tick's time: ``now`` (:func:`instant`), or the clock, never before the last
-    tick's (``before``)."""
-    if now is not None:
-        return instant(now)
-    wall = datetime.now(timezone.utc)
-    return wall if before is None else max(wall, before)
 
 
 class Pipeline:
@@ -101,8 +79,8 @@ class Pipeline:
         self._dataframes = DataFrameTicks(self, self._arranged)
         #: how the last tick ran and where its time went
         self.last_tick: TickStats | None = None
-        now = self.store.meta.get("now")
-        self._now: datetime | None = instant(datetime.fromisoformat(now)) if now else None
+        #: the time views read, at the last committed tick
+        self._clock = Clock(self.store.meta.get("now"))
         #: what a layer above keeps about this pipeline, committed with every tick
         self.notes: dict[str, Any] = dict(self.store.meta.get("notes", {}))
         #: per state node, the value of the compared column below which its rows have left
@@ -123,7 +101,7 @@ class Pipeline:
     @property
     def now(self) -> datetime | None:
         """The time of the last committed tick, for views that read the time (in UTC)."""
-        return self._now
+        return self._clock.now
 
     def add_source(self, name: str, schema: str | StructType, *, replace: bool = False, expire: bool = False) -> bool:
         """Declare an input relation; ``schema`` is a StructType or DDL like ``"id INT, v STRING"``.
@@ -189,15 +167,10 @@ class Pipeline:
         started = time.perf_counter()
         inputs, arrow = self.circuit.deltas(deltas, {CLOCK, ONE})
 
-        clock = self._now
+        clock = self._clock.now
         if CLOCK in self.circuit.sources:
-            now = None if now is None else instant(now)
-            if now is not None and self._now is not None and now < self._now:
-                raise StreamError(f"the time {now} is before the last tick's {self._now}: the time views "
-                                  f"read never goes back (rows outside every window for good leave the state)")
-            clock = tick_time(now, self._now)
-            if clock != self._now:
-                moved = [((clock,), 1)] + ([((self._now,), -1)] if self._now is not None else [])
+            clock, moved = self._clock.advance(now)
+            if moved:
                 arrow[CLOCK] = self.circuit.rows_arrow(CLOCK, moved)
 
         if ONE in self.circuit.sources and not self.store.has(self.circuit.source_state(ONE).id):
@@ -271,8 +244,8 @@ class Pipeline:
         by_id = {s.id: s for s in states}
         meta["expired"] = {n: at for n, at in meta["expired"].items() if n in written}
         self.store.commit(tick, written, lambda node, df: merge(by_id[node], df), meta,
-                          arrangements, lambda node, t: _merge_arrow(by_id[node], t))
-        self._now = instant(datetime.fromisoformat(meta["now"])) if meta["now"] else None
+                          arrangements, lambda node, t: merge_arrow(by_id[node], t))
+        self._clock = Clock(meta["now"])
         self._retention.expired, self.failed = meta["expired"], meta["failed"]
         return outputs, committing
 

@@ -1,10 +1,12 @@
 """What a tick hands on: each view's change (:class:`Changes`) and how the tick ran
-(:class:`TickStats`), whichever path computed it; and the views whose SQL failed on the
-tick's data (:func:`data_error`, :class:`ViewsFailed`)."""
+(:class:`TickStats`), whichever path computed it; the views whose SQL failed on the
+tick's data (:func:`data_error`, :class:`ViewsFailed`); and the tick's time, for views
+that read it (:class:`Clock`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Mapping
+from datetime import datetime, timezone
+from typing import Any, Callable, Iterator, Mapping
 
 import pyarrow as pa
 from py4j.protocol import Py4JError
@@ -12,6 +14,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame
 
 from ..circuit.operators import Integral, Recompute
+from ..errors import StreamError
 
 State = Integral | Recompute  # nodes with persisted state: an integral, or a per-group recompute's output
 
@@ -83,3 +86,32 @@ class ViewsFailed(Exception):
     def __init__(self, failed: dict[str, str]):
         super().__init__(failed)
         self.failed = failed
+
+
+def instant(t: datetime) -> datetime:
+    """A time as an instant in UTC: a naive datetime is UTC (a tick's time in the state,
+    whatever the process's local time)."""
+    return t.replace(tzinfo=timezone.utc) if t.tzinfo is None else t.astimezone(timezone.utc)
+
+
+class Clock:
+    """The time views read: a source of one row (:data:`~..sql.temporal.CLOCK`) whose
+    value each tick moves forward, never back (rows outside every window for good have
+    left the state by then)."""
+
+    def __init__(self, recorded: str | datetime | None):
+        #: the last committed tick's time, in UTC (None before the first)
+        self.now = None if recorded is None else instant(
+            datetime.fromisoformat(recorded) if isinstance(recorded, str) else recorded)
+
+    def advance(self, now: datetime | None) -> tuple[datetime, list[tuple[tuple[Any, ...], int]]]:
+        """The next tick's time (``now``, else the wall clock, never before :attr:`now`)
+        and the change that moves the time's row there (none if it stays)."""
+        if now is not None and self.now is not None and instant(now) < self.now:
+            raise StreamError(f"the time {instant(now)} is before the last tick's {self.now}: the time views "
+                              f"read never goes back (rows outside every window for good leave the state)")
+        wall = datetime.now(timezone.utc)
+        clock = instant(now) if now is not None else wall if self.now is None else max(wall, self.now)
+        if clock == self.now:
+            return clock, []
+        return clock, [((clock,), 1)] + ([((self.now,), -1)] if self.now is not None else [])

@@ -38,6 +38,7 @@ from ..circuit.operators import (
 from ..errors import CompileError
 from .predicates import conjuncts
 from .relations import DIALECT
+from .join_keys import key_columns
 from .temporal import temporal_filters
 from .validate import AGGREGATES, position, unsupported
 
@@ -49,8 +50,9 @@ Pair = tuple[str, str, bool]
 
 def plan(tree: exp.Expr, catalog: Mapping[str, Operator], view: str | None = None) -> Operator:
     """The logical plan of ``tree``, a query after :data:`~.rewrites.RULES` (qualified);
-    ``catalog`` maps relation names to their operators."""
-    return temporal_filters(_Planner(catalog, view).query(tree, {}))
+    ``catalog`` maps relation names to their operators. Then two passes over the
+    operators: joins with the clock as temporal filters, join keys as columns."""
+    return key_columns(temporal_filters(_Planner(catalog, view).query(tree, {})))
 
 
 @dataclass

@@ -535,21 +535,38 @@ def test_tumbling_and_hopping_windows_from_epoch_seconds(spark, tmp_path):
         diff.close()
 
 
-def test_join_on_a_computed_key_of_its_state(spark, tmp_path):
-    """``ON o.cust % 3 = c.id``: a tick that changes only orders probes customers by id on
-    arrangements; one that changes customers needs orders by a computed key, which has no
-    arrangement, and takes the DataFrame path for that tick only."""
-    diff = Differential(spark, str(tmp_path), SOURCES,
-                        {"mod_join": "SELECT o.id, c.name FROM orders o JOIN customers c ON o.cust % 3 = c.id"})
+def test_joins_on_computed_keys_probe_arrangements_by_them(spark, tmp_path):
+    """``ON o.cust % 3 = c.id``, ``ON lower(o.status) = lower(c.name)``: each expression key
+    is computed as a column of its side before the join (:mod:`.sql.join_keys`), so a tick
+    of either side, or both, probes an arrangement by the key (a tick of customers read
+    every order before). A key computed over an aggregate's stored output (``t.n + 1``)
+    still has none: a tick changing the other side takes the DataFrame evaluator."""
+    orders = [((i, i if i % 5 else None, Decimal(i), i % 2 if i % 3 else None, ("Ann", "bob", None)[i % 3]), 1)
+              for i in range(1, 9)]
+    ticks = [{"orders": orders[:5], "customers": [((1, "ann", "eu"), 1), ((2, "BOB", "us"), 1)]},
+             {"orders": orders[5:] + [(orders[0][0], -1)]},
+             {"customers": [((0, "cy", "eu"), 1), ((1, "ann", "eu"), -1), ((3, None, "us"), 1)]},
+             {"orders": [((20, 3, Decimal(9), 1, "cy"), 1), (orders[1][0], -1)],
+              "customers": [((4, "Ann", "eu"), 1), ((2, "BOB", "us"), -1)]}]
+    diff = Differential(spark, str(tmp_path / "keys"), SOURCES, {
+        "mod_join": "SELECT o.id, c.name FROM orders o JOIN customers c ON o.cust % 3 = c.id",
+        "both_computed": "SELECT o.id, c.id AS cid FROM orders o JOIN customers c "
+                         "ON lower(o.status) = lower(c.name) AND o.qty <=> c.id % 2",
+        "left_computed": "SELECT c.id, o.id AS oid FROM customers c LEFT JOIN orders o ON c.id = o.cust + 1"})
     try:
-        orders = [((i, i, i * 1.5, i % 4, "open"), 1) for i in range(1, 9)]
-        diff.step({"orders": orders[:5], "customers": [((1, "ann", "eu"), 1), ((2, "bob", "us"), 1)]})
-        diff.step({"orders": orders[5:] + [(orders[0][0], -1)]})
-        assert diff.pipeline.last_tick.path == "arranged", diff.pipeline.last_tick.why
-        diff.step({"customers": [((0, "cy", "eu"), 1), ((1, "ann", "eu"), -1)]})
-        assert diff.pipeline.last_tick.path == "dataframe" and "expression" in diff.pipeline.last_tick.why
-        diff.step({"orders": [((20, 3, 9.0, 1, "paid"), 1)]})
-        assert diff.pipeline.last_tick.path == "arranged", diff.pipeline.last_tick.why
+        for tick in ticks:
+            diff.step(tick)
+            assert diff.pipeline.last_tick.path == "arranged", diff.pipeline.last_tick.why
+    finally:
+        diff.close()
+    diff = Differential(spark, str(tmp_path / "over"), SOURCES, {
+        "over_totals": "SELECT c.name, t.n FROM (SELECT cust, COUNT(*) AS n FROM orders GROUP BY cust) t "
+                       "JOIN customers c ON t.n + 1 = c.id"})
+    try:
+        for tick in ticks:
+            diff.step(tick)
+        why = diff.pipeline.last_tick.why
+        assert diff.pipeline.last_tick.path == "dataframe" and "computed over state" in why, why
     finally:
         diff.close()
 

@@ -1,0 +1,81 @@
+"""Join keys as columns: a join on an expression of one side's columns (``ON o.cust % 3 =
+c.id``, ``ON lower(a.email) = b.email``) becomes a join on a column that a Map computes
+on that side first, as differential dataflow and Feldera index a collection by a computed
+key before a join. The incremental join keeps each side's integral; with the key a
+column of it, that integral is arranged and probed by the key like any other, where a
+key computed over the state has no arrangement (a tick that changed the other side read
+the whole state). The cost is that side's rows kept once more, with the key: an index.
+
+The key's column is named by the expression's text, so the same expression over the same
+input is one Map (and one state) wherever it occurs. A Map above the join drops the key
+columns again: the join's output is what it was."""
+from __future__ import annotations
+
+import hashlib
+
+import sqlglot
+from sqlglot import exp
+
+from ..circuit.operators import Join, Map, Operator, passthrough, quote, with_inputs
+from .predicates import conjuncts
+from .relations import DIALECT
+
+
+def key_columns(root: Operator) -> Operator:
+    """``root`` with every join on an expression key joining on a computed column instead
+    (a :class:`~..circuit.operators.Temporal` filter stays: its keys are the clock's)."""
+    done: dict[str, Operator] = {}
+
+    def visit(op: Operator) -> Operator:
+        if op.id not in done:
+            new = with_inputs(op, tuple(visit(i) for i in op.inputs))
+            done[op.id] = _keyed(new) if type(new) is Join and new.keys else new
+        return done[op.id]
+
+    return visit(root)
+
+
+def _parsed(text: str) -> exp.Expr:
+    return sqlglot.parse_one(text, read=DIALECT).unnest()
+
+
+def _keyed(join: Join) -> Operator:
+    sides = [join.left, join.right]
+    pairs = [list(p) for p in join.keys]
+    for i in (0, 1):
+        computed: dict[str, str] = {}  # expression's SQL → its column
+        for pair in pairs:
+            node = _parsed(pair[i])
+            if isinstance(node, exp.Column) and not node.table:
+                pair[i] = quote(node.name)  # (`a`) is `a`
+                continue
+            text = node.sql(DIALECT)
+            if text not in computed:
+                computed[text] = _name(text, set(sides[i].columns) | set(computed.values()))
+            pair[i] = quote(computed[text])
+        if computed:
+            sides[i] = Map(sides[i], passthrough(sides[i].columns) + tuple((n, e) for e, n in computed.items()))
+    keys = tuple((a, b) for a, b in pairs)
+    if keys == join.keys:
+        return join
+    on = _parsed(join.on) if join.on.strip() else exp.true()
+    was = [(_parsed(a).sql(DIALECT), _parsed(b).sql(DIALECT)) for a, b in join.keys]
+    for term in conjuncts(on):
+        if isinstance(term, (exp.EQ, exp.NullSafeEQ)):
+            seen = (term.left.unnest().sql(DIALECT), term.right.unnest().sql(DIALECT))
+            for (a, b), (new_a, new_b) in zip(was, keys):
+                if seen in ((a, b), (b, a)):
+                    left, right = (new_a, new_b) if seen == (a, b) else (new_b, new_a)
+                    term.set("this", _parsed(left))
+                    term.set("expression", _parsed(right))
+                    break
+    joined = Join(sides[0], sides[1], on.sql(DIALECT), keys)
+    return Map(joined, passthrough(join.columns))
+
+
+def _name(text: str, taken: set[str]) -> str:
+    """A column for the key ``text``: named by its digest (the same key, the same column)."""
+    name = "_key_" + hashlib.sha1(text.encode()).hexdigest()[:10]
+    while name in taken:
+        name += "_"
+    return name
