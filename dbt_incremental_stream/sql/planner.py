@@ -285,7 +285,7 @@ class _Planner:
             if push and aliases and aliases <= right.aliases:
                 right.op = Filter(right.op, _render(c))
             elif k := _equi(c, left.aliases, right.aliases):
-                pairs.append((_render(k[0]), _render(k[1]), False))
+                pairs.append((_render(k[0]), _render(k[1]), isinstance(c, exp.NullSafeEQ)))
             else:
                 residual.append(_render(c))
         return pairs, residual
@@ -667,8 +667,9 @@ def _aliases(e: exp.Expr) -> set[str]:
 
 def _equi(c: exp.Expr, joined: set[str] | frozenset[str],
           new: set[str] | frozenset[str]) -> tuple[exp.Expr, exp.Expr] | None:
-    """(joined side, new side) when ``c`` is an equality between the two."""
-    if not isinstance(c, exp.EQ):
+    """(joined side, new side) when ``c`` is an equality between the two (``=``, or
+    ``<=>``: NULL-safe, as ``on`` keeps saying)."""
+    if not isinstance(c, (exp.EQ, exp.NullSafeEQ)):
         return None
     left, right = _aliases(c.left), _aliases(c.right)
     if left and right and left <= joined and right <= new:
