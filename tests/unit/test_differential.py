@@ -539,8 +539,9 @@ def test_joins_on_computed_keys_probe_arrangements_by_them(spark, tmp_path):
     """``ON o.cust % 3 = c.id``, ``ON lower(o.status) = lower(c.name)``: each expression key
     is computed as a column of its side before the join (:mod:`.sql.join_keys`), so a tick
     of either side, or both, probes an arrangement by the key (a tick of customers read
-    every order before); ``<=>`` between the sides is a key too, NULL matching NULL. A key computed over an aggregate's stored output (``t.n + 1``)
-    still has none: a tick changing the other side takes the DataFrame evaluator."""
+    every order before); ``<=>`` between the sides is a key too, NULL matching NULL. A
+    key computed over an aggregate's stored output (``t.n + 1``) still has none: a tick
+    changing the other side takes the DataFrame evaluator."""
     orders = [((i, i if i % 5 else None, Decimal(i), i % 2 if i % 3 else None, ("Ann", "bob", None)[i % 3]), 1)
               for i in range(1, 9)]
     ticks = [{"orders": orders[:5], "customers": [((1, "ann", "eu"), 1), ((2, "BOB", "us"), 1)]},
