@@ -42,6 +42,7 @@ def _parsed(text: str) -> exp.Expr:
 def _keyed(join: Join) -> Operator:
     sides = [join.left, join.right]
     pairs = [list(p) for p in join.keys]
+    added = False
     for i in (0, 1):
         computed: dict[str, str] = {}  # expression's SQL → its column
         for pair in pairs:
@@ -55,10 +56,11 @@ def _keyed(join: Join) -> Operator:
             pair[i] = quote(computed[text])
         if computed:
             sides[i] = Map(sides[i], passthrough(sides[i].columns) + tuple((n, e) for e, n in computed.items()))
+            added = True
     keys = tuple((a, b) for a, b in pairs)
     if keys == join.keys:
         return join
-    on = _parsed(join.on) if join.on.strip() else exp.true()
+    on = _parsed(join.on)
     was = [(_parsed(a).sql(DIALECT), _parsed(b).sql(DIALECT)) for a, b in join.keys]
     for term in conjuncts(on):
         if isinstance(term, (exp.EQ, exp.NullSafeEQ)):
@@ -70,7 +72,7 @@ def _keyed(join: Join) -> Operator:
                     term.set("expression", _parsed(right))
                     break
     joined = Join(sides[0], sides[1], on.sql(DIALECT), keys)
-    return Map(joined, passthrough(join.columns))
+    return Map(joined, passthrough(join.columns)) if added else joined
 
 
 def _name(text: str, taken: set[str]) -> str:
