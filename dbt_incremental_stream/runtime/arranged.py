@@ -347,8 +347,7 @@ class Plan:
 
     def _window(self, op: WindowDiff) -> None:
         """Arrow's form of a window that is one ROW_NUMBER over columns, kept by a predicate
-        Arrow evaluates. Not partitioned by floats: Spark's partitions put every NaN in one
-        (``kernels.row_number`` splits them)."""
+        Arrow evaluates."""
         if len(op.funcs) != 1:
             return
         name, sql = op.funcs[0]
@@ -357,8 +356,7 @@ class Plan:
             return
         types = zsets.arrow_schema(self.schema(op.delta))
         partition, terms = w.args.get("partition_by") or [], [o.this for o in w.args["order"].expressions]
-        if not all(isinstance(c, exp.Column) and c.name in types.names for c in (*partition, *terms)) \
-                or any(pa.types.is_floating(types.field(c.name).type) for c in partition):
+        if not all(isinstance(c, exp.Column) and c.name in types.names for c in (*partition, *terms)):
             return
         keep = None
         if op.keep:

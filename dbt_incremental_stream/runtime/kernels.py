@@ -1044,12 +1044,22 @@ def row_number(bag: pa.Table, partition: Sequence[str], order: Sequence[tuple[st
     ``name``; ``order`` is (column, descending, nulls first) per term. Each term sorts by
     its NULL placement first, then, for floats, by whether it is NaN (Spark orders NaN above
     every number; Arrow puts it last either way), then by value, so every term places its
-    NULLs and NaNs as Spark does (-0.0 and 0.0 tie, as in Spark)."""
+    NULLs and NaNs as Spark does (-0.0 and 0.0 tie, as in Spark). A float partition key
+    is normalized as Spark partitions by it: every NaN one partition, -0.0 and 0.0 one."""
     keys: list[tuple[str, str]] = []
     cols = {c: bag.column(c) for c in bag.column_names}
+    parts = []  # per partition key: (its values as partitioned, whether each is NaN, or None)
     for i, c in enumerate(partition):
         cols[f"__pn{i}"] = pc.is_valid(bag.column(c))
-        keys += [(f"__pn{i}", "ascending"), (c, "ascending")]
+        keys.append((f"__pn{i}", "ascending"))
+        if pa.types.is_floating(bag.schema.field(c).type):
+            cols[f"__pv{i}"] = normal_float(bag.column(c))
+            cols[f"__pnan{i}"] = pc.fill_null(pc.is_nan(cols[f"__pv{i}"]), False)
+            keys += [(f"__pnan{i}", "ascending"), (f"__pv{i}", "ascending")]
+            parts.append((f"__pv{i}", f"__pnan{i}"))
+        else:
+            keys.append((c, "ascending"))
+            parts.append((c, None))
     for i, (c, desc, nulls_first) in enumerate(order):
         direction = "descending" if desc else "ascending"
         cols[f"__on{i}"] = pc.is_valid(bag.column(c)) if nulls_first else pc.is_null(bag.column(c))
@@ -1064,10 +1074,13 @@ def row_number(bag: pa.Table, partition: Sequence[str], order: Sequence[tuple[st
     start = np.ones(n, bool)
     if n:
         start[1:] = False
-        for c in partition:
+        for c, nan in parts:
             x = sorted_.column(c)
             prev, cur = x.slice(0, n - 1), x.slice(1)
             differ = pc.fill_null(pc.not_equal(prev, cur), False).to_numpy(zero_copy_only=False)
+            if nan is not None:  # NaN is not NaN, but one partition
+                isnan = sorted_.column(nan).to_numpy(zero_copy_only=False)
+                differ = (differ & ~(isnan[:-1] & isnan[1:])) | (isnan[:-1] != isnan[1:])
             differ |= pc.xor(pc.is_null(prev), pc.is_null(cur)).to_numpy(zero_copy_only=False)
             start[1:] |= differ
     idx = np.arange(n)

@@ -447,8 +447,8 @@ def run_stage(ctx: Context, s: int, source: str | None, batches: Iterator[pa.Rec
             for i, d in enumerate(dest):
                 if d == s and node[i] == KEYLESS:
                     keyless = True
-                elif d == s and node[i] in ctx.layout.spark:
-                    typed.setdefault(node[i], []).append(i)
+                elif d == s and node[i] in ctx.layout.spark and ctx.layout.stage[node[i]] == s:
+                    typed.setdefault(node[i], []).append(i)  # its input's rows (its value, shipped on, is a blob)
                 elif d == s:
                     given.setdefault(node[i], []).append(pa.ipc.open_stream(data[i].as_buffer()).read_all())
             for n, rows in typed.items():

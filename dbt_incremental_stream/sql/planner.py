@@ -523,6 +523,7 @@ class _Planner:
         if not found:
             return node, render
         parts: dict[str, str] = {}  # rendered PARTITION BY expression → column
+        orders: dict[str, str] = {}  # rendered ORDER BY expression (not a column) → column
         funcs: dict[str, tuple[str, str]] = {}  # window SQL → (column, SQL over the Window's input)
         partitions: list[set[str]] = []
         for text, w in found.items():
@@ -530,9 +531,16 @@ class _Planner:
             partitions.append(set(cols))
             spec = w.copy()
             spec.set("partition_by", [exp.column(c, quoted=True) for c in cols])
+            # an ORDER BY expression is computed before the window, as its partition keys
+            # are: the window sorts by columns (its operator then needs no expressions)
+            for term in spec.args["order"].expressions if spec.args.get("order") else []:
+                rendered = render(term.this)
+                if not is_identifier(rendered):
+                    col = parts.get(rendered) or orders.setdefault(rendered, self.fresh("o"))
+                    term.set("this", exp.column(col, quoted=True))
             funcs[text] = (self.fresh("w"), render(spec))
         common = tuple(c for c in parts.values() if all(c in p for p in partitions))
-        pre = Map(node, passthrough(node.columns) + tuple((c, e) for e, c in parts.items()))
+        pre = Map(node, passthrough(node.columns) + tuple((c, e) for made in (parts, orders) for e, c in made.items()))
         node = Window(pre, common, tuple(funcs.values()))
 
         def render_windows(e: exp.Expr) -> str:

@@ -433,6 +433,25 @@ def test_row_number_numbers_each_partition_in_order(rows, partitioned, desc, nul
     assert Counter((r["k"], _nan(r["v"]), r["rn"]) for r in out.to_pylist()) == want
 
 
+@given(st.lists(st.tuples(st.one_of(st.none(), st.sampled_from([math.nan, -math.nan, 0.0, -0.0, 1.5, -math.inf])),
+                          st.integers(-3, 3), st.integers(1, 2)), max_size=25))
+def test_row_number_partitions_floats_as_spark(rows):
+    """Partitioned by a double, as Spark partitions by it: every NaN one partition, -0.0 and
+    0.0 one (NULL one more), each numbered by the order within it."""
+    t = pa.table({"p": pa.array([p for p, _, _ in rows], pa.float64()), "o": pa.array([o for _, o, _ in rows], pa.int64()),
+                  WEIGHT: pa.array([w for _, _, w in rows], pa.int64())})
+    out = kernels.row_number(kernels.expand(t), ["p"], [("o", False, True)], "rn")
+
+    def part(p):
+        return None if p is None else "NaN" if p != p else p + 0.0
+
+    groups: dict = defaultdict(list)
+    for p, o, w in rows:
+        groups[part(p)] += [o] * w
+    want = Counter((g, o, i + 1) for g, members in groups.items() for i, o in enumerate(sorted(members)))
+    assert Counter((part(r["p"]), r["o"], r["rn"]) for r in out.to_pylist()) == want
+
+
 def _nan(v):
     """NaN as a value that equals itself (Counters compare with ==)."""
     return "NaN" if v != v else v

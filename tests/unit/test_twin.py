@@ -205,10 +205,10 @@ def test_avg_of_bigints_sums_their_doubles(spark, tmp_path, ansi):
             twin.close()
 
 
-#: the shape groups whose every operator runs in Spark tasks ("order" holds windows ordered
-#: by an expression only Spark computes exactly, which the tasks decline: the tick runs as
-#: a DataFrame)
-IN_TASKS = ("joins", "sets", "aggregates")
+#: the shape groups whose every operator runs in Spark tasks ("order" orders windows by an
+#: expression only Spark computes exactly: a column computed before the window, by Spark
+#: between two stages)
+IN_TASKS = ("joins", "sets", "aggregates", "order")
 
 
 @pytest.mark.parametrize("group", IN_TASKS)
