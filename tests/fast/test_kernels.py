@@ -438,7 +438,8 @@ def test_row_number_numbers_each_partition_in_order(rows, partitioned, desc, nul
 def test_row_number_partitions_floats_as_spark(rows):
     """Partitioned by a double, as Spark partitions by it: every NaN one partition, -0.0 and
     0.0 one (NULL one more), each numbered by the order within it."""
-    t = pa.table({"p": pa.array([p for p, _, _ in rows], pa.float64()), "o": pa.array([o for _, o, _ in rows], pa.int64()),
+    t = pa.table({"p": pa.array([p for p, _, _ in rows], pa.float64()),
+                  "o": pa.array([o for _, o, _ in rows], pa.int64()),
                   WEIGHT: pa.array([w for _, _, w in rows], pa.int64())})
     out = kernels.row_number(kernels.expand(t), ["p"], [("o", False, True)], "rn")
 
