@@ -1048,7 +1048,7 @@ def row_number(bag: pa.Table, partition: Sequence[str], order: Sequence[tuple[st
     is normalized as Spark partitions by it: every NaN one partition, -0.0 and 0.0 one."""
     keys: list[tuple[str, str]] = []
     cols = {c: bag.column(c) for c in bag.column_names}
-    parts = []  # per partition key: (its values as partitioned, whether each is NaN, or None)
+    parts: list[tuple[str, str | None]] = []  # per partition key: its values as partitioned, whether NaN
     for i, c in enumerate(partition):
         cols[f"__pn{i}"] = pc.is_valid(bag.column(c))
         keys.append((f"__pn{i}", "ascending"))
