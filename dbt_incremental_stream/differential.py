@@ -41,8 +41,7 @@ from .process import threads
 from .runtime import kernels, zsets
 from .runtime.circuit import coerce_row
 from .runtime.pipeline import Pipeline
-from .runtime.ticks import Clock
-from .runtime.ticks import data_error
+from .runtime.ticks import Clock, data_error
 from .runtime.zsets import arrow_rows, arrow_schema, expand, pack
 from .sql.relations import DIALECT, engine_name, rename
 from .sql.rewrites.clock import with_clock

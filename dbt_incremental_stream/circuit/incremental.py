@@ -31,6 +31,7 @@ from .operators import (
     Window,
     WindowDiff,
     distinct,
+    is_identifier,
     quote,
 )
 
@@ -110,10 +111,19 @@ def _(op: Scale, inc: Incrementalizer) -> Operator:
     return Scale(inc(op.input), op.factor)
 
 
+def _keyed_integral(op: Operator, keys: list[str]) -> Operator:
+    """I(op) for a join's side probed by ``keys``: a Map computing a key over a recompute's
+    stored output is integrated itself (its rows with the key are what the key is looked
+    up in), not computed over that output, which is kept by other keys."""
+    if isinstance(op, Map) and _stored(op.input) and any(quote(n) in keys for n, e in op.exprs if not is_identifier(e)):
+        return Integral(op)
+    return integral(op)
+
+
 @_delta.register
 def _(op: Join, inc: Incrementalizer) -> Operator:
     da, db = inc(op.left), inc(op.right)
-    ia, ib = integral(da), integral(db)
+    ia, ib = _keyed_integral(da, [a for a, _ in op.keys]), _keyed_integral(db, [b for _, b in op.keys])
     return Plus((replace(op, left=da, right=delayed(ib)), replace(op, left=ia, right=db)))  # a Temporal stays one
 
 
