@@ -54,7 +54,7 @@ from ..circuit.operators import (
     quote,
     walk,
 )
-from ..sql.predicates import conjuncts
+from ..sql.predicates import conjuncts, key_terms, normalized
 from ..sql.relations import DIALECT
 from ..sql.temporal import CLOCK, CLOCK_COLUMN
 from . import expressions, kernels, zsets
@@ -629,20 +629,13 @@ def group_keys(op: Operator) -> tuple[str, ...]:
 def _on(op: Join) -> tuple[tuple[bool, ...], bool]:
     """Per key pair whether it is NULL-safe (``<=>``), and whether ``on`` says more than
     the key equalities."""
-    def norm(e: exp.Expr | str) -> str:  # (`a`) is `a`
-        return (sqlglot.parse_one(e, read=DIALECT) if isinstance(e, str) else e).unnest().sql(DIALECT)
-
-    pairs = [(norm(a), norm(b)) for a, b in op.keys]
+    pairs = [(normalized(a), normalized(b)) for a, b in op.keys]
     found: dict[tuple[str, str], bool] = {}
     residual = False
-    for t in conjuncts(sqlglot.parse_one(op.on, read=DIALECT)):
-        if isinstance(t, (exp.EQ, exp.NullSafeEQ)):
-            p = (norm(t.left), norm(t.right))
-            hit = p if p in pairs else (p[1], p[0]) if (p[1], p[0]) in pairs else None
-            if hit is not None:
-                found[hit] = isinstance(t, exp.NullSafeEQ)
-                continue
-        if not (isinstance(t, exp.Boolean) and t.this):
+    for t, hit, _ in key_terms(sqlglot.parse_one(op.on, read=DIALECT), op.keys):
+        if hit is not None:
+            found[pairs[hit]] = isinstance(t, exp.NullSafeEQ)
+        elif not (isinstance(t, exp.Boolean) and t.this):
             residual = True
     return tuple(found.get(p, False) for p in pairs), residual
 

@@ -17,7 +17,7 @@ import sqlglot
 from sqlglot import exp
 
 from ..circuit.operators import Join, Map, Operator, passthrough, quote, with_inputs
-from .predicates import conjuncts
+from .predicates import key_terms
 from .relations import DIALECT
 
 
@@ -61,16 +61,11 @@ def _keyed(join: Join) -> Operator:
     if keys == join.keys:
         return join
     on = _parsed(join.on)
-    was = [(_parsed(a).sql(DIALECT), _parsed(b).sql(DIALECT)) for a, b in join.keys]
-    for term in conjuncts(on):
-        if isinstance(term, (exp.EQ, exp.NullSafeEQ)):
-            seen = (term.left.unnest().sql(DIALECT), term.right.unnest().sql(DIALECT))
-            for (a, b), (new_a, new_b) in zip(was, keys):
-                if seen in ((a, b), (b, a)):
-                    left, right = (new_a, new_b) if seen == (a, b) else (new_b, new_a)
-                    term.set("this", _parsed(left))
-                    term.set("expression", _parsed(right))
-                    break
+    for term, hit, swapped in key_terms(on, join.keys):
+        if hit is not None:
+            left, right = keys[hit][::-1] if swapped else keys[hit]
+            term.set("this", _parsed(left))
+            term.set("expression", _parsed(right))
     joined = Join(sides[0], sides[1], on.sql(DIALECT), keys)
     return Map(joined, passthrough(join.columns)) if added else joined
 
