@@ -27,14 +27,21 @@ SETTINGS = settings(max_examples=int(os.environ.get("TWIN_EXAMPLES", "1")), dead
 TICKS = 3
 
 
-def checked_placements(conf: Mapping[str, str]) -> tuple[str, ...]:
-    """The placements a twin checks under the session settings ``conf``: with ANSI mode
-    off, on arrangements only. The DataFrame evaluator computes every value with Spark's own expressions, so
-    what the mode changes (overflow, division, comparing keys of two types) it gives as
-    Spark's batch does; its ticks are also the costliest of the suite (a Spark job per few
-    state nodes), and it is checked with ANSI mode on, where a data error sends the arranged
-    path's ticks to it."""
-    return TWIN_PLACEMENTS if conf.get("spark.sql.ansi.enabled", "true") == "true" else ("auto",)
+def checked_placements(conf: Mapping[str, str], evaluator: bool = True) -> tuple[str, ...]:
+    """The placements a twin checks under the session settings ``conf``: "auto", and the
+    DataFrame evaluator on every tick ("dataframe") where ``evaluator`` and ANSI mode is on.
+
+    The evaluator computes every value with Spark's own expressions and aggregates, so
+    what a twin can find in it is its bookkeeping (which rows a change touches), not its
+    values; its ticks are also the costliest of the suite (a Spark job per few state
+    nodes). It is checked with ANSI mode on, where a data error sends the arranged path's
+    ticks to it, and on the groups that name it (one per twin file: the joins, where keys of
+    two types meet, and the calendar); the "auto" pipeline is checked on every tick it sends
+    there itself (a data error, a view rebuilt)."""
+    ansi = conf.get("spark.sql.ansi.enabled", "true") == "true"
+    return TWIN_PLACEMENTS if ansi and evaluator else ("auto",)
+
+
 TIME_ZONE = "America/New_York"
 ANSI = pytest.mark.parametrize("ansi", [True, False], ids=["ansi", "legacy"])
 
@@ -102,9 +109,9 @@ _FAILED: dict[tuple[str, int], tuple[BaseException, list[Seen]]] = {}
 
 def run(data: st.DataObject, spark, directories: pytest.TempPathFactory, sources: Mapping[str, str],
         views: Mapping[str, str], conf: Mapping[str, str], ticks: int = TICKS,
-        placements: Sequence[str] | None = None) -> None:
+        placements: Sequence[str] | None = None, evaluator: bool = True) -> None:
     """``views`` over ``sources`` as one twin of ``placements`` (by default
-    :func:`checked_placements`), with the session settings
+    :func:`checked_placements` of ``conf`` and ``evaluator``), with the session settings
     ``conf``: ``ticks`` random ticks, every view checked after each; then every tick, the
     first (which builds the state) included, must have run on arrangements in the
     placement under test ("auto": in the driver, "tasks": in Spark tasks; else that path
@@ -118,7 +125,7 @@ def run(data: st.DataObject, spark, directories: pytest.TempPathFactory, sources
         raise error
     with spark_conf(spark, conf):
         twin = Twin(spark, str(directories.mktemp("twin")), sources, views,
-                    placements=checked_placements(conf) if placements is None else placements)
+                    placements=checked_placements(conf, evaluator) if placements is None else placements)
         read: list[Seen] = []
         try:
             for _ in range(ticks):

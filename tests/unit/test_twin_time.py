@@ -116,9 +116,7 @@ def test_day_views_equal_spark_in_new_york(spark, tmp_path, local_new_york, plac
     hours = [start + k * _HOUR for k in range(24 * 17)] + [start + k * _HOUR for k in range(5800, 5900)]
     rows = [((k, t, t.date(), k % 4), 1) for k, t in enumerate(hours)] + [((-1, None, None, 2), 1)]
     with spark_conf(spark, {"spark.sql.ansi.enabled": "false", "spark.sql.session.timeZone": TIME_ZONE}):
-        # the DataFrame evaluator beside the driver's ticks (its ticks are the same beside the tasks')
-        twin = Twin(spark, str(tmp_path), {"e": TIME_SOURCES["e"]}, DAY_VIEWS,
-                    placements=(placement, "dataframe") if placement == "auto" else (placement,))
+        twin = Twin(spark, str(tmp_path), {"e": TIME_SOURCES["e"]}, DAY_VIEWS, placements=(placement,))
         try:
             times = DAY_TIMES if placement == "auto" else DAY_TIMES[::3]  # a tick in tasks costs jobs
             twin.step({"e": rows}, now=times[0])
