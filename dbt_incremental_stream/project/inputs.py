@@ -414,7 +414,8 @@ def _changes(pipe: Pipeline, source: KafkaSource, rows: DataFrame | pa.Table) ->
         return rows.select(columns) if isinstance(rows, pa.Table) else rows.select(*map(zsets.col, columns))
     key, name = list(source.key), engine_name(source.relation)
     if isinstance(rows, pa.Table):
-        ranked = kernels.row_number(rows, key, [("_partition", True, False), ("_offset", True, False)], "_n")
+        ranked = kernels.ranks(rows, key, [("_partition", True, False), ("_offset", True, False)],
+                               [("_n", "row_number")])
         latest = ranked.filter(pc.equal(ranked.column("_n"), 1))
         replaced = pipe.contents.by_key(name, key, latest.select(key), pipe.pending)
         if replaced is not None:

@@ -34,6 +34,7 @@ from sqlglot import exp
 
 from ..circuit.operators import (
     WEIGHT,
+    AggCall,
     Delay,
     Filter,
     GroupDiff,
@@ -169,14 +170,30 @@ class Extreme:
 
 
 @dataclass(frozen=True)
-class RowNumber:
-    """A window Arrow computes: ROW_NUMBER() OVER (PARTITION BY ``partition`` ORDER BY
-    ``order``) as column ``name``, rows kept where ``keep`` holds."""
+class Ranking:
+    """A window Arrow computes: ranking functions (:data:`kernels.RANKINGS`) ``OVER
+    (PARTITION BY partition ORDER BY order)``, ``funcs`` (column, function), rows kept where
+    ``keep`` holds."""
 
-    name: str
+    funcs: tuple[tuple[str, str], ...]
     partition: tuple[str, ...]
     order: tuple[tuple[str, bool, bool], ...]  # (column, descending, nulls first)
     keep: expressions.Compiled | None
+
+
+@dataclass(frozen=True)
+class Totals:
+    """A window Arrow computes: aggregates over whole partitions, ``agg(x) OVER (PARTITION
+    BY partition)`` (no ORDER BY: every row of a partition has its group's values), rows
+    kept where ``keep`` holds."""
+
+    aggs: tuple[AggCall, ...]
+    partition: tuple[str, ...]
+    keep: expressions.Compiled | None
+
+
+#: the aggregates :class:`Totals` computes, by their SQL name
+_TOTALS = ("count", "sum", "avg", "min", "max")
 
 
 @dataclass(frozen=True)
@@ -205,7 +222,7 @@ class Plan:
         self.renames: dict[str, list[tuple[str, str]] | None] = {}
         self.predicates: dict[str, expressions.Compiled] = {}  # filters and join conditions Arrow evaluates
         self.values: dict[str, list[tuple[str, expressions.Compiled]]] = {}  # Maps Arrow computes
-        self.windows: dict[str, RowNumber] = {}  # windows Arrow computes
+        self.windows: dict[str, Ranking | Totals] = {}  # windows Arrow computes
         self.join_keys: dict[str, list[expressions.Compiled]] = {}  # a join's computed delta keys Arrow computes
         self.temporal: dict[str, TemporalPlan] = {}  # temporal filters read by ranges of their state
         self.tops: dict[str, TopPlan] = {}  # top-k without partitions read from an ordered end
@@ -259,7 +276,7 @@ class Plan:
             else:
                 said = f"the touched groups' rows read by ({', '.join(group_keys(op))})"
             if isinstance(op, WindowDiff):
-                said += ", ROW_NUMBER in Arrow" if op.id in self.windows else ", the window by Spark"
+                said += ", " + _window_text(self.windows.get(op.id))
             return said + (f"; output {arranged}" if arranged else "")
         if arranged or isinstance(op, (Integral, Recompute)):
             return arranged
@@ -346,16 +363,18 @@ class Plan:
             self.predicates[op.id] = compiled
 
     def _window(self, op: WindowDiff) -> None:
-        """Arrow's form of a window that is one ROW_NUMBER over columns, kept by a predicate
-        Arrow evaluates."""
-        if len(op.funcs) != 1:
-            return
-        name, sql = op.funcs[0]
-        w = sqlglot.parse_one(sql, read=DIALECT)
-        if not (isinstance(w, exp.Window) and isinstance(w.this, exp.RowNumber) and w.args.get("order")):
+        """Arrow's form of a window over one PARTITION BY (and ORDER BY) of columns, kept by
+        a predicate Arrow evaluates: ranking functions (:class:`Ranking`), or aggregates of
+        columns over whole partitions (:class:`Totals`)."""
+        found = [(name, sqlglot.parse_one(sql, read=DIALECT)) for name, sql in op.funcs]
+        windows = [(name, w) for name, w in found if isinstance(w, exp.Window) and isinstance(w.this, exp.Func)
+                   and not w.args.get("spec")]  # a frame: Spark's to decide (or refuse)
+        specs = {(tuple(w.args.get("partition_by") or ()), w.args.get("order")) for _, w in windows}
+        if len(windows) != len(found) or len(specs) != 1:
             return
         types = zsets.arrow_schema(self.schema(op.delta))
-        partition, terms = w.args.get("partition_by") or [], [o.this for o in w.args["order"].expressions]
+        partition, order = next(iter(specs))
+        terms = [o.this for o in order.expressions] if order else []
         if not all(isinstance(c, exp.Column) and c.name in types.names for c in (*partition, *terms)):
             return
         keep = None
@@ -363,19 +382,27 @@ class Plan:
             keep = expressions.predicate(op.keep, zsets.arrow_schema(self.schema(op)))
             if keep is None:
                 return
-        order = tuple((o.this.name, bool(o.args.get("desc")), bool(o.args.get("nulls_first")))
-                      for o in w.args["order"].expressions)
-        self.windows[op.id] = RowNumber(name, tuple(c.name for c in partition), order, keep)
+        names = [(name, w.this.sql_name().lower()) for name, w in windows]
+        by = tuple(c.name for c in partition)
+        if order and all(f in kernels.RANKINGS for _, f in names):
+            self.windows[op.id] = Ranking(tuple(names), by, tuple(
+                (o.this.name, bool(o.args.get("desc")), bool(o.args.get("nulls_first"))) for o in order.expressions),
+                keep)
+        elif not order and all(f in _TOTALS and _column_arg(w.this, types.names) is not None
+                               for (_, f), (_, w) in zip(names, windows)):
+            self.windows[op.id] = Totals(tuple(AggCall(name, f, _column_arg(w.this, types.names) or None)
+                                               for (name, f), (_, w) in zip(names, windows)), by, keep)
 
     def _top(self, op: WindowDiff, side: Side) -> None:
         """A top-k over the whole input (``ORDER BY … LIMIT k``) whose first order term puts
         NULLs last and orders numbers, dates or times exactly: kept also ordered by it."""
         spec = self.windows.get(op.id)
-        if op.partition or spec is None or spec.partition or not op.keep:
+        if op.partition or not isinstance(spec, Ranking) or spec.partition or not op.keep \
+                or [f for _, f in spec.funcs] != ["row_number"]:
             return
         column, desc, nulls_first = spec.order[0]
         kind = zsets.arrow_schema(self.schema(op.delta)).field(column).type
-        k = _limit(op.keep, spec.name)
+        k = _limit(op.keep, spec.funcs[0][0])
         if nulls_first or k is None or column not in side.rename or not kernels.orders_exactly(kind):
             return
         self.need(self.state_of(side.integral), (kernels.ORDERED, side.rename[column]))
@@ -596,6 +623,14 @@ class Plan:
         return plan
 
 
+def _window_text(spec: Ranking | Totals | None) -> str:
+    if spec is None:
+        return "the window by Spark"
+    if isinstance(spec, Ranking):
+        return ", ".join(f.upper() for _, f in spec.funcs) + " in Arrow"
+    return ", ".join(f"{a.func.upper()}({a.arg or '*'})" for a in spec.aggs) + " of whole partitions in Arrow"
+
+
 def _key_text(spec: Spec | tuple[str, ...]) -> str:
     key = spec.key if isinstance(spec, Spec) else spec
     if key and key[0] == kernels.ORDERED:
@@ -615,6 +650,16 @@ def _limit(keep: str, name: str) -> int | None:
                 and isinstance(t.right, exp.Literal) and t.right.this.isdigit():
             found.append(int(t.right.this) - (1 if isinstance(t, exp.LT) else 0))
     return min(found) if found else None
+
+
+def _column_arg(func: exp.Func, columns: Sequence[str]) -> str | None:
+    """The input column an aggregate reads: its name, "" for COUNT(*); None for anything
+    else (an expression, DISTINCT, a FILTER)."""
+    arg = func.this
+    if isinstance(func, exp.Count) and isinstance(arg, exp.Star):
+        return ""
+    return arg.name if isinstance(arg, exp.Column) and arg.name in columns and not func.args.get("expressions") \
+        else None
 
 
 def _pick(column: str) -> expressions.Compiled:
@@ -1027,13 +1072,16 @@ class ArrangedTick:
         if rows.num_rows == 0:
             return None
         spec = self.plan.windows.get(op.id)
-        if spec is None:
+        out = None
+        if isinstance(spec, Ranking):
+            out = kernels.inserted(kernels.ranks(kernels.expand(rows), spec.partition, spec.order, spec.funcs))
+        elif isinstance(spec, Totals):
+            out = kernels.totals(rows, spec.partition, spec.aggs, self.arrow_schema(op), ansi=self.ansi)
+        if spec is None or out is None:
             return self._in_spark(op, rows,
                                   lambda df: zsets.window_diff(None, df, None, op.partition, op.funcs, op.keep))
-        out = kernels.row_number(kernels.expand(rows), spec.partition, spec.order, spec.name)
         if spec.keep is not None:
             out = out.filter(expressions.as_column(spec.keep(out), out.num_rows))
-        out = kernels.inserted(out)
         return self._conform(op, kernels.consolidate(out))
 
     def _regroup(self, op: GroupDiff, rows: pa.Table) -> pa.Table:

@@ -1038,52 +1038,129 @@ def expand(table: pa.Table) -> pa.Table:
     return table.select(data_columns(table)).take(pa.array(np.repeat(live, w[live])))
 
 
-def row_number(bag: pa.Table, partition: Sequence[str], order: Sequence[tuple[str, bool, bool]],
-               name: str) -> pa.Table:
-    """``bag`` with ``ROW_NUMBER() OVER (PARTITION BY partition ORDER BY order)`` in column
-    ``name``; ``order`` is (column, descending, nulls first) per term. Each term sorts by
-    its NULL placement first, then, for floats, by whether it is NaN (Spark orders NaN above
-    every number; Arrow puts it last either way), then by value, so every term places its
-    NULLs and NaNs as Spark does (-0.0 and 0.0 tie, as in Spark). A float partition key
-    is normalized as Spark partitions by it: every NaN one partition, -0.0 and 0.0 one."""
+#: the ranking window functions :func:`ranks` computes, by sqlglot's name for each
+RANKINGS = frozenset({"row_number", "rank", "dense_rank", "percent_rank", "cume_dist"})
+
+
+def ranks(bag: pa.Table, partition: Sequence[str], order: Sequence[tuple[str, bool, bool]],
+          funcs: Sequence[tuple[str, str]]) -> pa.Table:
+    """``bag`` with ranking functions over ``OVER (PARTITION BY partition ORDER BY order)``:
+    per ``(column, function)`` of ``funcs`` (:data:`RANKINGS`) a column, as Spark computes
+    it, rows ordered by :func:`partitioned`; ``order`` is (column, descending, nulls first)
+    per term. Rows are peers (one RANK) where every term is equal as Spark's ordering
+    compares: NULL with NULL, NaN with NaN, -0.0 with 0.0. ROW_NUMBER, RANK and DENSE_RANK
+    are INT; PERCENT_RANK is (rank - 1) / (rows - 1) (0 for one row) and CUME_DIST the rows
+    up to the last peer over the rows, as DOUBLE."""
+    sorted_, part_start, terms = partitioned(bag, partition, order)
+    n = sorted_.num_rows
+    idx = np.arange(n)
+    first = np.maximum.accumulate(np.where(part_start, idx, 0))
+    out = sorted_.select(bag.column_names)
+    kinds = {kind for _, kind in funcs}
+    if kinds - {"row_number"}:
+        peer_start = part_start | _starts(sorted_, terms)
+        rank = np.maximum.accumulate(np.where(peer_start, idx, 0)) - first + 1
+        ends = np.flatnonzero(np.append(part_start[1:], True))  # each partition's last row
+        size = (ends - np.flatnonzero(part_start) + 1)[np.cumsum(part_start) - 1] if n else idx
+        peer_end = np.flatnonzero(np.append(peer_start[1:], True))[np.cumsum(peer_start) - 1] if n else idx
+    for name, kind in funcs:
+        if kind == "row_number":
+            value = pa.array(idx - first + 1, pa.int32())
+        elif kind == "rank":
+            value = pa.array(rank, pa.int32())
+        elif kind == "dense_rank":
+            dense = np.cumsum(peer_start)
+            value = pa.array(dense - dense[first] + 1, pa.int32())
+        elif kind == "percent_rank":
+            with np.errstate(invalid="ignore", divide="ignore"):
+                value = pa.array(np.where(size > 1, (rank - 1) / np.maximum(size - 1, 1), 0.0), pa.float64())
+        elif kind == "cume_dist":
+            value = pa.array((peer_end - first + 1) / size, pa.float64())
+        else:
+            raise ValueError(f"no ranking function {kind!r}")
+        out = out.append_column(name, value)
+    return out
+
+
+def totals(rows: pa.Table, partition: Sequence[str], aggs: Sequence[AggCall], schema: pa.Schema, *,
+           ansi: bool) -> pa.Table | None:
+    """``rows`` (a consolidated Z-set) with aggregates over their whole partition,
+    ``agg(x) OVER (PARTITION BY partition)``: each partition's values as :func:`regroup`
+    gives a group's (Spark's types, overflow and NaN), appended to every row of it.
+    ``schema`` types the aggregates' columns. None where :func:`regroup` leaves it to Spark."""
+    live = rows.filter(pc.greater(rows.column(WEIGHT), 0))
+    sorted_, part_start, _ = partitioned(live, partition, ())
+    part = np.cumsum(part_start) - 1
+    numbered = sorted_.select(live.column_names).append_column("__part", pa.array(part, pa.int64()))
+    typed = pa.schema([pa.field("__part", pa.int64())] + [schema.field(a.name) for a in aggs]
+                      + [pa.field(WEIGHT, pa.int64())])
+    groups = regroup(numbered, ["__part"], aggs, typed, ansi=ansi)
+    if groups is None:
+        return None
+    at = np.empty(groups.num_rows, np.int64)
+    at[groups.column("__part").to_numpy()] = np.arange(groups.num_rows)
+    values = groups.take(pa.array(at[part]))
+    data = data_columns(live)
+    return pa.table({c: sorted_.column(c) for c in data} | {a.name: values.column(a.name) for a in aggs}
+                    | {WEIGHT: sorted_.column(WEIGHT)})
+
+
+def partitioned(table: pa.Table, partition: Sequence[str], order: Sequence[tuple[str, bool, bool]]
+                ) -> tuple[pa.Table, np.ndarray, list[tuple[str, str | None]]]:
+    """``table`` sorted by ``partition`` as Spark partitions (a float key normalized: every
+    NaN one partition, -0.0 and 0.0 one; NULLs one) and within each by ``order``
+    ((column, descending, nulls first) per term), with helper columns; whether each row
+    starts a partition; and per order term its column and the column telling NaN (floats).
+
+    Each term sorts by its NULL placement first, then, for floats, by whether it is NaN
+    (Spark orders NaN above every number; Arrow puts it last either way), then by value,
+    so every term places its NULLs and NaNs as Spark does."""
     keys: list[tuple[str, str]] = []
-    cols = {c: bag.column(c) for c in bag.column_names}
+    cols = {c: table.column(c) for c in table.column_names}
     parts: list[tuple[str, str | None]] = []  # per partition key: its values as partitioned, whether NaN
     for i, c in enumerate(partition):
-        cols[f"__pn{i}"] = pc.is_valid(bag.column(c))
+        cols[f"__pn{i}"] = pc.is_valid(table.column(c))
         keys.append((f"__pn{i}", "ascending"))
-        if pa.types.is_floating(bag.schema.field(c).type):
-            cols[f"__pv{i}"] = normal_float(bag.column(c))
+        if pa.types.is_floating(table.schema.field(c).type):
+            cols[f"__pv{i}"] = normal_float(table.column(c))
             cols[f"__pnan{i}"] = pc.fill_null(pc.is_nan(cols[f"__pv{i}"]), False)
             keys += [(f"__pnan{i}", "ascending"), (f"__pv{i}", "ascending")]
             parts.append((f"__pv{i}", f"__pnan{i}"))
         else:
             keys.append((c, "ascending"))
             parts.append((c, None))
+    terms: list[tuple[str, str | None]] = []  # per order term: its values, whether NaN
     for i, (c, desc, nulls_first) in enumerate(order):
         direction = "descending" if desc else "ascending"
-        cols[f"__on{i}"] = pc.is_valid(bag.column(c)) if nulls_first else pc.is_null(bag.column(c))
+        cols[f"__on{i}"] = pc.is_valid(table.column(c)) if nulls_first else pc.is_null(table.column(c))
         keys.append((f"__on{i}", "ascending"))
-        if pa.types.is_floating(bag.schema.field(c).type):
-            cols[f"__nan{i}"] = pc.fill_null(pc.is_nan(bag.column(c)), False)
-            keys.append((f"__nan{i}", direction))
+        nan = None
+        if pa.types.is_floating(table.schema.field(c).type):
+            nan = f"__nan{i}"
+            cols[nan] = pc.fill_null(pc.is_nan(table.column(c)), False)
+            keys.append((nan, direction))
         keys.append((c, direction))
-    table = pa.table(cols)
-    sorted_ = table.take(pc.sort_indices(table, sort_keys=keys))
+        terms.append((c, nan))
+    whole = pa.table(cols)
+    sorted_ = whole.take(pc.sort_indices(whole, sort_keys=keys)) if keys else whole
+    return sorted_, _starts(sorted_, parts), terms
+
+
+def _starts(sorted_: pa.Table, columns: Sequence[tuple[str, str | None]]) -> np.ndarray:
+    """Per row of ``sorted_``, whether it differs from the row before on any of
+    ``columns`` (each with its column telling NaN, for floats) as Spark compares in a
+    partition or an ordering: NULL equals NULL, NaN equals NaN; the first row starts."""
     n = sorted_.num_rows
-    start = np.ones(n, bool)
+    start = np.zeros(n, bool)
     if n:
-        start[1:] = False
-        for c, nan in parts:
+        start[0] = True
+        for c, nan in columns:
             x = sorted_.column(c)
             prev, cur = x.slice(0, n - 1), x.slice(1)
             differ = pc.fill_null(pc.not_equal(prev, cur), False).to_numpy(zero_copy_only=False)
-            if nan is not None:  # NaN is not NaN, but one partition
+            if nan is not None:  # NaN is not NaN, but one partition (one peer)
                 isnan = sorted_.column(nan).to_numpy(zero_copy_only=False)
                 differ = (differ & ~(isnan[:-1] & isnan[1:])) | (isnan[:-1] != isnan[1:])
             differ |= pc.xor(pc.is_null(prev), pc.is_null(cur)).to_numpy(zero_copy_only=False)
             start[1:] |= differ
-    idx = np.arange(n)
-    first = np.maximum.accumulate(np.where(start, idx, 0))
-    out = sorted_.select(bag.column_names)
-    return out.append_column(name, pa.array(idx - first + 1, pa.int32()))
+    return start

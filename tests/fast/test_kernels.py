@@ -422,7 +422,8 @@ def test_row_number_numbers_each_partition_in_order(rows, partitioned, desc, nul
     rows = [(k, float(v) if floats and v is not None else v, w) for k, v, w in rows]
     t = table(rows, SCHEMA.set(1, pa.field("v", pa.float64())) if floats else SCHEMA)
     part = ["k"] if partitioned else []
-    out = kernels.row_number(kernels.expand(t), part, [("v", desc, nulls_first), ("k", False, True)], "rn")
+    out = kernels.ranks(kernels.expand(t), part, [("v", desc, nulls_first), ("k", False, True)],
+                        [("rn", "row_number")])
     groups: dict = defaultdict(list)
     for k, v, w in rows:
         groups[k if partitioned else None] += [(k, v)] * w
@@ -441,7 +442,7 @@ def test_row_number_partitions_floats_as_spark(rows):
     t = pa.table({"p": pa.array([p for p, _, _ in rows], pa.float64()),
                   "o": pa.array([o for _, o, _ in rows], pa.int64()),
                   WEIGHT: pa.array([w for _, _, w in rows], pa.int64())})
-    out = kernels.row_number(kernels.expand(t), ["p"], [("o", False, True)], "rn")
+    out = kernels.ranks(kernels.expand(t), ["p"], [("o", False, True)], [("rn", "row_number")])
 
     def part(p):
         return None if p is None else "NaN" if p != p else p + 0.0
@@ -451,6 +452,68 @@ def test_row_number_partitions_floats_as_spark(rows):
         groups[part(p)] += [o] * w
     want = Counter((g, o, i + 1) for g, members in groups.items() for i, o in enumerate(sorted(members)))
     assert Counter((part(r["p"]), r["o"], r["rn"]) for r in out.to_pylist()) == want
+
+
+@given(st.lists(st.tuples(st.integers(0, 2), st.one_of(st.none(), st.sampled_from([math.nan, -math.nan, 0.0, -0.0, 1.5,
+                                                                                 -math.inf, 7.0])),
+                          st.integers(1, 3)), max_size=30),
+       st.booleans(), st.booleans(), st.booleans())
+def test_ranks_treat_ties_as_spark(rows, partitioned, desc, nulls_first):
+    """RANK, DENSE_RANK, PERCENT_RANK and CUME_DIST ordered by a double full of ties: rows
+    are peers where Spark's ordering finds them equal (NULL with NULL, NaN with NaN, -0.0
+    with 0.0), against a count in Python; ROW_NUMBER beside them numbers every row."""
+    t = pa.table({"k": pa.array([k for k, _, _ in rows], pa.int32()),
+                  "v": pa.array([v for _, v, _ in rows], pa.float64()),
+                  WEIGHT: pa.array([w for _, _, w in rows], pa.int64())})
+    funcs = [("rn", "row_number"), ("r", "rank"), ("dr", "dense_rank"), ("pr", "percent_rank"), ("cd", "cume_dist")]
+    out = kernels.ranks(kernels.expand(t), ["k"] if partitioned else [], [("v", desc, nulls_first)], funcs)
+    assert [out.schema.field(n).type for n, _ in funcs] == [pa.int32()] * 3 + [pa.float64()] * 2
+    groups: dict = defaultdict(list)
+    for k, v, w in rows:
+        groups[k if partitioned else None] += [_ordered(v, desc, nulls_first)] * w
+    got: dict = defaultdict(list)
+    for r in out.to_pylist():
+        got[r["k"] if partitioned else None].append((_ordered(r["v"], desc, nulls_first), r))
+    for g, members in groups.items():
+        n, found = len(members), sorted(got[g], key=lambda x: x[1]["rn"])
+        assert [x[1]["rn"] for x in found] == list(range(1, n + 1))
+        assert [x[0] for x in found] == sorted(members)  # numbered in order
+        for key, r in found:
+            ahead, upto = sum(m < key for m in members), sum(m <= key for m in members)
+            assert r["r"] == ahead + 1 and r["dr"] == len({m for m in members if m < key}) + 1
+            assert r["pr"] == (ahead / (n - 1) if n > 1 else 0.0) and r["cd"] == upto / n
+
+
+@given(st.lists(st.tuples(st.one_of(st.none(), st.sampled_from([math.nan, -math.nan, 0.0, -0.0, 1.5])),
+                          st.one_of(st.none(), st.integers(-3, 3)), st.integers(1, 2)), max_size=25))
+def test_totals_give_each_row_its_partition_s_aggregates(rows):
+    """Aggregates over whole partitions keyed by a double (every NaN one partition, -0.0
+    with 0.0, NULL one more): every row of the Z-set keeps its weight and has its
+    partition's COUNT(*), COUNT, SUM, MIN and MAX, against a count in Python."""
+    t = kernels.consolidate(pa.table({"p": pa.array([p for p, _, _ in rows], pa.float64()),
+                                      "v": pa.array([v for _, v, _ in rows], pa.int32()),
+                                      WEIGHT: pa.array([w for _, _, w in rows], pa.int64())}))
+    aggs = (AggCall("n", "count", None), AggCall("nv", "count", "v"), AggCall("s", "sum", "v"),
+            AggCall("mn", "min", "v"), AggCall("mx", "max", "v"))
+    schema = pa.schema([("n", pa.int64()), ("nv", pa.int64()), ("s", pa.int64()), ("mn", pa.int32()),
+                        ("mx", pa.int32())])
+    out = kernels.totals(t, ["p"], aggs, schema, ansi=True)
+    assert out is not None and out.column_names == ["p", "v", "n", "nv", "s", "mn", "mx", WEIGHT]
+
+    def part(p):
+        return None if p is None else "NaN" if p != p else p + 0.0
+
+    groups: dict = defaultdict(list)
+    for p, v, w in rows:
+        groups[part(p)] += [v] * w
+    want = Counter()
+    for r in t.to_pylist():
+        p, v, w = r["p"], r["v"], r[WEIGHT]
+        vs = [x for x in groups[part(p)] if x is not None]
+        want[(_nan(p), v, len(groups[part(p)]), len(vs), sum(vs) if vs else None, min(vs, default=None),
+              max(vs, default=None), w)] += 1
+    assert Counter((_nan(r["p"]), r["v"], r["n"], r["nv"], r["s"], r["mn"], r["mx"], r[WEIGHT])
+                   for r in out.to_pylist()) == want
 
 
 def _nan(v):

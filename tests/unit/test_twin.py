@@ -69,6 +69,12 @@ NUMERIC_SHAPES: dict[str, dict[str, str]] = {
                      f"WHERE x BETWEEN -{10 ** 19} AND {10 ** 19} AND z BETWEEN -{10 ** 37} AND {10 ** 37} GROUP BY i",
         "sum_dec10": "SELECT i, SUM(m) AS s, AVG(m) AS av, SUM(k) AS sk, AVG(k) AS ak FROM a GROUP BY i",
         "group_string": "SELECT str, COUNT(*) AS n, MIN(id) AS mn, MAX(id) AS mx FROM a GROUP BY str",
+        # aggregates over whole partitions (no ORDER BY): each row has its group's values
+        "window_totals": "SELECT id, i, SUM(b) OVER (PARTITION BY i) AS s, COUNT(*) OVER (PARTITION BY i) AS n, "
+                         "AVG(m) OVER (PARTITION BY i) AS av, MIN(d) OVER (PARTITION BY i) AS mn, "
+                         "MAX(d) OVER (PARTITION BY i) AS mx, COUNT(f) OVER (PARTITION BY i) AS nf FROM a",
+        "window_totals_by_double": "SELECT id, d, COUNT(*) OVER (PARTITION BY d) AS n, MAX(f) OVER (PARTITION BY d) "
+                                   "AS mf, SUM(k) OVER (PARTITION BY d) AS sk FROM a",
         # read from the ends of ordered arrangements (type limits, NULLs, all rows deleted)
         "global_extremes": "SELECT MIN(b) AS mb, MAX(b) AS xb, MIN(t) AS mt, MAX(s) AS xs, MAX(m) AS xm, "
                            "MIN(k) AS mk FROM a",
@@ -90,6 +96,15 @@ NUMERIC_SHAPES: dict[str, dict[str, str]] = {
                                 "CAST(d AS STRING)) AS rn FROM a",
         "top_by_float": "SELECT * FROM (SELECT id, f, ROW_NUMBER() OVER (PARTITION BY str ORDER BY f NULLS LAST, id, "
                         "CAST(f AS STRING)) AS rn FROM a) WHERE rn <= 2",
+        # ties everywhere: peers where Spark's ordering finds two doubles equal (NULLs,
+        # NaNs, -0.0 and 0.0), which every ranking but ROW_NUMBER gives one value
+        "ranks_by_double": "SELECT id, d, i, RANK() OVER (PARTITION BY i ORDER BY d DESC) AS r, "
+                           "DENSE_RANK() OVER (PARTITION BY i ORDER BY d DESC) AS dr, "
+                           "PERCENT_RANK() OVER (PARTITION BY i ORDER BY d DESC) AS pr, "
+                           "CUME_DIST() OVER (PARTITION BY i ORDER BY d DESC) AS cd FROM a",
+        "dense_top_float": "SELECT * FROM (SELECT id, f, str, DENSE_RANK() OVER (PARTITION BY str "
+                           "ORDER BY f NULLS LAST) AS dr FROM a) WHERE dr <= 2",
+        "rank_partitioned_by_double": "SELECT id, d, RANK() OVER (PARTITION BY d ORDER BY m) AS r FROM a",
         "order_limit_decimal": "SELECT id, x, b FROM a ORDER BY x DESC, b LIMIT 3",
         "order_limit_double": "SELECT id, d, CAST(d AS STRING) AS ds FROM a ORDER BY d DESC, id, ds LIMIT 3",
     },
