@@ -415,7 +415,7 @@ def _changes(pipe: Pipeline, source: KafkaSource, rows: DataFrame | pa.Table) ->
     key, name = list(source.key), engine_name(source.relation)
     if isinstance(rows, pa.Table):
         ranked = kernels.ranks(rows, key, [("_partition", True, False), ("_offset", True, False)],
-                               [("_n", "row_number")])
+                               [kernels.Ordered("_n", "row_number")])
         latest = ranked.filter(pc.equal(ranked.column("_n"), 1))
         replaced = pipe.contents.by_key(name, key, latest.select(key), pipe.pending)
         if replaced is not None:

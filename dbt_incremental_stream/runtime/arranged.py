@@ -21,6 +21,7 @@ import re
 import time
 from dataclasses import dataclass, replace
 from datetime import datetime
+from decimal import Decimal
 from functools import partial, singledispatchmethod
 from typing import AbstractSet, Callable, Mapping, Sequence
 
@@ -171,11 +172,11 @@ class Extreme:
 
 @dataclass(frozen=True)
 class Ranking:
-    """A window Arrow computes: ranking functions (:data:`kernels.RANKINGS`) ``OVER
-    (PARTITION BY partition ORDER BY order)``, ``funcs`` (column, function), rows kept where
-    ``keep`` holds."""
+    """A window Arrow computes: functions of ordered rows (:data:`kernels.RANKINGS`,
+    :data:`kernels.VALUES`) ``OVER (PARTITION BY partition ORDER BY order)``, rows kept
+    where ``keep`` holds."""
 
-    funcs: tuple[tuple[str, str], ...]
+    funcs: tuple[kernels.Ordered, ...]
     partition: tuple[str, ...]
     order: tuple[tuple[str, bool, bool], ...]  # (column, descending, nulls first)
     keep: expressions.Compiled | None
@@ -364,11 +365,13 @@ class Plan:
 
     def _window(self, op: WindowDiff) -> None:
         """Arrow's form of a window over one PARTITION BY (and ORDER BY) of columns, kept by
-        a predicate Arrow evaluates: ranking functions (:class:`Ranking`), or aggregates of
-        columns over whole partitions (:class:`Totals`)."""
+        a predicate Arrow evaluates: functions of ordered rows (:class:`Ranking`; with the
+        default frame, or the whole partition for FIRST_VALUE, LAST_VALUE and NTH_VALUE),
+        or aggregates of columns over whole partitions (:class:`Totals`: without ORDER BY,
+        or with a frame of the whole partition). Other frames (a running aggregate's) are
+        Spark's to decide (or refuse)."""
         found = [(name, sqlglot.parse_one(sql, read=DIALECT)) for name, sql in op.funcs]
-        windows = [(name, w) for name, w in found if isinstance(w, exp.Window) and isinstance(w.this, exp.Func)
-                   and not w.args.get("spec")]  # a frame: Spark's to decide (or refuse)
+        windows = [(name, w) for name, w in found if isinstance(w, exp.Window) and isinstance(w.this, exp.Func)]
         specs = {(tuple(w.args.get("partition_by") or ()), w.args.get("order")) for _, w in windows}
         if len(windows) != len(found) or len(specs) != 1:
             return
@@ -382,14 +385,23 @@ class Plan:
             keep = expressions.predicate(op.keep, zsets.arrow_schema(self.schema(op)))
             if keep is None:
                 return
+        # per function: over its whole partition (a frame of it all), else the default frame
+        whole = [w.args.get("spec") is not None and _whole_partition(w.args["spec"]) for _, w in windows]
+        framed = [w.args.get("spec") is not None for _, w in windows]
         names = [(name, w.this.sql_name().lower()) for name, w in windows]
         by = tuple(c.name for c in partition)
-        if order and all(f in kernels.RANKINGS for _, f in names):
-            self.windows[op.id] = Ranking(tuple(names), by, tuple(
-                (o.this.name, bool(o.args.get("desc")), bool(o.args.get("nulls_first"))) for o in order.expressions),
-                keep)
-        elif not order and all(f in _TOTALS and _column_arg(w.this, types.names) is not None
-                               for (_, f), (_, w) in zip(names, windows)):
+        if order and all(not f or (w and n in kernels.WHOLE) for f, w, (_, n) in zip(framed, whole, names)):
+            out = zsets.arrow_schema(self.schema(op))
+            ordered = [_ordered(name, w.this, types, out.field(name).type, all_of)
+                       for (name, w), all_of in zip(windows, whole)]
+            funcs = tuple(f for f in ordered if f is not None)
+            if len(funcs) == len(ordered):
+                self.windows[op.id] = Ranking(funcs, by, tuple(
+                    (o.this.name, bool(o.args.get("desc")), bool(o.args.get("nulls_first")))
+                    for o in order.expressions), keep)
+        elif all(w if order else not f or w for f, w in zip(framed, whole)) and all(
+                n in _TOTALS and _column_arg(w.this, types.names) is not None
+                for (_, n), (_, w) in zip(names, windows)):
             self.windows[op.id] = Totals(tuple(AggCall(name, f, _column_arg(w.this, types.names) or None)
                                                for (name, f), (_, w) in zip(names, windows)), by, keep)
 
@@ -398,11 +410,11 @@ class Plan:
         NULLs last and orders numbers, dates or times exactly: kept also ordered by it."""
         spec = self.windows.get(op.id)
         if op.partition or not isinstance(spec, Ranking) or spec.partition or not op.keep \
-                or [f for _, f in spec.funcs] != ["row_number"]:
+                or [f.func for f in spec.funcs] != ["row_number"]:
             return
         column, desc, nulls_first = spec.order[0]
         kind = zsets.arrow_schema(self.schema(op.delta)).field(column).type
-        k = _limit(op.keep, spec.funcs[0][0])
+        k = _limit(op.keep, spec.funcs[0].name)
         if nulls_first or k is None or column not in side.rename or not kernels.orders_exactly(kind):
             return
         self.need(self.state_of(side.integral), (kernels.ORDERED, side.rename[column]))
@@ -627,7 +639,7 @@ def _window_text(spec: Ranking | Totals | None) -> str:
     if spec is None:
         return "the window by Spark"
     if isinstance(spec, Ranking):
-        return ", ".join(f.upper() for _, f in spec.funcs) + " in Arrow"
+        return ", ".join(f.func.upper() for f in spec.funcs) + " in Arrow"
     return ", ".join(f"{a.func.upper()}({a.arg or '*'})" for a in spec.aggs) + " of whole partitions in Arrow"
 
 
@@ -650,6 +662,58 @@ def _limit(keep: str, name: str) -> int | None:
                 and isinstance(t.right, exp.Literal) and t.right.this.isdigit():
             found.append(int(t.right.this) - (1 if isinstance(t, exp.LT) else 0))
     return min(found) if found else None
+
+
+def _ordered(name: str, func: exp.Func, columns: pa.Schema, kind: pa.DataType, whole: bool
+             ) -> kernels.Ordered | None:
+    """The kernels' form of a window function over ordered rows, or None: a ranking, or a
+    value function of a column whose result is that column's type (LAG/LEAD's offset a
+    whole number, and their default NULL or a literal that type holds exactly)."""
+    f = func.sql_name().lower()
+    if f in kernels.RANKINGS:
+        return kernels.Ordered(name, f)
+    arg = _column_arg(func, columns.names)
+    if f not in kernels.VALUES or not arg or columns.field(arg).type != kind:
+        return None
+    offset, default = func.args.get("offset"), func.args.get("default")
+    n = 1 if offset is None else _literal(offset)
+    if not isinstance(n, int) or isinstance(n, bool) or (f == "nth_value" and n < 1):
+        return None
+    value = None
+    if default is not None and not isinstance(default, exp.Null):
+        literal = _literal(default)
+        if literal is None or isinstance(literal, bool) or isinstance(literal, str) != pa.types.is_string(kind):
+            return None
+        try:
+            value = pa.scalar(Decimal(literal) if pa.types.is_decimal(kind) else literal, kind)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, TypeError, OverflowError):
+            return None
+        if value.as_py() != literal:
+            return None
+    return kernels.Ordered(name, f, arg, n, value, whole)
+
+
+def _whole_partition(frame: exp.Expression) -> bool:
+    """Whether a window frame is its whole partition (ROWS or RANGE BETWEEN UNBOUNDED
+    PRECEDING AND UNBOUNDED FOLLOWING)."""
+    a = frame.args
+    return (str(a.get("start")).upper(), str(a.get("start_side")).upper(), str(a.get("end")).upper(),
+            str(a.get("end_side")).upper()) == ("UNBOUNDED", "PRECEDING", "UNBOUNDED", "FOLLOWING")
+
+
+def _literal(e: exp.Expression) -> int | float | Decimal | str | None:
+    """A number or string literal's value (an integer as int, a decimal point as Decimal,
+    an exponent as float), or None."""
+    negative = isinstance(e, exp.Neg)
+    e = e.this if negative else e
+    if not isinstance(e, exp.Literal):
+        return None
+    if e.is_string:
+        return None if negative else e.this
+    text = e.this
+    value: int | float | Decimal = (float(text) if "e" in text.lower() else Decimal(text) if "." in text
+                                    else int(text))
+    return -value if negative else value
 
 
 def _column_arg(func: exp.Func, columns: Sequence[str]) -> str | None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import decimal
 import math
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -1038,47 +1039,80 @@ def expand(table: pa.Table) -> pa.Table:
     return table.select(data_columns(table)).take(pa.array(np.repeat(live, w[live])))
 
 
-#: the ranking window functions :func:`ranks` computes, by sqlglot's name for each
+#: the ranking window functions :func:`ranks` computes, and those that read a value of
+#: another row of the partition (with the default frame)
 RANKINGS = frozenset({"row_number", "rank", "dense_rank", "percent_rank", "cume_dist"})
+VALUES = frozenset({"lag", "lead", "first_value", "last_value", "nth_value"})
+WHOLE = frozenset({"first_value", "last_value", "nth_value"})  # also over a frame of the whole partition
+
+
+@dataclass(frozen=True)
+class Ordered:
+    """A window function over ordered rows (:data:`RANKINGS`, :data:`VALUES`) as column
+    ``name``; a value function reads column ``arg``: LAG/LEAD ``offset`` rows back or
+    ahead (``default`` outside the partition), NTH_VALUE the ``offset``-th row; ``whole``:
+    FIRST_VALUE, LAST_VALUE or NTH_VALUE over the whole partition, not the default frame."""
+
+    name: str
+    func: str
+    arg: str | None = None
+    offset: int = 1
+    default: pa.Scalar | None = None
+    whole: bool = False
 
 
 def ranks(bag: pa.Table, partition: Sequence[str], order: Sequence[tuple[str, bool, bool]],
-          funcs: Sequence[tuple[str, str]]) -> pa.Table:
-    """``bag`` with ranking functions over ``OVER (PARTITION BY partition ORDER BY order)``:
-    per ``(column, function)`` of ``funcs`` (:data:`RANKINGS`) a column, as Spark computes
-    it, rows ordered by :func:`partitioned`; ``order`` is (column, descending, nulls first)
-    per term. Rows are peers (one RANK) where every term is equal as Spark's ordering
-    compares: NULL with NULL, NaN with NaN, -0.0 with 0.0. ROW_NUMBER, RANK and DENSE_RANK
-    are INT; PERCENT_RANK is (rank - 1) / (rows - 1) (0 for one row) and CUME_DIST the rows
-    up to the last peer over the rows, as DOUBLE."""
+          funcs: Sequence[Ordered]) -> pa.Table:
+    """``bag`` with window functions ``OVER (PARTITION BY partition ORDER BY order)``, one
+    column per :class:`Ordered`, as Spark computes them over the rows ordered by
+    :func:`partitioned`; ``order`` is (column, descending, nulls first) per term. Rows are
+    peers where every term is equal as Spark's ordering compares: NULL with NULL, NaN with
+    NaN, -0.0 with 0.0. ROW_NUMBER, RANK and DENSE_RANK are INT; PERCENT_RANK is (rank - 1)
+    / (rows - 1) (0 for one row) and CUME_DIST the rows up to the last peer over the rows,
+    as DOUBLE. The value functions read their row's value of ``arg`` with the default
+    frame (the partition up to the last peer), or the whole partition where
+    :attr:`Ordered.whole`: FIRST_VALUE the partition's first row, LAST_VALUE the frame's
+    last, NTH_VALUE the n-th row where it is not past the frame's last (else NULL); LAG and
+    LEAD the row ``offset`` back or ahead in the partition, else ``default``."""
     sorted_, part_start, terms = partitioned(bag, partition, order)
     n = sorted_.num_rows
     idx = np.arange(n)
     first = np.maximum.accumulate(np.where(part_start, idx, 0))
+    last = np.flatnonzero(np.append(part_start[1:], True))[np.cumsum(part_start) - 1] if n else idx
     out = sorted_.select(bag.column_names)
-    kinds = {kind for _, kind in funcs}
-    if kinds - {"row_number"}:
+    if any(f.func in RANKINGS - {"row_number"} or f.func in ("last_value", "nth_value") and not f.whole
+           for f in funcs):
         peer_start = part_start | _starts(sorted_, terms)
         rank = np.maximum.accumulate(np.where(peer_start, idx, 0)) - first + 1
-        ends = np.flatnonzero(np.append(part_start[1:], True))  # each partition's last row
-        size = (ends - np.flatnonzero(part_start) + 1)[np.cumsum(part_start) - 1] if n else idx
+        size = last - first + 1
         peer_end = np.flatnonzero(np.append(peer_start[1:], True))[np.cumsum(peer_start) - 1] if n else idx
-    for name, kind in funcs:
-        if kind == "row_number":
+    for f in funcs:
+        if f.func == "row_number":
             value = pa.array(idx - first + 1, pa.int32())
-        elif kind == "rank":
+        elif f.func == "rank":
             value = pa.array(rank, pa.int32())
-        elif kind == "dense_rank":
+        elif f.func == "dense_rank":
             dense = np.cumsum(peer_start)
             value = pa.array(dense - dense[first] + 1, pa.int32())
-        elif kind == "percent_rank":
+        elif f.func == "percent_rank":
             with np.errstate(invalid="ignore", divide="ignore"):
                 value = pa.array(np.where(size > 1, (rank - 1) / np.maximum(size - 1, 1), 0.0), pa.float64())
-        elif kind == "cume_dist":
+        elif f.func == "cume_dist":
             value = pa.array((peer_end - first + 1) / size, pa.float64())
+        elif f.func in VALUES:
+            assert f.arg is not None
+            end = peer_end if f.func in ("last_value", "nth_value") and not f.whole else last  # the frame's last
+            at = {"lag": idx - f.offset, "lead": idx + f.offset, "first_value": first, "last_value": end,
+                  "nth_value": first + f.offset - 1}[f.func]
+            inside = (at >= first) & (at <= (end if f.func == "nth_value" else last))
+            column = sorted_.column(f.arg)
+            value = column.take(pa.array(np.where(inside, at, 0) if n else at))
+            if not inside.all():
+                default = f.default if f.default is not None else pa.scalar(None, column.type)
+                value = pc.if_else(pa.array(inside), value, default)
         else:
-            raise ValueError(f"no ranking function {kind!r}")
-        out = out.append_column(name, value)
+            raise ValueError(f"no window function {f.func!r}")
+        out = out.append_column(f.name, value)
     return out
 
 

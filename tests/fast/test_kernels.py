@@ -423,7 +423,7 @@ def test_row_number_numbers_each_partition_in_order(rows, partitioned, desc, nul
     t = table(rows, SCHEMA.set(1, pa.field("v", pa.float64())) if floats else SCHEMA)
     part = ["k"] if partitioned else []
     out = kernels.ranks(kernels.expand(t), part, [("v", desc, nulls_first), ("k", False, True)],
-                        [("rn", "row_number")])
+                        [kernels.Ordered("rn", "row_number")])
     groups: dict = defaultdict(list)
     for k, v, w in rows:
         groups[k if partitioned else None] += [(k, v)] * w
@@ -442,7 +442,7 @@ def test_row_number_partitions_floats_as_spark(rows):
     t = pa.table({"p": pa.array([p for p, _, _ in rows], pa.float64()),
                   "o": pa.array([o for _, o, _ in rows], pa.int64()),
                   WEIGHT: pa.array([w for _, _, w in rows], pa.int64())})
-    out = kernels.ranks(kernels.expand(t), ["p"], [("o", False, True)], [("rn", "row_number")])
+    out = kernels.ranks(kernels.expand(t), ["p"], [("o", False, True)], [kernels.Ordered("rn", "row_number")])
 
     def part(p):
         return None if p is None else "NaN" if p != p else p + 0.0
@@ -465,9 +465,10 @@ def test_ranks_treat_ties_as_spark(rows, partitioned, desc, nulls_first):
     t = pa.table({"k": pa.array([k for k, _, _ in rows], pa.int32()),
                   "v": pa.array([v for _, v, _ in rows], pa.float64()),
                   WEIGHT: pa.array([w for _, _, w in rows], pa.int64())})
-    funcs = [("rn", "row_number"), ("r", "rank"), ("dr", "dense_rank"), ("pr", "percent_rank"), ("cd", "cume_dist")]
+    funcs = [kernels.Ordered(n, f) for n, f in (("rn", "row_number"), ("r", "rank"), ("dr", "dense_rank"),
+                                                ("pr", "percent_rank"), ("cd", "cume_dist"))]
     out = kernels.ranks(kernels.expand(t), ["k"] if partitioned else [], [("v", desc, nulls_first)], funcs)
-    assert [out.schema.field(n).type for n, _ in funcs] == [pa.int32()] * 3 + [pa.float64()] * 2
+    assert [out.schema.field(f.name).type for f in funcs] == [pa.int32()] * 3 + [pa.float64()] * 2
     groups: dict = defaultdict(list)
     for k, v, w in rows:
         groups[k if partitioned else None] += [_ordered(v, desc, nulls_first)] * w
@@ -482,6 +483,44 @@ def test_ranks_treat_ties_as_spark(rows, partitioned, desc, nulls_first):
             ahead, upto = sum(m < key for m in members), sum(m <= key for m in members)
             assert r["r"] == ahead + 1 and r["dr"] == len({m for m in members if m < key}) + 1
             assert r["pr"] == (ahead / (n - 1) if n > 1 else 0.0) and r["cd"] == upto / n
+
+
+@given(st.lists(st.tuples(st.integers(0, 2), st.one_of(st.none(), st.integers(-3, 3)),
+                          st.one_of(st.none(), st.integers(-3, 3)), st.integers(1, 2)), max_size=25),
+       st.integers(-2, 3), st.booleans())
+def test_value_functions_read_the_row_they_name(rows, offset, whole):
+    """LAG, LEAD (with a default), FIRST_VALUE, LAST_VALUE and NTH_VALUE over a total
+    order (NULLs first), against indexing each partition's sorted rows in Python; the
+    frame is the default one (up to the current row: there are no peers but equal rows)
+    or, where ``whole``, the whole partition for the last three."""
+    t = pa.table({"k": pa.array([k for k, _, _, _ in rows], pa.int32()),
+                  "o": pa.array([o for _, o, _, _ in rows], pa.int32()),
+                  "x": pa.array([x for _, _, x, _ in rows], pa.int32()),
+                  WEIGHT: pa.array([w for _, _, _, w in rows], pa.int64())})
+    nth = max(offset, 1)
+    funcs = [kernels.Ordered("lag", "lag", "x", offset, pa.scalar(-9, pa.int32())),
+             kernels.Ordered("lead", "lead", "x", offset), kernels.Ordered("fv", "first_value", "x", whole=whole),
+             kernels.Ordered("lv", "last_value", "x", whole=whole),
+             kernels.Ordered("nv", "nth_value", "x", nth, whole=whole)]
+    out = kernels.ranks(kernels.expand(t), ["k"], [("o", False, True), ("x", False, True)], funcs)
+    groups: dict = defaultdict(list)
+    for k, o, x, w in rows:
+        groups[k] += [(o, x)] * w
+
+    def key(r):
+        return tuple((v is not None, v or 0) for v in r)
+
+    want = Counter()
+    for k, members in groups.items():
+        members.sort(key=key)
+        n = len(members)
+        for i, (o, x) in enumerate(members):
+            end = n - 1 if whole else max(j for j in range(n) if members[j] == members[i])
+            want[(k, o, x, members[i - offset][1] if 0 <= i - offset < n else -9,
+                  members[i + offset][1] if 0 <= i + offset < n else None, members[0][1], members[end][1],
+                  members[nth - 1][1] if nth - 1 <= end else None)] += 1
+    assert Counter((r["k"], r["o"], r["x"], r["lag"], r["lead"], r["fv"], r["lv"], r["nv"])
+                   for r in out.to_pylist()) == want
 
 
 @given(st.lists(st.tuples(st.one_of(st.none(), st.sampled_from([math.nan, -math.nan, 0.0, -0.0, 1.5])),

@@ -38,6 +38,8 @@ def _moderate(column: str) -> str:
             f"OR abs({column}) BETWEEN 1e-15 AND 1e15, TRUE)")
 
 
+#: a window whose order is total over the columns the value functions read
+_TOTAL = "OVER (PARTITION BY i ORDER BY d DESC, id, CAST(d AS STRING), x, m, str, b)"
 #: view shapes over NUMERIC_SOURCES, by group (a group is one twin)
 NUMERIC_SHAPES: dict[str, dict[str, str]] = {
     "joins": {
@@ -105,6 +107,12 @@ NUMERIC_SHAPES: dict[str, dict[str, str]] = {
         "dense_top_float": "SELECT * FROM (SELECT id, f, str, DENSE_RANK() OVER (PARTITION BY str "
                            "ORDER BY f NULLS LAST) AS dr FROM a) WHERE dr <= 2",
         "rank_partitioned_by_double": "SELECT id, d, RANK() OVER (PARTITION BY d ORDER BY m) AS r FROM a",
+        # another row's value: the order is total (every column read among its terms)
+        "values_by_double": f"SELECT id, d, i, LAG(d) {_TOTAL} AS prev, LEAD(x, 2) {_TOTAL} AS nxt, "
+                            f"LAG(m, 1, 0) {_TOTAL} AS pm, FIRST_VALUE(str) {_TOTAL} AS fs, "
+                            f"LAST_VALUE(d) {_TOTAL} AS ld, NTH_VALUE(b, 2) {_TOTAL} AS nb FROM a",
+        "last_of_partition": "SELECT id, i, LAST_VALUE(x) OVER (PARTITION BY i ORDER BY id, CAST(d AS STRING), b, m, x "
+                             "ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS lx FROM a",
         "order_limit_decimal": "SELECT id, x, b FROM a ORDER BY x DESC, b LIMIT 3",
         "order_limit_double": "SELECT id, d, CAST(d AS STRING) AS ds FROM a ORDER BY d DESC, id, ds LIMIT 3",
     },

@@ -1,0 +1,201 @@
+"""Window functions per customer: small ticks on Arrow kernels against Spark's window.
+
+    python bench/windows.py [--orders 1000000,4000000] [--changes 1000] [--ticks 4] [--batch-runs 2]
+
+State: ``orders`` (N rows; 100,000 customers, so about N / 100,000 orders each) and two
+views over it, ticked together:
+
+- ``ranked``: ``RANK()`` and ``DENSE_RANK()`` of each order by amount within its customer;
+- ``share``: each order's share of its customer's total, ``amount / SUM(amount) OVER
+  (PARTITION BY cust)``, and ``COUNT(*) OVER (PARTITION BY cust)``.
+
+Four variants over the same data and ticks:
+
+- ``Arrow, driver``: the default placement; the touched customers' orders are read from
+  the arrangement and the windows computed by Arrow kernels (``kernels.ranks``,
+  ``kernels.totals``);
+- ``Spark window, driver (before)``: the same, but the windows computed as before, by a
+  Spark job over the touched customers' orders (the arranged plan's window forms turned
+  off in this process);
+- ``Arrow, tasks``: ``placement='tasks'``, every tick one Spark job whose tasks run the
+  same kernels;
+- ``DataFrame evaluator (before, for tasks)``: ``placement='dataframe'``, where a tick in
+  tasks went before (a task cannot run a Spark window).
+
+Each tick changes ``--changes`` orders (half deleted, half new), as Arrow. Batch is Spark
+computing both views over the final data (adaptive execution on), whose result every
+variant must equal. Per tick: Spark jobs / stages / tasks (status tracker) and the
+pipeline's time split. Prints a table and saves bench/results/windows.png.
+"""
+from __future__ import annotations
+
+import argparse
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from unittest import mock
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+import pyarrow as pa  # noqa: E402
+from pyspark.sql import functions as F  # noqa: E402
+
+from bench.join_aggregate import BATCH_CONF, SparkWork, configure, log_plot, print_table  # noqa: E402
+from dbt_incremental_stream import Pipeline  # noqa: E402
+from dbt_incremental_stream.differential import compare  # noqa: E402
+from dbt_incremental_stream.runtime import arranged  # noqa: E402
+from dbt_incremental_stream.runtime.session import TICK_CONF, session  # noqa: E402
+
+CUSTOMERS = 100_000
+VIEWS = {
+    "ranked": "SELECT id, cust, RANK() OVER (PARTITION BY cust ORDER BY amount DESC) AS r, "
+              "DENSE_RANK() OVER (PARTITION BY cust ORDER BY amount DESC) AS dr FROM orders",
+    "share": "SELECT id, cust, amount / SUM(amount) OVER (PARTITION BY cust) AS share, "
+             "COUNT(*) OVER (PARTITION BY cust) AS n FROM orders",
+}
+VARIANTS = {  # label → (placement, the arranged plan's window forms on)
+    "Arrow, driver": ("auto", True),
+    "Spark window, driver (before)": ("auto", False),
+    "Arrow, tasks": ("tasks", True),
+    "DataFrame evaluator (before, for tasks)": ("dataframe", True),
+}
+ORDERS_DDL = "id BIGINT, cust INT, amount DOUBLE"
+
+
+def order_table(ids: list[int], weights: list[int]) -> pa.Table:
+    """Orders by id: the values are a function of it, as :func:`initial` makes them."""
+    i = np.asarray(ids, np.int64)
+    return pa.table({"id": i, "cust": (i % CUSTOMERS).astype(np.int32), "amount": (i % 997 + 1) / 10.0,
+                     "_w": np.asarray(weights, np.int64)})
+
+
+def workload(orders: int, changes: int, ticks: int) -> list[pa.Table]:
+    """Each tick's change of orders, the same for every variant."""
+    rng = random.Random(7)
+    next_id, deleted, out = orders, set(), []
+    for _ in range(ticks):
+        gone = [i for i in {rng.randrange(orders) for _ in range(changes)} if i not in deleted][: changes // 2]
+        deleted.update(gone)
+        new = list(range(next_id, next_id + changes - len(gone)))
+        next_id += len(new)
+        out.append(order_table(gone + new, [-1] * len(gone) + [1] * len(new)))
+    return out
+
+
+def run_variant(spark, work: Path, label: str, orders: int, ticks: list[pa.Table]) -> dict:
+    placement, forms_on = VARIANTS[label]
+    with mock.patch.object(arranged.Plan, "_window", arranged.Plan._window if forms_on else lambda self, op: None):
+        pipe = Pipeline(spark, str(work / "state"), placement=placement)
+        pipe.add_source("orders", ORDERS_DDL)
+        for name, sql in VIEWS.items():
+            pipe.add_view(name, sql)
+        configure(spark, TICK_CONF)
+        t = time.perf_counter()
+        pipe.step({"orders": spark.range(orders).select(
+            F.col("id"), (F.col("id") % CUSTOMERS).cast("int").alias("cust"),
+            ((F.col("id") % 997 + 1) / 10.0).alias("amount"), F.lit(1).alias("_w"))})
+        load = time.perf_counter() - t
+        spark_work = SparkWork(spark)
+        seen = []
+        for delta in ticks:
+            spark_work()
+            t = time.perf_counter()
+            pipe.step({"orders": delta})
+            took = time.perf_counter() - t
+            last = pipe.last_tick
+            seen.append({"tick": took, "work": spark_work(), "split": last.seconds,
+                         "path": last.path if last.path != "dataframe" else f"dataframe ({last.why})"})
+        got = {name: [tuple(r) for r in pipe.snapshot(name).collect()] for name in VIEWS}
+        final = pipe.snapshot("orders")
+    return {"label": label, "load": load, "ticks": seen, "got": got, "final": final, "pipe": pipe}
+
+
+def batch(spark, work: Path, final, runs: int) -> tuple[list[float], dict]:
+    final.write.mode("overwrite").parquet(str(work / "orders"))
+    configure(spark, BATCH_CONF)
+    times = []
+    for i in range(runs):
+        spark.read.parquet(str(work / "orders")).createOrReplaceTempView("orders")
+        t = time.perf_counter()
+        for name, sql in VIEWS.items():
+            spark.sql(sql).write.mode("overwrite").parquet(str(work / f"batch{i}_{name}"))
+        times.append(time.perf_counter() - t)
+    return times, {name: [tuple(r) for r in spark.read.parquet(str(work / f"batch0_{name}")).collect()]
+                   for name in VIEWS}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--orders", default="1000000,4000000")
+    ap.add_argument("--changes", type=int, default=1_000)
+    ap.add_argument("--ticks", type=int, default=4, help="ticks after a first (warm-up) tick")
+    ap.add_argument("--batch-runs", type=int, default=2)
+    ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    args = ap.parse_args()
+    sizes = [int(s) for s in args.orders.split(",")]
+    spark = session(app_name="windows-bench")
+    results = []
+    for orders in sizes:
+        ticks = workload(orders, args.changes, 1 + args.ticks)
+        row: dict = {"orders": orders, "variants": {}}
+        want: dict = {}
+        for label in VARIANTS:
+            work = Path(tempfile.mkdtemp(prefix="windows-"))
+            try:
+                r = run_variant(spark, work, label, orders, ticks)
+                if not want:
+                    row["batch"], want = batch(spark, work, r["final"], args.batch_runs)
+                r["pipe"].close()
+                problems = [p for name in VIEWS if (p := compare(r["got"][name], want[name])) is not None]
+                r["equal"] = not problems
+                row["variants"][label] = r
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+            mine = r["ticks"][1:]  # the first tick warms caches
+            print(f"  {orders:,} orders, {label}: load {r['load']:.1f} s, ticks "
+                  + ", ".join(f"{s['tick']:.2f}" for s in mine)
+                  + f"; {'equal' if not problems else 'DIFFERENT: ' + problems[0]}; paths "
+                  + ", ".join(sorted({s['path'] for s in mine})), flush=True)
+        results.append(row)
+    report(results, Path(args.out))
+
+
+def report(results: list[dict], out: Path) -> None:
+    header = ["orders", "variant", "tick (s)", "batch (s)", "batch / tick", "jobs / stages / tasks", "split (s)",
+              "load (s)", "equal"]
+    rows = []
+    lines: dict[str, list[float]] = {}
+    for row in results:
+        b = statistics.median(row["batch"])
+        for label, r in row["variants"].items():
+            mine = r["ticks"][1:]
+            tick = statistics.median(s["tick"] for s in mine)
+            work = tuple(statistics.median(s["work"][k] for s in mine) for k in range(3))
+            split = {k: statistics.median(s["split"].get(k, 0.0) for s in mine) for k in mine[0]["split"]}
+            rows.append([f"{row['orders']:,}", label, f"{tick:.3f}", f"{b:.2f}", f"{b / tick:.1f}x",
+                         "/".join(f"{w:.0f}" for w in work),
+                         ", ".join(f"{k} {v:.2f}" for k, v in split.items() if v >= 0.005),
+                         f"{r['load']:.1f}", "yes" if r["equal"] else "NO"])
+            lines.setdefault(label, []).append(tick)
+    print_table(header, rows)
+    for row in results:
+        v = row["variants"]
+
+        def tick(label: str) -> float:
+            return statistics.median(s["tick"] for s in v[label]["ticks"][1:])
+        print(f"{row['orders']:,} orders: Spark window / Arrow in the driver "
+              f"{tick('Spark window, driver (before)') / tick('Arrow, driver'):.1f}x; DataFrame evaluator / Arrow "
+              f"in tasks {tick('DataFrame evaluator (before, for tasks)') / tick('Arrow, tasks'):.1f}x")
+    lines["batch"] = [statistics.median(r["batch"]) for r in results]
+    styles = iter(["o-", "s--", "^-", "v--", "d-"])
+    log_plot(out / "windows.png", "window functions per customer: a tick of 1,000 changed orders", "orders",
+             [r["orders"] for r in results], [(label, next(styles), ys) for label, ys in lines.items()])
+
+
+if __name__ == "__main__":
+    main()
