@@ -64,6 +64,7 @@ bench-all: bench-nexmark
 	$(PY) bench/join_aggregate.py
 	$(PY) bench/clock_load.py
 	$(PY) bench/computed_keys.py
+	$(PY) bench/windows.py
 
 clean:
 	rm -rf $(VENV) .venv-pydbsp $(LINT_VENV) *.egg-info .pytest_cache .hypothesis spark-warehouse metastore_db

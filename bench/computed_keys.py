@@ -40,7 +40,8 @@ import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
-from bench.join_aggregate import BATCH_CONF, SparkWork, configure, log_plot, print_table  # noqa: E402
+from bench.join_aggregate import (BATCH_CONF, SparkWork, configure, log_plot, order_changes,  # noqa: E402
+                                  print_table, print_variant)
 from dbt_incremental_stream import Pipeline  # noqa: E402
 from dbt_incremental_stream.differential import compare  # noqa: E402
 from dbt_incremental_stream.runtime.session import TICK_CONF, session  # noqa: E402
@@ -97,12 +98,9 @@ def workload(orders: int, changes: int, moved: int, ticks: int) -> list[tuple[pa
     """Each tick's (orders, customers) change, the same for every variant."""
     rng = random.Random(7)
     region = {c: c % REGIONS for c in range(CUSTOMERS)}
-    next_id, deleted, out = orders, set(), []
+    changed, out = order_changes(orders, changes), []
     for _ in range(ticks):
-        gone = [i for i in {rng.randrange(orders) for _ in range(changes)} if i not in deleted][: changes // 2]
-        deleted.update(gone)
-        new = list(range(next_id, next_id + changes - len(gone)))
-        next_id += len(new)
+        gone, new = next(changed)
         who = rng.sample(range(CUSTOMERS), moved)
         old = [(c, region[c]) for c in who]
         for c in who:
@@ -187,11 +185,7 @@ def main() -> None:
         for r in row["variants"].values():
             problem = compare(r["got"], want)
             r["equal"] = problem is None
-            mine = r["ticks"][1:]  # the first tick warms caches
-            print(f"  {orders:,} orders, {r['label']}: load {r['load']:.1f} s, ticks "
-                  + ", ".join(f"{s['form']} {s['tick']:.2f}" for s in mine)
-                  + f"; {'equal' if problem is None else 'DIFFERENT: ' + problem}; paths "
-                  + ", ".join(sorted({s['path'] for s in mine})), flush=True)
+            print_variant(orders, r["label"], r["load"], r["ticks"], problem)
         results.append(row)
     report(results, forms, Path(args.out))
 

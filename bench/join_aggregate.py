@@ -27,6 +27,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Iterator
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -114,6 +115,28 @@ def log_plot(path: Path, title: str, xlabel: str, xs: list[int], lines: list[tup
     print(f"plot: {path}")
 
 
+def order_changes(orders: int, changes: int, seed: int = 7) -> Iterator[tuple[list[int], list[int]]]:
+    """Each tick's change of ``orders`` orders, forever: (ids deleted, ids inserted), up to
+    half of ``changes`` deleting orders not deleted yet, the rest new ids after the last."""
+    rng = random.Random(seed)
+    next_id, deleted = orders, set()
+    while True:
+        gone = [i for i in {rng.randrange(orders) for _ in range(changes)} if i not in deleted][: changes // 2]
+        deleted.update(gone)
+        new = list(range(next_id, next_id + changes - len(gone)))
+        next_id += len(new)
+        yield gone, new
+
+
+def print_variant(orders: int, label: str, load: float, ticks: list[dict], problem: str | None) -> None:
+    """One variant's line of progress: its load, its ticks (after the first, which warms
+    caches; with the form each was handed over in, where it has one), its paths."""
+    print(f"  {orders:,} orders, {label}: load {load:.1f} s, ticks "
+          + ", ".join(f"{s['form'] + ' ' if 'form' in s else ''}{s['tick']:.2f}" for s in ticks[1:])
+          + f"; {'equal' if problem is None else 'DIFFERENT: ' + problem}; paths "
+          + ", ".join(sorted({s['path'] for s in ticks[1:]})), flush=True)
+
+
 class SparkWork:
     """Jobs, stages and tasks Spark ran since the last call (from the status tracker)."""
 
@@ -144,15 +167,12 @@ def run(spark, work: Path, orders: int, changes: int, ticks: int, forms: list[st
                "customers": customers.withColumn("_w", F.lit(1))})
     load = time.perf_counter() - t
 
-    rng = random.Random(7)
-    next_id, deleted = orders, set()
+    changed, rows = order_changes(orders, changes), orders
     tick_times, counts, splits, in_tasks, paths, handed = [], [], [], [], [], []
     spark_work = SparkWork(spark)
     for form in [f for _ in range(ticks) for f in forms]:
-        gone = [i for i in {rng.randrange(orders) for _ in range(changes)} if i not in deleted][: changes // 2]
-        deleted.update(gone)
-        new = list(range(next_id, next_id + changes - len(gone)))
-        next_id += len(new)
+        gone, new = next(changed)
+        rows += len(new) - len(gone)
         delta = handed_over(spark, form, order_table(gone + new, [-1] * len(gone) + [1] * len(new)))
         handed.append(form)
         spark_work()
@@ -182,7 +202,7 @@ def run(spark, work: Path, orders: int, changes: int, ticks: int, forms: list[st
     problem = compare([tuple(r) for r in got], [tuple(r) for r in want])
     pipe.close()
     state = sum(f.stat().st_size for f in (work / "state").rglob("*") if f.is_file())
-    return {"rows": orders - len(deleted) + (next_id - orders), "load": load, "ticks": tick_times,
+    return {"rows": rows, "load": load, "ticks": tick_times,
             "batch": batch_times, "problem": problem, "counts": counts, "splits": splits, "in_tasks": in_tasks,
             "paths": paths, "forms": handed, "state_mib": state / 2**20}
 

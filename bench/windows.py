@@ -24,13 +24,13 @@ Four variants over the same data and ticks:
 
 Each tick changes ``--changes`` orders (half deleted, half new), as Arrow. Batch is Spark
 computing both views over the final data (adaptive execution on), whose result every
-variant must equal. Per tick: Spark jobs / stages / tasks (status tracker) and the
-pipeline's time split. Prints a table and saves bench/results/windows.png.
+variant must equal exactly (``compare_exact``: the twin's rule, floats to 1e-9 relative).
+Per tick: Spark jobs / stages / tasks (status tracker) and the pipeline's time split.
+Prints a table and saves bench/results/windows.png.
 """
 from __future__ import annotations
 
 import argparse
-import random
 import shutil
 import statistics
 import sys
@@ -45,9 +45,10 @@ import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
-from bench.join_aggregate import BATCH_CONF, SparkWork, configure, log_plot, print_table  # noqa: E402
+from bench.join_aggregate import (BATCH_CONF, SparkWork, configure, log_plot, order_changes,  # noqa: E402
+                                  print_table, print_variant)
 from dbt_incremental_stream import Pipeline  # noqa: E402
-from dbt_incremental_stream.differential import compare  # noqa: E402
+from dbt_incremental_stream.differential import compare_exact  # noqa: E402
 from dbt_incremental_stream.runtime import arranged  # noqa: E402
 from dbt_incremental_stream.runtime.session import TICK_CONF, session  # noqa: E402
 
@@ -76,15 +77,9 @@ def order_table(ids: list[int], weights: list[int]) -> pa.Table:
 
 def workload(orders: int, changes: int, ticks: int) -> list[pa.Table]:
     """Each tick's change of orders, the same for every variant."""
-    rng = random.Random(7)
-    next_id, deleted, out = orders, set(), []
-    for _ in range(ticks):
-        gone = [i for i in {rng.randrange(orders) for _ in range(changes)} if i not in deleted][: changes // 2]
-        deleted.update(gone)
-        new = list(range(next_id, next_id + changes - len(gone)))
-        next_id += len(new)
-        out.append(order_table(gone + new, [-1] * len(gone) + [1] * len(new)))
-    return out
+    changed = order_changes(orders, changes)
+    return [order_table(gone + new, [-1] * len(gone) + [1] * len(new)) for gone, new in
+            (next(changed) for _ in range(ticks))]
 
 
 def run_variant(spark, work: Path, label: str, orders: int, ticks: list[pa.Table]) -> dict:
@@ -110,7 +105,7 @@ def run_variant(spark, work: Path, label: str, orders: int, ticks: list[pa.Table
             last = pipe.last_tick
             seen.append({"tick": took, "work": spark_work(), "split": last.seconds,
                          "path": last.path if last.path != "dataframe" else f"dataframe ({last.why})"})
-        got = {name: [tuple(r) for r in pipe.snapshot(name).collect()] for name in VIEWS}
+        got = {name: pipe.snapshot(name).toArrow() for name in VIEWS}
         final = pipe.snapshot("orders")
     return {"label": label, "load": load, "ticks": seen, "got": got, "final": final, "pipe": pipe}
 
@@ -125,8 +120,7 @@ def batch(spark, work: Path, final, runs: int) -> tuple[list[float], dict]:
         for name, sql in VIEWS.items():
             spark.sql(sql).write.mode("overwrite").parquet(str(work / f"batch{i}_{name}"))
         times.append(time.perf_counter() - t)
-    return times, {name: [tuple(r) for r in spark.read.parquet(str(work / f"batch0_{name}")).collect()]
-                   for name in VIEWS}
+    return times, {name: spark.read.parquet(str(work / f"batch0_{name}")).toArrow() for name in VIEWS}
 
 
 def main() -> None:
@@ -151,16 +145,12 @@ def main() -> None:
                 if not want:
                     row["batch"], want = batch(spark, work, r["final"], args.batch_runs)
                 r["pipe"].close()
-                problems = [p for name in VIEWS if (p := compare(r["got"][name], want[name])) is not None]
+                problems = [p for name in VIEWS if (p := compare_exact(r["got"][name], want[name])) is not None]
                 r["equal"] = not problems
                 row["variants"][label] = r
             finally:
                 shutil.rmtree(work, ignore_errors=True)
-            mine = r["ticks"][1:]  # the first tick warms caches
-            print(f"  {orders:,} orders, {label}: load {r['load']:.1f} s, ticks "
-                  + ", ".join(f"{s['tick']:.2f}" for s in mine)
-                  + f"; {'equal' if not problems else 'DIFFERENT: ' + problems[0]}; paths "
-                  + ", ".join(sorted({s['path'] for s in mine})), flush=True)
+            print_variant(orders, label, r["load"], r["ticks"], problems[0] if problems else None)
         results.append(row)
     report(results, Path(args.out))
 
