@@ -544,8 +544,10 @@ def _bag_difference(got: list[Row], want: list[Row]) -> tuple[list[Row], list[Ro
     alike: dict[Any, list[int]] = {}
     for j, w in enumerate(rest_want):
         alike.setdefault(_shape_key(w), []).append(j)
-    edges = [[j for j in alike.get(_shape_key(g), ()) if all(map(_value_equal, g, rest_want[j]))]
-             for g in rest_got]
+    candidates = [alike.get(_shape_key(g), []) for g in rest_got]
+    if sum(map(len, candidates)) > 250_000:  # too many to pair: shown as they are
+        return rest_got, rest_want
+    edges = [[j for j in js if all(map(_value_equal, g, rest_want[j]))] for g, js in zip(rest_got, candidates)]
     partner: dict[int, int] = {}  # want index → got index (augmenting paths: at most len(rest_got) deep)
 
     def augment(i: int, seen: set[int]) -> bool:

@@ -58,6 +58,7 @@ from ..circuit.operators import (
 )
 from ..sql.predicates import conjuncts, key_terms, normalized
 from ..sql.relations import DIALECT
+from ..sql.validate import AGGREGATES
 from ..sql.temporal import CLOCK, CLOCK_COLUMN
 from . import expressions, kernels, zsets
 from .arrangement import Arrangement, RunStore
@@ -191,10 +192,6 @@ class Totals:
     aggs: tuple[AggCall, ...]
     partition: tuple[str, ...]
     keep: expressions.Compiled | None
-
-
-#: the aggregates :class:`Totals` computes, by their SQL name
-_TOTALS = ("count", "sum", "avg", "min", "max")
 
 
 @dataclass(frozen=True)
@@ -388,9 +385,9 @@ class Plan:
         # per function: over its whole partition (a frame of it all), else the default frame
         whole = [w.args.get("spec") is not None and _whole_partition(w.args["spec"]) for _, w in windows]
         framed = [w.args.get("spec") is not None for _, w in windows]
-        names = [(name, w.this.sql_name().lower()) for name, w in windows]
         by = tuple(c.name for c in partition)
-        if order and all(not f or (w and n in kernels.WHOLE) for f, w, (_, n) in zip(framed, whole, names)):
+        if order and all(not f or (all_of and w.this.sql_name().lower() in kernels.WHOLE)
+                         for f, all_of, (_, w) in zip(framed, whole, windows)):
             out = zsets.arrow_schema(self.schema(op))
             ordered = [_ordered(name, w.this, types, out.field(name).type, all_of)
                        for (name, w), all_of in zip(windows, whole)]
@@ -400,10 +397,10 @@ class Plan:
                     (o.this.name, bool(o.args.get("desc")), bool(o.args.get("nulls_first")))
                     for o in order.expressions), keep)
         elif all(w if order else not f or w for f, w in zip(framed, whole)) and all(
-                n in _TOTALS and _column_arg(w.this, types.names) is not None
-                for (_, n), (_, w) in zip(names, windows)):
-            self.windows[op.id] = Totals(tuple(AggCall(name, f, _column_arg(w.this, types.names) or None)
-                                               for (name, f), (_, w) in zip(names, windows)), by, keep)
+                type(w.this) in AGGREGATES and _column_arg(w.this, types.names) is not None for _, w in windows):
+            self.windows[op.id] = Totals(tuple(AggCall(name, AGGREGATES[type(w.this)],
+                                                       _column_arg(w.this, types.names) or None)
+                                               for name, w in windows), by, keep)
 
     def _top(self, op: WindowDiff, side: Side) -> None:
         """A top-k over the whole input (``ORDER BY … LIMIT k``) whose first order term puts
@@ -676,12 +673,12 @@ def _ordered(name: str, func: exp.Func, columns: pa.Schema, kind: pa.DataType, w
     if f not in kernels.VALUES or not arg or columns.field(arg).type != kind:
         return None
     offset, default = func.args.get("offset"), func.args.get("default")
-    n = 1 if offset is None else _literal(offset)
+    n = 1 if offset is None else expressions.literal(offset)
     if not isinstance(n, int) or isinstance(n, bool) or (f == "nth_value" and n < 1):
         return None
     value = None
     if default is not None and not isinstance(default, exp.Null):
-        literal = _literal(default)
+        literal = expressions.literal(default)
         if literal is None or isinstance(literal, bool) or isinstance(literal, str) != pa.types.is_string(kind):
             return None
         try:
@@ -699,21 +696,6 @@ def _whole_partition(frame: exp.Expression) -> bool:
     a = frame.args
     return (str(a.get("start")).upper(), str(a.get("start_side")).upper(), str(a.get("end")).upper(),
             str(a.get("end_side")).upper()) == ("UNBOUNDED", "PRECEDING", "UNBOUNDED", "FOLLOWING")
-
-
-def _literal(e: exp.Expression) -> int | float | Decimal | str | None:
-    """A number or string literal's value (an integer as int, a decimal point as Decimal,
-    an exponent as float), or None."""
-    negative = isinstance(e, exp.Neg)
-    e = e.this if negative else e
-    if not isinstance(e, exp.Literal):
-        return None
-    if e.is_string:
-        return None if negative else e.this
-    text = e.this
-    value: int | float | Decimal = (float(text) if "e" in text.lower() else Decimal(text) if "." in text
-                                    else int(text))
-    return -value if negative else value
 
 
 def _column_arg(func: exp.Func, columns: Sequence[str]) -> str | None:
@@ -1141,7 +1123,7 @@ class ArrangedTick:
             out = kernels.inserted(kernels.ranks(kernels.expand(rows), spec.partition, spec.order, spec.funcs))
         elif isinstance(spec, Totals):
             out = kernels.totals(rows, spec.partition, spec.aggs, self.arrow_schema(op), ansi=self.ansi)
-        if spec is None or out is None:
+        if spec is None or out is None:  # no Arrow form, or Spark's semantics decide
             return self._in_spark(op, rows,
                                   lambda df: zsets.window_diff(None, df, None, op.partition, op.funcs, op.keep))
         if spec.keep is not None:

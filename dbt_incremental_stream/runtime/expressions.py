@@ -604,6 +604,23 @@ def _number(text: str) -> pa.Scalar:
     return pa.scalar(d, pa.decimal128(max(digits, scale, 1), scale))
 
 
+def literal(e: exp.Expr) -> Any:
+    """A string or numeric literal's value as Spark reads it (:func:`_number`: digits an
+    int, a point a Decimal), negated where written ``-x``; None for anything else (a
+    double's exponent included)."""
+    negative = isinstance(e, exp.Neg)
+    inner = e.this if negative else e
+    if not isinstance(inner, exp.Literal):
+        return None
+    if inner.is_string:
+        return None if negative else inner.this
+    try:
+        value = _number(inner.this).as_py()
+    except _Untranslatable:
+        return None
+    return -value if negative else value
+
+
 def _count(e: exp.Expr | None) -> int:
     """A non-negative integer literal."""
     if isinstance(e, exp.Literal) and not e.is_string and str(e.this).isdigit():
