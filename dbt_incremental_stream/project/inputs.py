@@ -416,6 +416,7 @@ def _changes(pipe: Pipeline, source: KafkaSource, rows: DataFrame | pa.Table) ->
     if isinstance(rows, pa.Table):
         ranked = kernels.ranks(rows, key, [("_partition", True, False), ("_offset", True, False)],
                                [kernels.Ordered("_n", "row_number")])
+        assert ranked is not None  # ROW_NUMBER alone is always Arrow's
         latest = ranked.filter(pc.equal(ranked.column("_n"), 1))
         replaced = pipe.contents.by_key(name, key, latest.select(key), pipe.pending)
         if replaced is not None:

@@ -363,10 +363,10 @@ class Plan:
     def _window(self, op: WindowDiff) -> None:
         """Arrow's form of a window over one PARTITION BY (and ORDER BY) of columns, kept by
         a predicate Arrow evaluates: functions of ordered rows (:class:`Ranking`; with the
-        default frame, or the whole partition for FIRST_VALUE, LAST_VALUE and NTH_VALUE),
-        or aggregates of columns over whole partitions (:class:`Totals`: without ORDER BY,
-        or with a frame of the whole partition). Other frames (a running aggregate's) are
-        Spark's to decide (or refuse)."""
+        default frame, or the whole partition for FIRST_VALUE, LAST_VALUE and NTH_VALUE;
+        aggregates of columns over a running frame), or aggregates of columns over whole
+        partitions (:class:`Totals`: without ORDER BY, or with a frame of the whole
+        partition). Other frames (a sliding one's) are Spark's to decide (or refuse)."""
         found = [(name, sqlglot.parse_one(sql, read=DIALECT)) for name, sql in op.funcs]
         windows = [(name, w) for name, w in found if isinstance(w, exp.Window) and isinstance(w.this, exp.Func)]
         specs = {(tuple(w.args.get("partition_by") or ()), w.args.get("order")) for _, w in windows}
@@ -386,11 +386,13 @@ class Plan:
         whole = [w.args.get("spec") is not None and _whole_partition(w.args["spec"]) for _, w in windows]
         framed = [w.args.get("spec") is not None for _, w in windows]
         by = tuple(c.name for c in partition)
+        running = [_running_frame(w.args.get("spec")) for _, w in windows]
         if order and all(not f or (all_of and w.this.sql_name().lower() in kernels.WHOLE)
-                         for f, all_of, (_, w) in zip(framed, whole, windows)):
+                         or type(w.this) in AGGREGATES and rows is not None
+                         for f, all_of, rows, (_, w) in zip(framed, whole, running, windows)):
             out = zsets.arrow_schema(self.schema(op))
-            ordered = [_ordered(name, w.this, types, out.field(name).type, all_of)
-                       for (name, w), all_of in zip(windows, whole)]
+            ordered = [_ordered(name, w.this, types, out.field(name).type, all_of, bool(rows))
+                       for (name, w), all_of, rows in zip(windows, whole, running)]
             funcs = tuple(f for f in ordered if f is not None)
             if len(funcs) == len(ordered):
                 self.windows[op.id] = Ranking(funcs, by, tuple(
@@ -636,7 +638,8 @@ def _window_text(spec: Ranking | Totals | None) -> str:
     if spec is None:
         return "the window by Spark"
     if isinstance(spec, Ranking):
-        return ", ".join(f.func.upper() for f in spec.funcs) + " in Arrow"
+        return ", ".join(f"running {f.func.upper()}({f.arg or '*'})" if f.func in kernels.RUNNING else f.func.upper()
+                         for f in spec.funcs) + " in Arrow"
     return ", ".join(f"{a.func.upper()}({a.arg or '*'})" for a in spec.aggs) + " of whole partitions in Arrow"
 
 
@@ -661,15 +664,23 @@ def _limit(keep: str, name: str) -> int | None:
     return min(found) if found else None
 
 
-def _ordered(name: str, func: exp.Func, columns: pa.Schema, kind: pa.DataType, whole: bool
+def _ordered(name: str, func: exp.Func, columns: pa.Schema, kind: pa.DataType, whole: bool, rows: bool = False
              ) -> kernels.Ordered | None:
-    """The kernels' form of a window function over ordered rows, or None: a ranking, or a
+    """The kernels' form of a window function over ordered rows, or None: a ranking, a
     value function of a column whose result is that column's type (LAG/LEAD's offset a
-    whole number, and their default NULL or a literal that type holds exactly)."""
+    whole number, and their default NULL or a literal that type holds exactly), or an
+    aggregate of a column over a running frame (``rows``: up to the current row, not its
+    last peer) whose result is of the type :func:`kernels.running` gives."""
     f = func.sql_name().lower()
     if f in kernels.RANKINGS:
         return kernels.Ordered(name, f)
     arg = _column_arg(func, columns.names)
+    if type(func) in AGGREGATES:
+        agg = AGGREGATES[type(func)]
+        if arg is None or agg not in kernels.RUNNING or kind != _running_type(agg, columns.field(arg).type if arg
+                                                                             else None):
+            return None
+        return kernels.Ordered(name, agg, arg or None, rows=rows)
     if f not in kernels.VALUES or not arg or columns.field(arg).type != kind:
         return None
     offset, default = func.args.get("offset"), func.args.get("default")
@@ -688,6 +699,39 @@ def _ordered(name: str, func: exp.Func, columns: pa.Schema, kind: pa.DataType, w
         if value.as_py() != literal:
             return None
     return kernels.Ordered(name, f, arg, n, value, whole)
+
+
+def _running_type(agg: str, arg: pa.DataType | None) -> pa.DataType | None:
+    """The type :func:`kernels.running` gives ``agg`` of a column of type ``arg`` (None:
+    COUNT(*)), as Spark types it; None for an argument it does not aggregate."""
+    if agg == "count":
+        return pa.int64()
+    assert arg is not None
+    if agg in ("min", "max"):
+        return None if pa.types.is_nested(arg) or pa.types.is_dictionary(arg) else arg
+    if pa.types.is_floating(arg) or agg == "avg" and pa.types.is_integer(arg):
+        return pa.float64()
+    if pa.types.is_integer(arg):
+        return pa.int64()
+    if isinstance(arg, pa.Decimal128Type):
+        if agg == "sum":
+            return pa.decimal128(min(38, arg.precision + 10), arg.scale)
+        return pa.decimal128(*kernels.average_types(arg.precision, arg.scale)[1:])
+    return None
+
+
+def _running_frame(frame: exp.Expression | None) -> bool | None:
+    """Whether a window frame (None: the default one) runs up to the current row: ROWS
+    (True) or RANGE (False, up to its last peer) BETWEEN UNBOUNDED PRECEDING AND CURRENT
+    ROW; None for any other frame."""
+    if frame is None:
+        return False
+    a = frame.args
+    if (str(a.get("start")).upper(), str(a.get("start_side")).upper(), str(a.get("end")).upper()) \
+            not in (("UNBOUNDED", "PRECEDING", "CURRENT ROW"), ("UNBOUNDED", "PRECEDING", "NONE")) \
+            or a.get("exclude"):
+        return None
+    return str(a.get("kind")).upper() == "ROWS"
 
 
 def _whole_partition(frame: exp.Expression) -> bool:
@@ -1120,7 +1164,8 @@ class ArrangedTick:
         spec = self.plan.windows.get(op.id)
         out = None
         if isinstance(spec, Ranking):
-            out = kernels.inserted(kernels.ranks(kernels.expand(rows), spec.partition, spec.order, spec.funcs))
+            ranked = kernels.ranks(kernels.expand(rows), spec.partition, spec.order, spec.funcs, ansi=self.ansi)
+            out = None if ranked is None else kernels.inserted(ranked)
         elif isinstance(spec, Totals):
             out = kernels.totals(rows, spec.partition, spec.aggs, self.arrow_schema(op), ansi=self.ansi)
         if spec is None or out is None:  # no Arrow form, or Spark's semantics decide

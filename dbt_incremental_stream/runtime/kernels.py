@@ -1044,14 +1044,20 @@ def expand(table: pa.Table) -> pa.Table:
 RANKINGS = frozenset({"row_number", "rank", "dense_rank", "percent_rank", "cume_dist"})
 VALUES = frozenset({"lag", "lead", "first_value", "last_value", "nth_value"})
 WHOLE = frozenset({"first_value", "last_value", "nth_value"})  # also over a frame of the whole partition
+#: the aggregates :func:`ranks` computes over a running frame: the partition up to the
+#: current row's last peer (the default frame with ORDER BY) or up to the current row
+RUNNING = frozenset({"sum", "count", "avg", "min", "max"})
 
 
 @dataclass(frozen=True)
 class Ordered:
-    """A window function over ordered rows (:data:`RANKINGS`, :data:`VALUES`) as column
-    ``name``; a value function reads column ``arg``: LAG/LEAD ``offset`` rows back or
-    ahead (``default`` outside the partition), NTH_VALUE the ``offset``-th row; ``whole``:
-    FIRST_VALUE, LAST_VALUE or NTH_VALUE over the whole partition, not the default frame."""
+    """A window function over ordered rows (:data:`RANKINGS`, :data:`VALUES`,
+    :data:`RUNNING`) as column ``name``; a value function reads column ``arg``: LAG/LEAD
+    ``offset`` rows back or ahead (``default`` outside the partition), NTH_VALUE the
+    ``offset``-th row; ``whole``: FIRST_VALUE, LAST_VALUE or NTH_VALUE over the whole
+    partition, not the default frame. A running aggregate reads ``arg`` (None: COUNT(*))
+    up to the current row's last peer, or where ``rows`` (``ROWS BETWEEN UNBOUNDED
+    PRECEDING AND CURRENT ROW``) up to the current row."""
 
     name: str
     func: str
@@ -1059,10 +1065,11 @@ class Ordered:
     offset: int = 1
     default: pa.Scalar | None = None
     whole: bool = False
+    rows: bool = False
 
 
 def ranks(bag: pa.Table, partition: Sequence[str], order: Sequence[tuple[str, bool, bool]],
-          funcs: Sequence[Ordered]) -> pa.Table:
+          funcs: Sequence[Ordered], *, ansi: bool = True) -> pa.Table | None:
     """``bag`` with window functions ``OVER (PARTITION BY partition ORDER BY order)``, one
     column per :class:`Ordered`, as Spark computes them over the rows ordered by
     :func:`partitioned`; ``order`` is (column, descending, nulls first) per term. Rows are
@@ -1073,7 +1080,8 @@ def ranks(bag: pa.Table, partition: Sequence[str], order: Sequence[tuple[str, bo
     frame (the partition up to the last peer), or the whole partition where
     :attr:`Ordered.whole`: FIRST_VALUE the partition's first row, LAST_VALUE the frame's
     last, NTH_VALUE the n-th row where it is not past the frame's last (else NULL); LAG and
-    LEAD the row ``offset`` back or ahead in the partition, else ``default``."""
+    LEAD the row ``offset`` back or ahead in the partition, else ``default``. Running
+    aggregates are :func:`running`'s; None where one of them leaves it to Spark."""
     sorted_, part_start, terms = partitioned(bag, partition, order)
     n = sorted_.num_rows
     idx = np.arange(n)
@@ -1081,7 +1089,7 @@ def ranks(bag: pa.Table, partition: Sequence[str], order: Sequence[tuple[str, bo
     last = np.flatnonzero(np.append(part_start[1:], True))[np.cumsum(part_start) - 1] if n else idx
     out = sorted_.select(bag.column_names)
     if any(f.func in RANKINGS - {"row_number"} or f.func in ("last_value", "nth_value") and not f.whole
-           for f in funcs):
+           or f.func in RUNNING and not f.rows for f in funcs):
         peer_start = part_start | _starts(sorted_, terms)
         rank = np.maximum.accumulate(np.where(peer_start, idx, 0)) - first + 1
         size = last - first + 1
@@ -1110,10 +1118,191 @@ def ranks(bag: pa.Table, partition: Sequence[str], order: Sequence[tuple[str, bo
             if not inside.all():
                 default = f.default if f.default is not None else pa.scalar(None, column.type)
                 value = pc.if_else(pa.array(inside), value, default)
+        elif f.func in RUNNING:
+            found = running(f.func, None if f.arg is None else sorted_.column(f.arg), part_start,
+                            idx if f.rows else peer_end, ansi=ansi)
+            if found is None:
+                return None
+            value = found
         else:
             raise ValueError(f"no window function {f.func!r}")
         out = out.append_column(f.name, value)
     return out
+
+
+#: a partition longer than this has its running float sum summed alone; shorter ones
+#: are summed side by side, a row of each at a time
+_LONG_PARTITION = 512
+
+
+def running(func: str, x: pa.ChunkedArray | None, part_start: np.ndarray, end: np.ndarray, *,
+            ansi: bool) -> pa.Array | None:
+    """An aggregate over a running frame, as Spark's window computes it: per row of rows
+    sorted by partition (``part_start``: whether a row starts one), ``func`` of ``x`` (None:
+    COUNT(*)) over the partition's rows up to row ``end`` (the row's frame's last row).
+
+    COUNT is BIGINT; SUM of integers BIGINT and of DECIMAL(p, s) DECIMAL(p + 10, s), exact;
+    SUM of floats and AVG of integers and floats DOUBLE, added in the rows' order one at a
+    time from 0.0 as Spark's buffer adds (NaN and the infinities as IEEE adds them, so a
+    frame's last bits can differ from Spark's only in the order of peers, which Spark does
+    not fix either); AVG of a DECIMAL as :func:`decimal_average` finishes it; MIN and MAX
+    the first row of the frame holding the smallest (largest) value as Spark orders values
+    (NaN above every number, -0.0 equal to 0.0), of the argument's type. NULLs are skipped;
+    a frame without a value is NULL (COUNT 0). None where Spark's semantics decide: a sum
+    that leaves its type at any row (an error under ANSI, a wrap or a NULL without), a
+    type not handled here."""
+    n = len(part_start)
+    idx = np.arange(n)
+    first = np.maximum.accumulate(np.where(part_start, idx, 0)) if n else idx
+    if x is None:
+        return pa.array(end - first + 1, pa.int64())
+    valid = pc.is_valid(x).to_numpy(zero_copy_only=False)
+    seen = _framed_sums(valid.astype(np.int64), first, end)
+    if func == "count":
+        return pa.array(seen, pa.int64())
+    none = pa.array(seen == 0)
+    kind = x.type
+    if func in ("min", "max"):
+        if pa.types.is_nested(kind) or pa.types.is_dictionary(kind):
+            return None
+        return pc.if_else(none, pa.scalar(None, kind), x.take(pa.array(_extreme_rows(x, func == "max", part_start,
+                                                                                    end))))
+    if pa.types.is_floating(kind) or func == "avg" and pa.types.is_integer(kind):
+        values = pc.fill_null(x.cast(pa.float64(), safe=False), 0.0).to_numpy(zero_copy_only=False)
+        with np.errstate(invalid="ignore", over="ignore"):  # IEEE's NaN and infinities, as Spark's
+            total = _sequential_sums(values, part_start)[end] + 0.0  # Spark's buffer starts at 0.0: never -0.0
+            if func == "avg":
+                total = total / np.maximum(seen, 1)
+        return pc.if_else(none, pa.scalar(None, pa.float64()), pa.array(total, pa.float64()))
+    if not (pa.types.is_integer(kind) or pa.types.is_decimal(kind)):
+        return None
+    unscaled = _unscaled(pc.fill_null(x, 0))
+    if unscaled is None:
+        return None
+    sums = _exact_framed(unscaled, first, end, every=ansi or pa.types.is_decimal(kind))
+    if sums is None:
+        return None
+    if pa.types.is_integer(kind):
+        bound = 1 << 63
+        if ansi and not _within(sums.all, -bound, bound - 1):
+            return None
+        out = pa.array(_wrapped_ints(sums.at) if sums.at.dtype == object else sums.at, pa.int64())
+        return pc.if_else(none, pa.scalar(None, pa.int64()), out)
+    precision, scale = (min(38, kind.precision + 10), kind.scale) if func == "sum" else (38, kind.scale)
+    if not _within(sums.all, -10 ** precision + 1, 10 ** precision - 1):
+        return None
+    totals = _decimals(sums.at, precision, scale)
+    if func == "sum":
+        return pc.if_else(none, pa.scalar(None, totals.type), totals)
+    return decimal_average(pa.chunked_array([totals]), pa.chunked_array([pa.array(seen, pa.int64())]), kind,
+                           ansi=ansi)
+
+
+@dataclass(frozen=True)
+class _Framed:
+    """Exact sums over running frames: at each frame's end (``at``) and at every row of
+    each partition (``all``: what a buffer adding one row at a time holds)."""
+
+    at: np.ndarray
+    all: np.ndarray
+
+
+def _framed_sums(values: np.ndarray, first: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Per row, the sum of int64 ``values`` from its partition's first row to row ``end``
+    (counts: no sum of them leaves int64)."""
+    total = np.concatenate([[0], np.cumsum(values)])
+    return total[end + 1] - total[first]
+
+
+def _exact_framed(values: np.ndarray, first: np.ndarray, end: np.ndarray, *, every: bool) -> _Framed | None:
+    """:class:`_Framed` sums of integers (int64, or Python ints as objects), exact: in
+    int64 when no sum of absolute values can leave it, else as Python ints. ``every``: the
+    sums at every row are wanted too (to check that none leaves the result's type)."""
+    n = len(values)
+    idx = np.arange(n)
+    if values.dtype != object and (not n or float(np.abs(values.astype(np.float64)).sum()) < 2.0 ** 62):
+        at = _framed_sums(values, first, end)
+        return _Framed(at, _framed_sums(values, first, idx) if every else at)
+    exact = values.astype(object)
+    total = np.concatenate([np.array([0], dtype=object), np.cumsum(exact)])
+    return _Framed(total[end + 1] - total[first], total[idx + 1] - total[first] if every else total[end + 1])
+
+
+def _wrapped_ints(values: np.ndarray) -> np.ndarray:
+    """Python ints as Java's long addition leaves their sum: the low 64 bits, signed."""
+    return np.array([((int(v) + (1 << 63)) & 0xFFFFFFFFFFFFFFFF) - (1 << 63) for v in values], np.int64)
+
+
+def _within(values: np.ndarray, low: int, high: int) -> bool:
+    return not len(values) or bool(low <= values.min() and values.max() <= high)
+
+
+def _unscaled(x: pa.ChunkedArray) -> np.ndarray | None:
+    """Integers as int64, decimals as their unscaled integers (int64 where every one fits,
+    else Python ints); None for a decimal wider than 128 bits."""
+    if pa.types.is_integer(x.type):
+        return x.cast(pa.int64()).to_numpy()
+    if not isinstance(x.type, pa.Decimal128Type):
+        return None
+    arr = x.combine_chunks() if isinstance(x, pa.ChunkedArray) else x
+    words = np.frombuffer(arr.buffers()[1], np.int64)[2 * arr.offset:2 * (arr.offset + len(arr))]
+    low, high = words[0::2], words[1::2]
+    if (high == (low >> 63)).all():  # sign-extended: the value is its low word
+        return low.copy()
+    return np.array([(int(h) << 64) | (int(lo) & 0xFFFFFFFFFFFFFFFF) for lo, h in zip(low, high)], dtype=object)
+
+
+def _decimals(unscaled: np.ndarray, precision: int, scale: int) -> pa.Array:
+    """DECIMAL(precision, scale) values from their unscaled integers."""
+    kind = pa.decimal128(precision, scale)
+    if unscaled.dtype != object:
+        words = np.empty(2 * len(unscaled), np.int64)
+        words[0::2], words[1::2] = unscaled, unscaled >> 63
+        return pa.Array.from_buffers(kind, len(unscaled), [None, pa.py_buffer(words.tobytes())])
+    return pa.array([Decimal(int(v)).scaleb(-scale) for v in unscaled], kind)
+
+
+def _sequential_sums(values: np.ndarray, part_start: np.ndarray) -> np.ndarray:
+    """Per row, the float sum of its partition's values up to it, added one at a time in
+    order (as a buffer adds them; a cumulative sum over all rows less the sum before the
+    partition would carry the other partitions' rounding). A long partition is summed
+    alone, the short ones side by side: one addition per row of the longest of them."""
+    out = np.empty_like(values)
+    starts = np.flatnonzero(part_start)
+    lengths = np.diff(np.append(starts, len(values)))
+    long = lengths > _LONG_PARTITION
+    for s, size in zip(starts[long], lengths[long]):
+        np.cumsum(values[s:s + size], out=out[s:s + size])
+    order = np.argsort(-lengths[~long], kind="stable")
+    short, sizes = starts[~long][order], lengths[~long][order]
+    acc = np.zeros(len(short))
+    for j in range(int(sizes[0]) if len(sizes) else 0):
+        k = int(np.searchsorted(-sizes, -j, side="left"))  # the partitions longer than j
+        at = short[:k] + j
+        acc[:k] += values[at]
+        out[at] = acc[:k]
+    return out
+
+
+def _extreme_rows(x: pa.ChunkedArray, largest: bool, part_start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Per row, the first row of its frame (its partition up to row ``end``) whose value
+    of ``x`` is the largest (``largest``) or smallest, as Spark orders values and as its
+    MIN and MAX keep the first of equal ones; any row where the frame has no value."""
+    n = len(part_start)
+    idx = np.arange(n)
+    if not n:
+        return idx
+    rank = pc.rank(x, sort_keys="ascending", tiebreaker="dense").to_numpy().astype(np.int64)  # NaN above numbers
+    valid = pc.is_valid(x).to_numpy(zero_copy_only=False)
+    top = int(rank.max()) + 2
+    part = np.cumsum(part_start) - 1
+    if largest:  # a later partition's codes are above an earlier one's, a NULL below every value
+        held = np.maximum.accumulate(part * top + np.where(valid, rank, 0))
+    else:
+        held = np.minimum.accumulate((part[-1] - part) * top + np.where(valid, rank, top - 1))
+    changed = np.ones(n, bool)
+    changed[1:] = held[1:] != held[:-1]
+    return np.maximum.accumulate(np.where(changed, idx, 0))[end]
 
 
 def totals(rows: pa.Table, partition: Sequence[str], aggs: Sequence[AggCall], schema: pa.Schema, *,

@@ -523,6 +523,104 @@ def test_value_functions_read_the_row_they_name(rows, offset, whole):
                    for r in out.to_pylist()) == want
 
 
+def _spark_max(values: list, largest: bool):
+    """MAX (MIN) as Spark orders values: NULLs skipped, NaN above every number; the first
+    of equal values (-0.0 and 0.0) kept; None when there is none."""
+    found = None
+    for v in values:
+        if v is None:
+            continue
+        key, held = _ordered(v, False, False), None if found is None else _ordered(found, False, False)
+        if held is None or (key > held if largest else key < held):
+            found = v
+    return found
+
+
+_BIG = (1 << 63) - 1
+_RUNNING_VALUES = st.one_of(st.none(), st.integers(-5, 5), st.sampled_from([_BIG, -_BIG - 1]))
+_RUNNING_FLOATS = st.one_of(st.none(), st.integers(-5, 5).map(float),
+                            st.sampled_from([math.nan, math.inf, -math.inf, -0.0]))
+
+
+@given(st.lists(st.tuples(st.integers(0, 2), st.one_of(st.none(), st.integers(-2, 2)), _RUNNING_VALUES,
+                          _RUNNING_FLOATS, st.integers(1, 2)), max_size=25),
+       st.booleans(), st.booleans())
+def test_running_aggregates_sum_their_frame(rows, by_rows, ansi):
+    """COUNT, SUM, AVG, MIN and MAX over a running frame (to the last peer, or ``by_rows``
+    to the current row of a total order) against summing each row's frame in Python:
+    BIGINT sums exact, wrapped past 2^63 without ANSI, with it left to Spark (None) where
+    any row's sum leaves BIGINT; doubles with NaN and the infinities as IEEE adds them
+    (whole numbers: no rounding), never -0.0; DECIMAL(10, 2) sums as DECIMAL(20, 2)."""
+    t = pa.table({"k": pa.array([k for k, _, _, _, _ in rows], pa.int32()),
+                  "o": pa.array([o for _, o, _, _, _ in rows], pa.int32()),
+                  "x": pa.array([x for _, _, x, _, _ in rows], pa.int64()),
+                  "f": pa.array([f for _, _, _, f, _ in rows], pa.float64()),
+                  "m": pa.array([None if x is None or abs(x) > 5 else Decimal(x).scaleb(-2) for _, _, x, _, _ in rows],
+                                pa.decimal128(10, 2)),
+                  WEIGHT: pa.array([w for _, _, _, _, w in rows], pa.int64())})
+    funcs = [kernels.Ordered(n, f, a, rows=by_rows) for n, f, a in (
+        ("n", "count", None), ("nx", "count", "x"), ("sx", "sum", "x"), ("sf", "sum", "f"), ("af", "avg", "f"),
+        ("ax", "avg", "x"), ("sm", "sum", "m"), ("am", "avg", "m"), ("mn", "min", "f"), ("mx", "max", "f"))]
+    order = [("o", False, True)] + ([("x", False, True), ("f", False, True)] if by_rows else [])
+    out = kernels.ranks(kernels.expand(t), ["k"], order, funcs, ansi=ansi)
+    groups: dict = defaultdict(list)
+    for k, o, x, f, w in rows:
+        groups[k] += [(o, x, f)] * w
+
+    def key(r):
+        return tuple(_ordered(v, False, True) for v in (r if by_rows else r[:1]))
+
+    overflow, want = False, Counter()
+    for k, members in groups.items():
+        members.sort(key=key)
+        total = 0
+        for i, (o, x, f) in enumerate(members):
+            total += x or 0
+            overflow |= not -_BIG - 1 <= total <= _BIG
+        for i, (o, x, f) in enumerate(members):
+            end = i if by_rows else max(j for j in range(len(members)) if key(members[j]) == key(members[i]))
+            frame = members[:end + 1]
+            xs, fs = [m[1] for m in frame if m[1] is not None], [m[2] for m in frame if m[2] is not None]
+            ms = [Decimal(v).scaleb(-2) for v in xs if abs(v) <= 5]
+            sx = ((sum(xs) + (1 << 63)) % (1 << 64)) - (1 << 63) if xs else None
+            sf = sum(fs, 0.0) + 0.0 if fs else None
+            want[tuple(map(_same, (k, o, x, f, len(frame), len(xs), sx, sf, sf / len(fs) if fs else None,
+                                   sum(map(float, xs), 0.0) / len(xs) if xs else None, sum(ms) if ms else None,
+                                   (sum(ms) / len(ms)).quantize(Decimal("0.000001")) if ms else None,
+                                   _spark_max(fs, False), _spark_max(fs, True))))] += 1
+    if ansi and overflow:
+        assert out is None
+        return
+    assert out is not None
+    assert [out.schema.field(n).type for n in ("n", "sx", "sf", "ax", "sm", "am")] == [
+        pa.int64(), pa.int64(), pa.float64(), pa.float64(), pa.decimal128(20, 2), pa.decimal128(14, 6)]
+    got = Counter(tuple(_same(r[c]) for c in ("k", "o", "x", "f", "n", "nx", "sx", "sf", "af", "ax", "sm", "am", "mn",
+                                               "mx")) for r in out.to_pylist())
+    assert got == want
+
+
+@pytest.mark.parametrize("sizes", [[1, 3, 2], [700, 1, 5, 513, 512, 2], [2000]])
+def test_running_float_sums_add_each_partition_in_order(sizes):
+    """Floats of magnitudes far apart, summed over running frames: each partition's sums
+    are exactly one-at-a-time addition in order (the partitions summed side by side and the
+    long ones alone alike), not a cumulative sum over all rows less what came before."""
+    rng = np.random.default_rng(len(sizes))
+    values = rng.standard_normal(sum(sizes)) * 10.0 ** rng.integers(-12, 12, sum(sizes))
+    part_start = np.zeros(len(values), bool)
+    part_start[np.cumsum([0] + sizes[:-1])] = True
+    got = kernels.running("sum", pa.chunked_array([pa.array(values)]), part_start, np.arange(len(values)),
+                          ansi=True).to_numpy()
+    at = 0
+    for size in sizes:
+        assert np.array_equal(got[at:at + size], np.cumsum(values[at:at + size]))
+        at += size
+
+
+def _same(v):
+    """A value as a key: NaN equal to NaN, a zero's sign told."""
+    return ("nan",) if isinstance(v, float) and v != v else (v, math.copysign(1, v)) if isinstance(v, float) else v
+
+
 @given(st.lists(st.tuples(st.one_of(st.none(), st.sampled_from([math.nan, -math.nan, 0.0, -0.0, 1.5])),
                           st.one_of(st.none(), st.integers(-3, 3)), st.integers(1, 2)), max_size=25))
 def test_totals_give_each_row_its_partition_s_aggregates(rows):

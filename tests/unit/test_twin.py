@@ -40,6 +40,11 @@ def _moderate(column: str) -> str:
 
 #: a window whose order is total over the columns the value functions read
 _TOTAL = "OVER (PARTITION BY i ORDER BY d DESC, id, CAST(d AS STRING), x, m, str, b)"
+#: a running frame over an order total over every column the aggregates read
+_ROWS = ("OVER (PARTITION BY i ORDER BY d DESC, id, CAST(d AS STRING), x, m, str, b, CAST(f AS STRING), k "
+         "ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)")
+#: the default frame of an order with ties: a row's frame runs to its last peer
+_PEERS = "OVER (PARTITION BY i ORDER BY d DESC)"
 #: view shapes over NUMERIC_SOURCES, by group (a group is one twin)
 NUMERIC_SHAPES: dict[str, dict[str, str]] = {
     "joins": {
@@ -113,6 +118,22 @@ NUMERIC_SHAPES: dict[str, dict[str, str]] = {
                             f"LAST_VALUE(d) {_TOTAL} AS ld, NTH_VALUE(b, 2) {_TOTAL} AS nb FROM a",
         "last_of_partition": "SELECT id, i, LAST_VALUE(x) OVER (PARTITION BY i ORDER BY id, CAST(d AS STRING), b, m, x "
                              "ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS lx FROM a",
+        # running aggregates: to the last peer (ties on a double: NULLs, NaNs, both zeros;
+        # a peer's values are equal, so the order among peers changes no sum) ...
+        "running_to_peers": f"SELECT id, i, d, COUNT(*) {_PEERS} AS n, COUNT(f) {_PEERS} AS nf, "
+                            f"SUM(d) {_PEERS} AS sd, AVG(d) {_PEERS} AS ad, SUM(i) {_PEERS} AS si, "
+                            f"AVG(t) {_PEERS} AS at, SUM(m) {_PEERS} AS sm, AVG(m) {_PEERS} AS am, "
+                            f"MAX(str) {_PEERS} AS xs, MIN(k) {_PEERS} AS mk, MAX(d) {_PEERS} AS xd FROM a",
+        # ... and to the current row, over a total order: floats added in Spark's order
+        "running_rows": f"SELECT id, i, SUM(d) {_ROWS} AS sd, AVG(f) {_ROWS} AS af, MIN(d) {_ROWS} AS md, "
+                        f"MAX(f) {_ROWS} AS xf, SUM(k) {_ROWS} AS sk, MAX(x) {_ROWS} AS xx, "
+                        f"COUNT(str) {_ROWS} AS ns FROM a",
+        # wide decimals, summed exactly (near their limits a frame's sum leaves the type:
+        # test_running_sums_that_leave_their_type)
+        "running_wide": "SELECT id, i, SUM(x) OVER (PARTITION BY i ORDER BY id) AS sx, "
+                        "AVG(z) OVER (PARTITION BY i ORDER BY id) AS az, "
+                        "AVG(x) OVER (PARTITION BY i ORDER BY id) AS ax "
+                        f"FROM a WHERE x BETWEEN -{10 ** 19} AND {10 ** 19} AND z BETWEEN -{10 ** 37} AND {10 ** 37}",
         "order_limit_decimal": "SELECT id, x, b FROM a ORDER BY x DESC, b LIMIT 3",
         "order_limit_double": "SELECT id, d, CAST(d AS STRING) AS ds FROM a ORDER BY d DESC, id, ds LIMIT 3",
     },
@@ -227,6 +248,29 @@ def test_avg_of_bigints_sums_their_doubles(spark, tmp_path, ansi):
             twin.step({"a": [((2, 2, big), 1), ((3, 2, -big - 1), 1), ((1, 2, -5), -1), ((5, 2, big), -1)]})
             twin.step({"a": [((2, 2, big), -1), ((4, 2, 1), 1), ((6, 3, big), -1), ((7, 3, 1), 1)]})
             assert twin.arranged == 3, twin.paths
+        finally:
+            twin.close()
+
+
+@ANSI
+def test_running_sums_that_leave_their_type(spark, tmp_path, ansi):
+    """A running SUM of BIGINT past 2^63 - 1 at one row of its frame, and one of
+    DECIMAL(38, 0) past 38 digits: with ANSI on the view fails as Spark's batch does (the
+    kernel leaves the frame to Spark, whose error it is); off, Spark's wrapped BIGINT and
+    NULL decimal. A later tick deleting the large values brings them back in range."""
+    big, wide = (1 << 63) - 1, Decimal(10 ** 38 - 1)
+    with spark_conf(spark, {"spark.sql.ansi.enabled": str(ansi).lower()}):
+        twin = Twin(spark, str(tmp_path), {"a": "id INT, i INT, b BIGINT, z DECIMAL(38,0)"}, {
+            "v": "SELECT id, SUM(b) OVER (PARTITION BY i ORDER BY id) AS sb, "
+                 "SUM(z) OVER (PARTITION BY i ORDER BY id ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS sz, "
+                 "COUNT(*) OVER (PARTITION BY i ORDER BY id) AS n FROM a"})
+        try:
+            twin.step({"a": [((1, 1, 5, Decimal(1)), 1), ((2, 1, -7, Decimal(2)), 1), ((3, 2, big, Decimal(3)), 1)]})
+            twin.step({"a": [((4, 2, big, wide), 1), ((5, 2, 1, wide), 1), ((6, 1, big, Decimal(-4)), 1)]})
+            twin.step({"a": [((4, 2, big, wide), -1), ((6, 1, big, Decimal(-4)), -1), ((7, 1, -big, Decimal(0)), 1)]})
+            assert "running SUM(a__b), running SUM(a__z), running COUNT(*) in Arrow" in twin.auto.explain("v")
+            if not ansi:  # every tick on arrangements: Spark computes only the frames out of range
+                assert twin.arranged == 3, twin.paths
         finally:
             twin.close()
 
