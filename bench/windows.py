@@ -1,13 +1,18 @@
 """Window functions per customer: small ticks on Arrow kernels against Spark's window.
 
     python bench/windows.py [--orders 1000000,4000000] [--changes 1000] [--ticks 4] [--batch-runs 2]
+                            [--views rankings|running]
 
-State: ``orders`` (N rows; 100,000 customers, so about N / 100,000 orders each) and two
-views over it, ticked together:
+State: ``orders`` (N rows; 100,000 customers, so about N / 100,000 orders each) and views
+over it, ticked together. ``--views rankings`` (the default):
 
 - ``ranked``: ``RANK()`` and ``DENSE_RANK()`` of each order by amount within its customer;
 - ``share``: each order's share of its customer's total, ``amount / SUM(amount) OVER
   (PARTITION BY cust)``, and ``COUNT(*) OVER (PARTITION BY cust)``.
+
+``--views running``: ``running``, each customer's running total, count and largest amount
+by order id (``SUM(amount) OVER (PARTITION BY cust ORDER BY id)``, ``COUNT(*)`` over ``ROWS
+BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW``, ``MAX(amount)``).
 
 Four variants over the same data and ticks:
 
@@ -53,12 +58,20 @@ from dbt_incremental_stream.runtime import arranged  # noqa: E402
 from dbt_incremental_stream.runtime.session import TICK_CONF, session  # noqa: E402
 
 CUSTOMERS = 100_000
-VIEWS = {
-    "ranked": "SELECT id, cust, RANK() OVER (PARTITION BY cust ORDER BY amount DESC) AS r, "
-              "DENSE_RANK() OVER (PARTITION BY cust ORDER BY amount DESC) AS dr FROM orders",
-    "share": "SELECT id, cust, amount / SUM(amount) OVER (PARTITION BY cust) AS share, "
-             "COUNT(*) OVER (PARTITION BY cust) AS n FROM orders",
+VIEW_SETS = {
+    "rankings": {
+        "ranked": "SELECT id, cust, RANK() OVER (PARTITION BY cust ORDER BY amount DESC) AS r, "
+                  "DENSE_RANK() OVER (PARTITION BY cust ORDER BY amount DESC) AS dr FROM orders",
+        "share": "SELECT id, cust, amount / SUM(amount) OVER (PARTITION BY cust) AS share, "
+                 "COUNT(*) OVER (PARTITION BY cust) AS n FROM orders",
+    },
+    "running": {
+        "running": "SELECT id, cust, SUM(amount) OVER (PARTITION BY cust ORDER BY id) AS total, "
+                   "COUNT(*) OVER (PARTITION BY cust ORDER BY id ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) "
+                   "AS k, MAX(amount) OVER (PARTITION BY cust ORDER BY id) AS top FROM orders",
+    },
 }
+VIEWS = VIEW_SETS["rankings"]
 VARIANTS = {  # label → (placement, the arranged plan's window forms on)
     "Arrow, driver": ("auto", True),
     "Spark window, driver (before)": ("auto", False),
@@ -129,8 +142,11 @@ def main() -> None:
     ap.add_argument("--changes", type=int, default=1_000)
     ap.add_argument("--ticks", type=int, default=4, help="ticks after a first (warm-up) tick")
     ap.add_argument("--batch-runs", type=int, default=2)
+    ap.add_argument("--views", choices=sorted(VIEW_SETS), default="rankings")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
     args = ap.parse_args()
+    global VIEWS
+    VIEWS = VIEW_SETS[args.views]
     sizes = [int(s) for s in args.orders.split(",")]
     spark = session(app_name="windows-bench")
     results = []
@@ -152,10 +168,10 @@ def main() -> None:
                 shutil.rmtree(work, ignore_errors=True)
             print_variant(orders, label, r["load"], r["ticks"], problems[0] if problems else None)
         results.append(row)
-    report(results, Path(args.out))
+    report(results, Path(args.out) / ("windows.png" if args.views == "rankings" else f"windows_{args.views}.png"))
 
 
-def report(results: list[dict], out: Path) -> None:
+def report(results: list[dict], plot: Path) -> None:
     header = ["orders", "variant", "tick (s)", "batch (s)", "batch / tick", "jobs / stages / tasks", "split (s)",
               "load (s)", "equal"]
     rows = []
@@ -183,7 +199,7 @@ def report(results: list[dict], out: Path) -> None:
               f"in tasks {tick('DataFrame evaluator (before, for tasks)') / tick('Arrow, tasks'):.1f}x")
     lines["batch"] = [statistics.median(r["batch"]) for r in results]
     styles = iter(["o-", "s--", "^-", "v--", "d-"])
-    log_plot(out / "windows.png", "window functions per customer: a tick of 1,000 changed orders", "orders",
+    log_plot(plot, f"window functions per customer ({', '.join(VIEWS)}): a tick of 1,000 changed orders", "orders",
              [r["orders"] for r in results], [(label, next(styles), ys) for label, ys in lines.items()])
 
 
