@@ -17,7 +17,7 @@ setup(
                                               "dbt.include", "dbt.include.incremental_stream"]),
     package_data={"dbt.include.incremental_stream": ["dbt_project.yml", "profile_template.yml", "macros/*.sql",
                                                      "macros/*/*.sql"],
-                  "dbt_incremental_stream.runtime": ["log4j2.properties"]},
+                  "dbt_incremental_stream.runtime.spark": ["log4j2.properties"]},
     # compatible ranges (a newer patch release, another dbt adapter beside this one); the exact
     # versions CI, the tests and the demo install are in constraints.txt
     install_requires=[

@@ -42,7 +42,7 @@ from bench.join_aggregate import (  # noqa: E402
 )
 from dbt_incremental_stream import Pipeline  # noqa: E402
 from dbt_incremental_stream.differential import compare  # noqa: E402
-from dbt_incremental_stream.runtime.session import TICK_CONF, session  # noqa: E402
+from dbt_incremental_stream.runtime.spark.session import TICK_CONF, session  # noqa: E402
 
 FIRST = "SELECT cust, COUNT(*) AS n FROM orders GROUP BY cust"
 MODES = ("auto", "dataframe")  # where the tick that builds the view runs

@@ -125,7 +125,7 @@ def main() -> None:
                          "arrangements; dataframe: the DataFrame evaluator)")
     args = ap.parse_args()
 
-    from dbt_incremental_stream.runtime.session import session
+    from dbt_incremental_stream.runtime.spark.session import session
 
     spark = session()
     spark.range(1).count()

@@ -128,7 +128,7 @@ def main() -> None:
     ap.add_argument("--out", default=str(HERE / "results"))
     args = ap.parse_args()
 
-    from dbt_incremental_stream.runtime.session import session
+    from dbt_incremental_stream.runtime.spark.session import session
 
     spark = session("local[2]")
     results = []

@@ -44,7 +44,7 @@ from bench.join_aggregate import (BATCH_CONF, SparkWork, configure, log_plot, or
                                   print_table, print_variant)
 from dbt_incremental_stream import Pipeline  # noqa: E402
 from dbt_incremental_stream.differential import compare  # noqa: E402
-from dbt_incremental_stream.runtime.session import TICK_CONF, session  # noqa: E402
+from dbt_incremental_stream.runtime.spark.session import TICK_CONF, session  # noqa: E402
 
 CUSTOMERS = 10_000
 REGIONS = 50

@@ -37,7 +37,7 @@ from pyspark.sql import functions as F  # noqa: E402
 
 from dbt_incremental_stream import Pipeline  # noqa: E402
 from dbt_incremental_stream.differential import compare  # noqa: E402
-from dbt_incremental_stream.runtime.session import TICK_CONF, session  # noqa: E402
+from dbt_incremental_stream.runtime.spark.session import TICK_CONF, session  # noqa: E402
 
 VIEW = ("SELECT c.region, COUNT(*) AS n, SUM(o.amount) AS revenue, AVG(o.amount) AS avg_amount "
         "FROM orders o JOIN customers c ON o.cust = c.id GROUP BY c.region")

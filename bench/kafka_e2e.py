@@ -53,7 +53,7 @@ from dbt_incremental_stream.connectors.kafka import CLIENT_LOGS, KafkaSettings, 
 from dbt_incremental_stream.circuit.operators import WEIGHT  # noqa: E402
 from dbt_incremental_stream.connectors.sinks import KafkaSink, TopicWriter  # noqa: E402
 from dbt_incremental_stream.project import Model, Project  # noqa: E402
-from dbt_incremental_stream.runtime.session import session  # noqa: E402
+from dbt_incremental_stream.runtime.spark.session import session  # noqa: E402
 from devkit.kafka import create_topics, produce  # noqa: E402
 
 CUSTOMERS, REGIONS, CATEGORIES = 1000, ["eu", "us", "apac", "latam"], ["books", "games", "garden", "toys", "tools"]

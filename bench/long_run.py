@@ -27,7 +27,7 @@ from pyspark.sql import functions as F  # noqa: E402
 
 from join_aggregate import CUSTOMERS, VIEW, SparkWork, configure, order_rows, order_table  # noqa: E402
 from dbt_incremental_stream import Pipeline  # noqa: E402
-from dbt_incremental_stream.runtime.session import TICK_CONF, session  # noqa: E402
+from dbt_incremental_stream.runtime.spark.session import TICK_CONF, session  # noqa: E402
 
 
 def pipeline(spark, work: Path) -> Pipeline:

@@ -85,7 +85,7 @@ def child(shape: str, rows: int, per_tick: int) -> dict:
     from pyspark.sql import functions as F
 
     from dbt_incremental_stream import Pipeline
-    from dbt_incremental_stream.runtime.session import session
+    from dbt_incremental_stream.runtime.spark.session import session
 
     work = Path(tempfile.mkdtemp(prefix="bench-memory-"))
     spark = session("local[2]", {"spark.sql.warehouse.dir": str(work / "warehouse")})
@@ -140,7 +140,7 @@ def main() -> None:
         r = results[-1]
         print(f"  {shape}: state {r['state_bytes'] / 2**20:.1f} MiB, peak {r['peak'] / 2**20:.0f} MiB", file=sys.stderr)
     scale = 1_000_000 / args.rows
-    from dbt_incremental_stream.runtime.session import local_driver_memory
+    from dbt_incremental_stream.runtime.spark.session import local_driver_memory
 
     heap = local_driver_memory("local[2]") or "1g"
     print(f"\n{args.rows:,} input rows in ticks of {args.per_tick:,}, then a tick of 1,000 changes; local[2], "

@@ -59,7 +59,7 @@ from dbt_incremental_stream.connectors.kafka import CLIENT_LOGS, KafkaSettings, 
 from dbt_incremental_stream.connectors.sinks import KafkaSink  # noqa: E402
 from dbt_incremental_stream.differential import Oracle, check_project, compare  # noqa: E402
 from dbt_incremental_stream.project import Model, Project  # noqa: E402
-from dbt_incremental_stream.runtime.session import session  # noqa: E402
+from dbt_incremental_stream.runtime.spark.session import session  # noqa: E402
 from nexmark_events import SCHEMAS, Generator  # noqa: E402
 from nexmark_queries import QUERIES, READS  # noqa: E402
 

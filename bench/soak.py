@@ -55,7 +55,7 @@ sys.path.insert(0, str(ROOT))
 from pyspark import SparkContext  # noqa: E402
 
 from dbt_incremental_stream import Pipeline  # noqa: E402
-from dbt_incremental_stream.runtime.session import session  # noqa: E402
+from dbt_incremental_stream.runtime.spark.session import session  # noqa: E402
 
 import pyarrow as pa  # noqa: E402  (after the engine, which chooses Arrow's allocator as pyarrow loads)
 

@@ -41,7 +41,7 @@ from pyspark.sql import functions as F  # noqa: E402
 
 from dbt_incremental_stream.differential import compare  # noqa: E402
 from dbt_incremental_stream.project.project import close_set_down  # noqa: E402
-from dbt_incremental_stream.runtime.session import session  # noqa: E402
+from dbt_incremental_stream.runtime.spark.session import session  # noqa: E402
 
 CUSTOMERS = 10_000
 MODEL = """SELECT c.region, COUNT(*) AS n, SUM(o.amount) AS revenue, AVG(o.amount) AS avg_amount

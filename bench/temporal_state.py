@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from dbt_incremental_stream.runtime.pipeline import Pipeline  # noqa: E402
-from dbt_incremental_stream.runtime.session import session  # noqa: E402
+from dbt_incremental_stream.runtime.spark.session import session  # noqa: E402
 
 VIEWS = {
     "last_hour": "SELECT id, u, v FROM events WHERE ts > current_timestamp() - INTERVAL 1 HOUR",

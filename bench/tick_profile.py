@@ -62,7 +62,7 @@ def main() -> int:
         from dbt.adapters.incremental_stream.serve import credentials
 
         from dbt_incremental_stream.project import Project
-        from dbt_incremental_stream.runtime.session import session
+        from dbt_incremental_stream.runtime.spark.session import session
 
         creds = credentials(project_dir, None, None)
         os.chdir(project_dir)

@@ -34,7 +34,7 @@ from bench.join_aggregate import BATCH_CONF, SparkWork, configure  # noqa: E402
 from devkit.tpch import TABLES, Refresh, connect, queries, schemas  # noqa: E402
 from dbt_incremental_stream import Pipeline  # noqa: E402
 from dbt_incremental_stream.differential import compare  # noqa: E402
-from dbt_incremental_stream.runtime.session import TICK_CONF, session  # noqa: E402
+from dbt_incremental_stream.runtime.spark.session import TICK_CONF, session  # noqa: E402
 
 
 def export(con, directory: Path) -> None:

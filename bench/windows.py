@@ -55,7 +55,7 @@ from bench.join_aggregate import (BATCH_CONF, SparkWork, configure, log_plot, or
 from dbt_incremental_stream import Pipeline  # noqa: E402
 from dbt_incremental_stream.differential import compare_exact  # noqa: E402
 from dbt_incremental_stream.runtime import arranged  # noqa: E402
-from dbt_incremental_stream.runtime.session import TICK_CONF, session  # noqa: E402
+from dbt_incremental_stream.runtime.spark.session import TICK_CONF, session  # noqa: E402
 
 CUSTOMERS = 100_000
 VIEW_SETS = {

@@ -104,7 +104,7 @@ def child(spec: dict) -> dict:
     sys.path.insert(0, str(HERE.parent))
     import pyarrow as pa
 
-    from dbt_incremental_stream.runtime.session import session
+    from dbt_incremental_stream.runtime.spark.session import session
 
     conf = spec["conf"]
     if spec["preload"]:

@@ -2,7 +2,7 @@
 
 After each commit every streaming view, and every Kafka source's retained input, is a
 catalog view whose SQL reads exactly the state files of that tick
-(:meth:`Contents.sql <dbt_incremental_stream.runtime.contents.Contents.sql>`).
+(:meth:`Contents.sql <dbt_incremental_stream.runtime.storage.contents.Contents.sql>`).
 A tick changes which files a view reads, almost never its columns.
 
 Redefining a view with DDL (``ALTER VIEW … AS``) makes Spark analyse its query first, and

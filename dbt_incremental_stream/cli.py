@@ -115,7 +115,7 @@ def _explain_model(args: argparse.Namespace) -> int:
 def _equivalence(args: argparse.Namespace) -> int:
     from .differential import Mismatch, replay
     from .catalog import quote_relation
-    from .runtime.session import session
+    from .runtime.spark.session import session
     from .sql.relations import engine_name, parse_one, referenced, rename
 
     v = _streamable(args)

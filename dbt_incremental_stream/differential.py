@@ -38,11 +38,12 @@ from .catalog import quote_relation
 from .project import CHANGELOG_COLUMNS, CHANGELOG_TABLE, Project
 from .errors import StreamError
 from .process import threads
-from .runtime import kernels, zsets
+from .runtime.arrow import kernels
+from .runtime.spark import zsets
 from .runtime.circuit import coerce_row
 from .runtime.pipeline import Pipeline
 from .runtime.ticks import Clock, data_error
-from .runtime.zsets import arrow_rows, arrow_schema, expand, pack
+from .runtime.spark.zsets import arrow_rows, arrow_schema, expand, pack
 from .sql.relations import DIALECT, engine_name, rename
 from .sql.rewrites.clock import with_clock
 from .sql.rewrites.total_order import total_order

@@ -36,7 +36,7 @@ from .connectors.kafka import KafkaSource
 from .errors import CompileError, StreamError
 from .process import leave_signals_to_main, threads
 from .project import Model, Project, TickReport
-from .runtime.state import announce, announced
+from .runtime.storage.state import announce, announced
 
 log = logging.getLogger("dbt_stream.serve")
 #: tick latencies the histogram tells apart (seconds)

@@ -12,7 +12,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dbt_incremental_stream import Pipeline  # noqa: E402
-from dbt_incremental_stream.runtime.session import session  # noqa: E402
+from dbt_incremental_stream.runtime.spark.session import session  # noqa: E402
 
 REVENUE = """
 SELECT c.region, COUNT(*) AS orders, SUM(o.amount) AS revenue, MAX(o.amount) AS largest

@@ -5,7 +5,7 @@ import os
 import pytest
 from hypothesis import settings
 
-from dbt_incremental_stream.runtime.session import session
+from dbt_incremental_stream.runtime.spark.session import session
 from tests import jvm_classes
 
 # no test passes or fails on a wall-clock time: hypothesis's 200 ms deadline is off

@@ -31,7 +31,7 @@ _EXERCISE = r"""
 import sys
 from pyspark import SparkContext
 from pyspark.sql import functions as F
-from dbt_incremental_stream.runtime.session import session
+from dbt_incremental_stream.runtime.spark.session import session
 
 spark = session("local[2]", {"spark.sql.shuffle.partitions": "1", "spark.sql.codegen.wholeStage": "false",
                              "spark.sql.warehouse.dir": sys.argv[1] + "/warehouse"}, hive=True)

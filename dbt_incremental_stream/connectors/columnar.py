@@ -43,7 +43,8 @@ from confluent_kafka import Message
 from pyspark.sql.types import (BinaryType, BooleanType, DataType, DateType, DecimalType, DoubleType, FloatType,
                                StringType, StructField, StructType, TimestampType)
 
-from ..runtime import kernels, zsets
+from ..runtime.arrow import kernels
+from ..runtime.spark import zsets
 from .envelopes import Record, envelope_changes, field_of, source_changes
 from .formats import _FLOAT_MAX, _INTS, Bad, Decoder, converter
 from .kafka import KafkaSource, record

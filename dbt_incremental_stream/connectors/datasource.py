@@ -24,7 +24,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
 
 from ..circuit.operators import WEIGHT
-from ..runtime import zsets
+from ..runtime.spark import zsets
 from ..process import map_all
 from .columnar import ChunkDecoder
 from .formats import Registry

@@ -49,8 +49,9 @@ from ..circuit.operators import WEIGHT
 from ..connectors.datasource import driver_table, kafka_frame, stops
 from ..connectors.kafka import Fetched, KafkaSettings, KafkaSource, KafkaTopics, Ranges, shares
 from ..errors import ConnectorError
-from ..runtime import kernels, zsets
-from ..runtime.location import local_directory
+from ..runtime.arrow import kernels
+from ..runtime.spark import zsets
+from ..runtime.storage.location import local_directory
 from ..runtime.pipeline import Pipeline
 from ..sql.relations import engine_name
 from .report import TickReport

@@ -24,9 +24,9 @@ from ..catalog import Catalog, quote_relation
 from ..circuit.operators import WEIGHT, quote
 from ..connectors.kafka import KafkaSettings, KafkaSource
 from ..connectors.sinks import TopicWriter
-from ..runtime import zsets
+from ..runtime.spark import zsets
 from ..runtime.ticks import Changes
-from ..runtime.location import local_directory
+from ..runtime.storage.location import local_directory
 from .models import CHANGELOG_TABLE, Model
 from .report import TickReport
 

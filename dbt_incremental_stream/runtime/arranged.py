@@ -60,8 +60,9 @@ from ..sql.predicates import conjuncts, key_terms, normalized
 from ..sql.relations import DIALECT
 from ..sql.validate import AGGREGATES
 from ..sql.temporal import CLOCK, CLOCK_COLUMN
-from . import expressions, kernels, zsets
-from .arrangement import Arrangement, RunStore
+from .arrow import expressions, kernels
+from .spark import zsets
+from .storage.arrangement import Arrangement, RunStore
 
 _CAST = re.compile(r"^CAST\((`(?:[^`]|``)+`) AS (.+)\)$", re.S)
 

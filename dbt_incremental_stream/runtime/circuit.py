@@ -26,10 +26,10 @@ from ..circuit.incremental import Incrementalizer
 from ..circuit.operators import WEIGHT, Delay, Filter, Input, Integral, Map, Operator, Plus, Recompute, quote, walk
 from ..errors import CompileError, StreamError
 from ..sql.compile import compile
-from . import zsets
-from .session import empty_frame
+from .spark import zsets
+from .spark.session import empty_frame
 from .arranged import NotArranged
-from .evaluate import Tick, empty_tick
+from .spark.evaluate import Tick, empty_tick
 from .ticks import State
 
 Rows = Iterable[tuple[Sequence[Any], int]]

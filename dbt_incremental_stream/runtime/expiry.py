@@ -20,9 +20,10 @@ from pyspark.sql import functions as F
 
 from ..circuit.operators import WEIGHT, Input, Operator, walk
 from ..errors import StreamError
-from . import kernels, zsets
+from .arrow import kernels
+from .spark import zsets
 from .arranged import Expiry, Plan
-from .state import StateStore
+from .storage.state import StateStore
 
 
 def ordinal_of(expiry: Expiry, clock: datetime | None) -> int:

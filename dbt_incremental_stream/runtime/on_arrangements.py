@@ -29,13 +29,14 @@ from pyspark.sql.types import StructType
 
 from ..circuit.operators import Integral, Operator, walk
 from ..process import fan_out, map_all, threads
-from . import kernels, tasks, zsets
+from .arrow import kernels
+from .spark import tasks, zsets
 from .arranged import ArrangedTick, NotArranged, Plan, Spec
-from .arrangement import BUILT_DDL, Arrangement, Run, buckets_for
-from .arrangement import build as build_runs
+from .storage.arrangement import BUILT_DDL, Arrangement, Run, buckets_for
+from .storage.arrangement import build as build_runs
 from .circuit import View
 from .on_dataframes import change
-from .state import Batch, batch_column, batch_dir
+from .storage.state import Batch, batch_column, batch_dir
 from .ticks import Changes, State, TickStats
 
 if TYPE_CHECKING:

@@ -17,12 +17,12 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
 from ..circuit.operators import Integral, Partials, Recompute
-from . import zsets
-from .session import empty_frame
+from .spark import zsets
+from .spark.session import empty_frame
 from .arranged import Plan
 from .circuit import View
-from .evaluate import Tick
-from .state import Batch
+from .spark.evaluate import Tick
+from .storage.state import Batch
 from .ticks import Changes, State, TickStats, ViewsFailed, data_error
 
 if TYPE_CHECKING:

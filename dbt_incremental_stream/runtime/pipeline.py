@@ -40,15 +40,15 @@ from ..sql.compile import parse
 from ..sql.rewrites.clock import uses_clock
 from ..sql.rewrites.constant import ONE, ONE_COLUMN, uses_one
 from ..sql.temporal import CLOCK, CLOCK_COLUMN
-from . import kernels
+from .arrow import kernels
 from .arranged import NotArranged
-from .contents import Contents
-from .arrangement import Arrangement
+from .storage.contents import Contents
+from .storage.arrangement import Arrangement
 from .circuit import Circuit, Rows, parse_schema
 from .expiry import Retention
 from .on_arrangements import ArrangedTicks, merge_arrow
 from .on_dataframes import DataFrameTicks, merge
-from .state import Batch, StateStore
+from .storage.state import Batch, StateStore
 from .ticks import Changes, Clock, State, TickStats, ViewsFailed, data_error
 
 PLACEMENTS = frozenset({"auto", "dataframe", "tasks"})

@@ -14,8 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dbt_incremental_stream.circuit.operators import COUNT, WEIGHT, AggCall
-from dbt_incremental_stream.runtime import arrangement, kernels
-from dbt_incremental_stream.runtime.arrangement import Arrangement, RunStore
+from dbt_incremental_stream.runtime.storage import arrangement
+from dbt_incremental_stream.runtime.arrow import kernels
+from dbt_incremental_stream.runtime.storage.arrangement import Arrangement, RunStore
 
 KEYS = st.one_of(st.none(), st.integers(-3, 3))
 ROW = st.tuples(KEYS, st.one_of(st.none(), st.integers(-50, 50)), st.integers(-2, 2).filter(bool))

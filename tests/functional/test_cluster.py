@@ -79,7 +79,7 @@ import json
 import sys
 from dbt_incremental_stream.differential import check_project
 from dbt_incremental_stream.project import Project
-from dbt_incremental_stream.runtime.session import session
+from dbt_incremental_stream.runtime.spark.session import session
 
 project = Project(session(sys.argv[1], {"spark.sql.shuffle.partitions": "2"}, hive=True), "stream_state")
 try:
@@ -114,7 +114,7 @@ import json
 import sys
 import urllib.request
 from dbt_incremental_stream.differential import Differential
-from dbt_incremental_stream.runtime.session import session
+from dbt_incremental_stream.runtime.spark.session import session
 from tests.workload import SOURCES
 
 spark = session(sys.argv[1], {"spark.ui.enabled": "true"})

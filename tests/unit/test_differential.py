@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 from dbt_incremental_stream.differential import ARRANGED_PATH, Differential
 from dbt_incremental_stream.errors import StreamError
 from dbt_incremental_stream.runtime.pipeline import Pipeline
-from dbt_incremental_stream.runtime.tasks import PHASES
+from dbt_incremental_stream.runtime.spark.tasks import PHASES
 from tests.workload import SOURCES, run
 
 # each example runs Spark jobs: few examples, no shrinking (a failure prints its first example);

@@ -9,7 +9,8 @@ from functools import partial
 import pyarrow as pa
 import pytest
 
-from dbt_incremental_stream.runtime import expressions, zsets
+from dbt_incremental_stream.runtime.arrow import expressions
+from dbt_incremental_stream.runtime.spark import zsets
 
 SCHEMA = ("i INT, b BIGINT, d DECIMAL(15,2), s STRING, day DATE, f BOOLEAN, x DOUBLE, big DECIMAL(38,10), "
           "ts TIMESTAMP")

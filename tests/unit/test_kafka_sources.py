@@ -327,7 +327,7 @@ def test_a_tick_redone_after_a_crash_reads_the_same_records(spark, kafka, tmp_pa
     arrive; the restarted project redoes tick 2 on exactly the records tick 2 had (the sink
     already holds it), then reads the rest as tick 3: the sink loses and repeats nothing."""
     from dbt_incremental_stream.connectors.sinks import KafkaSink
-    from dbt_incremental_stream.runtime.state import StateStore
+    from dbt_incremental_stream.runtime.storage.state import StateStore
 
     create_topics(kafka, "c_in", "c_out", partitions=2)
     src, settings = "raw_crash.orders", KafkaSettings({"bootstrap.servers": kafka})

@@ -21,8 +21,9 @@ from pyspark.sql.types import DateType, DecimalType, StructType
 
 from dbt_incremental_stream.circuit.operators import WEIGHT, AggCall
 from dbt_incremental_stream.differential import compare_exact
-from dbt_incremental_stream.runtime import kernels, zsets
-from dbt_incremental_stream.runtime.arrangement import BUILT_DDL, Arrangement, Run, RunStore, build
+from dbt_incremental_stream.runtime.arrow import kernels
+from dbt_incremental_stream.runtime.spark import zsets
+from dbt_incremental_stream.runtime.storage.arrangement import BUILT_DDL, Arrangement, Run, RunStore, build
 from tests.adversarial import TIMESTAMPS, values
 from tests.twin import ANSI, spark_conf
 

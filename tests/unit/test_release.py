@@ -92,7 +92,7 @@ def test_runs_merge_while_a_spine_merges(spark, tmp_path, monkeypatch):
     pile up past the stall bound and stall the commits while it runs."""
     import threading
 
-    from dbt_incremental_stream.runtime import state
+    from dbt_incremental_stream.runtime.storage import state
 
     gate = threading.Event()
     merge_spine = state.StateStore._merge_spine
@@ -133,7 +133,7 @@ def test_closing_lets_a_running_merge_finish(spark, tmp_path, monkeypatch):
 
     from pyspark.sql import functions as F
 
-    from dbt_incremental_stream.runtime import state
+    from dbt_incremental_stream.runtime.storage import state
 
     slow = F.udf(lambda _: time.sleep(0.5) or True, "boolean")
     by_spark = state.StateStore._merge_spine_spark

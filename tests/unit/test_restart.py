@@ -34,8 +34,8 @@ TICKS = [
 WORKER = textwrap.dedent("""
     import os, sys, json
     sys.path.insert(0, {root!r})
-    from dbt_incremental_stream.runtime.session import session
-    from dbt_incremental_stream.runtime import state
+    from dbt_incremental_stream.runtime.spark.session import session
+    from dbt_incremental_stream.runtime.storage import state
     from dbt_incremental_stream import Pipeline
     from tests.unit.test_restart import SOURCES, VIEWS, TICKS
 
@@ -94,7 +94,7 @@ def test_compacted_files_outlive_queries_planned_before_the_commit(spark, tmp_pa
     """A catalog query planned against a tick's files may still read them after the next
     commit compacts them away: they stay for a grace period, then go, and with the last of
     them their tick's directory (a long run otherwise keeps one a tick per node)."""
-    from dbt_incremental_stream.runtime import state
+    from dbt_incremental_stream.runtime.storage import state
 
     def files(pipe: Pipeline) -> set[str]:
         return {b.path for s in pipe.store.spines.values() for b in s.batches}
@@ -128,7 +128,7 @@ def test_merges_beside_the_ticks_fold_in_and_a_reopen_removes_what_they_left(spa
     """Spine merges run beside the ticks (here all by Spark jobs, as large ones are) and a
     later commit folds them in; a pipeline closed with a merge done but not folded leaves
     files no manifest names, which the next open removes. The view stays the batch answer."""
-    from dbt_incremental_stream.runtime import state
+    from dbt_incremental_stream.runtime.storage import state
 
     def on_disk() -> set[str]:
         return {str(p) for p in (tmp_path / "state").glob("*/_node=*")}

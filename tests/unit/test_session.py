@@ -6,7 +6,7 @@ import signal
 from pyspark.sql.types import (ArrayType, DecimalType, IntegerType, LongType, MapType, StringType, StructField,
                                StructType)
 
-from dbt_incremental_stream.runtime.session import empty_frame
+from dbt_incremental_stream.runtime.spark.session import empty_frame
 
 
 def test_spark_leaves_ctrl_c_to_its_host(spark):

@@ -22,7 +22,7 @@ from pyspark import SparkContext
 from dbt_incremental_stream.connectors.kafka import KafkaSettings
 from dbt_incremental_stream.errors import StreamError
 from dbt_incremental_stream.process import leave_signals_to_main
-from dbt_incremental_stream.runtime.session import session
+from dbt_incremental_stream.runtime.spark.session import session
 
 logger = AdapterLogger("incremental_stream")
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from dbt_incremental_stream.dbt_manifest import DbtProject
 from dbt_incremental_stream.errors import StreamError
 from dbt_incremental_stream.project import Project
-from dbt_incremental_stream.runtime.session import session
+from dbt_incremental_stream.runtime.spark.session import session
 from dbt_incremental_stream.server import Server, configure_logging, log
 
 from .connections import IncrementalStreamCredentials

@@ -14,7 +14,7 @@ from typing import Callable, Mapping
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from ..circuit.operators import (
+from ...circuit.operators import (
     WEIGHT,
     Delay,
     Filter,

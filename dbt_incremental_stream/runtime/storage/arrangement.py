@@ -43,7 +43,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from . import kernels
+from ..arrow import kernels
 from .location import filesystem
 
 ARRANGEMENT_DIR = "arrangements"

@@ -41,7 +41,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
-from ..circuit.operators import (
+from ...circuit.operators import (
     WEIGHT,
     Filter,
     GroupDiff,
@@ -58,11 +58,12 @@ from ..circuit.operators import (
     quote,
     walk,
 )
-from . import kernels, zsets
-from .arranged import ArrangedTick, NotArranged, Plan, group_keys, unquote
-from .arrangement import Arrangement, RunStore
-from .expiry import kept
-from .state import batch_column, write_batch_file
+from ..arrow import kernels
+from . import zsets
+from ..arranged import ArrangedTick, NotArranged, Plan, group_keys, unquote
+from ..storage.arrangement import Arrangement, RunStore
+from ..expiry import kept
+from ..storage.state import batch_column, write_batch_file
 
 #: the rows stages hand on: a value's part for stage ``dest`` (an Arrow IPC stream in
 #: ``data``), or with ``dest`` -1 a file a task wrote (described in ``node`` as JSON)

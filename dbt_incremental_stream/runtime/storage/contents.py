@@ -13,10 +13,11 @@ from typing import Sequence
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
-from ..circuit.operators import WEIGHT, quote
-from . import kernels, zsets
-from .circuit import Circuit
-from .session import empty_frame
+from ...circuit.operators import WEIGHT, quote
+from ..arrow import kernels
+from ..spark import zsets
+from ..circuit import Circuit
+from ..spark.session import empty_frame
 from .state import Batch, StateStore
 
 

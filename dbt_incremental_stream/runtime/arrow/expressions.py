@@ -38,7 +38,7 @@ import pyarrow.compute as pc
 import sqlglot
 from sqlglot import exp
 
-from ..sql.relations import DIALECT
+from ...sql.relations import DIALECT
 from . import kernels
 
 Compiled = Callable[[pa.Table], pa.ChunkedArray | pa.Array | pa.Scalar]

@@ -61,11 +61,11 @@ import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructField, StructType
 
-from ..errors import StateError
-from ..process import threads
+from ...errors import StateError
+from ...process import threads
 from .arrangement import MAX_RUNS, Arrangement, Merge, Part, Run, RunStore, position
 from .location import local_directory
-from .zsets import arrow_schema, pack
+from ..spark.zsets import arrow_schema, pack
 
 LOG = logging.getLogger(__name__)
 MANIFEST_DIR = "_manifest"

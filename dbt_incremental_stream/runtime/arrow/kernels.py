@@ -30,8 +30,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..circuit.operators import COUNT, WEIGHT, AggCall, nonfinite_columns, partial_columns
-from ..process import map_all
+from ...circuit.operators import COUNT, WEIGHT, AggCall, nonfinite_columns, partial_columns
+from ...process import map_all
 
 HASH = "_h"
 #: an arrangement key ``(ORDERED, column)``: runs sorted by that column's values (NULLs left

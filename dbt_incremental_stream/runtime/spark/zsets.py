@@ -31,9 +31,9 @@ from pyspark.sql.types import (ByteType, DataType, DateType, DecimalType, Double
                                ShortType, StructField, StructType, TimestampType)
 from pyspark.util import _load_from_socket
 
-from ..circuit.operators import COUNT, WEIGHT, AggCall, nonfinite_columns, partial_columns, quote
-from . import kernels
-from .expressions import UTC_ZONES
+from ...circuit.operators import COUNT, WEIGHT, AggCall, nonfinite_columns, partial_columns, quote
+from ..arrow import kernels
+from ..arrow.expressions import UTC_ZONES
 
 
 LONG = LongType()
