@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from decimal import Decimal
 from functools import partial, singledispatchmethod
-from typing import AbstractSet, Callable, Mapping, Sequence
+from typing import AbstractSet, Any, Callable, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -365,9 +365,11 @@ class Plan:
         """Arrow's form of a window over one PARTITION BY (and ORDER BY) of columns, kept by
         a predicate Arrow evaluates: functions of ordered rows (:class:`Ranking`; with the
         default frame, or the whole partition for FIRST_VALUE, LAST_VALUE and NTH_VALUE;
-        aggregates of columns over a running frame), or aggregates of columns over whole
-        partitions (:class:`Totals`: without ORDER BY, or with a frame of the whole
-        partition). Other frames (a sliding one's) are Spark's to decide (or refuse)."""
+        aggregates of columns over the default frame or a ROWS frame that does not run to
+        the partition's end), or aggregates of columns over whole partitions
+        (:class:`Totals`: without ORDER BY, or with a frame of the whole partition). Other
+        frames (RANGE frames of offsets, ROWS to UNBOUNDED FOLLOWING) are Spark's to decide
+        (or refuse)."""
         found = [(name, sqlglot.parse_one(sql, read=DIALECT)) for name, sql in op.funcs]
         windows = [(name, w) for name, w in found if isinstance(w, exp.Window) and isinstance(w.this, exp.Func)]
         specs = {(tuple(w.args.get("partition_by") or ()), w.args.get("order")) for _, w in windows}
@@ -387,13 +389,13 @@ class Plan:
         whole = [w.args.get("spec") is not None and _whole_partition(w.args["spec"]) for _, w in windows]
         framed = [w.args.get("spec") is not None for _, w in windows]
         by = tuple(c.name for c in partition)
-        running = [_running_frame(w.args.get("spec")) for _, w in windows]
+        frames = [_rows_frame(w.args.get("spec")) for _, w in windows]
         if order and all(not f or (all_of and w.this.sql_name().lower() in kernels.WHOLE)
-                         or type(w.this) in AGGREGATES and rows is not None
-                         for f, all_of, rows, (_, w) in zip(framed, whole, running, windows)):
+                         or type(w.this) in AGGREGATES and frame is not None
+                         for f, all_of, frame, (_, w) in zip(framed, whole, frames, windows)):
             out = zsets.arrow_schema(self.schema(op))
-            ordered = [_ordered(name, w.this, types, out.field(name).type, all_of, bool(rows))
-                       for (name, w), all_of, rows in zip(windows, whole, running)]
+            ordered = [_ordered(name, w.this, types, out.field(name).type, all_of, frame)
+                       for (name, w), all_of, frame in zip(windows, whole, frames)]
             funcs = tuple(f for f in ordered if f is not None)
             if len(funcs) == len(ordered):
                 self.windows[op.id] = Ranking(funcs, by, tuple(
@@ -639,9 +641,15 @@ def _window_text(spec: Ranking | Totals | None) -> str:
     if spec is None:
         return "the window by Spark"
     if isinstance(spec, Ranking):
-        return ", ".join(f"running {f.func.upper()}({f.arg or '*'})" if f.func in kernels.RUNNING else f.func.upper()
-                         for f in spec.funcs) + " in Arrow"
+        return ", ".join(_ordered_text(f) for f in spec.funcs) + " in Arrow"
     return ", ".join(f"{a.func.upper()}({a.arg or '*'})" for a in spec.aggs) + " of whole partitions in Arrow"
+
+
+def _ordered_text(f: kernels.Ordered) -> str:
+    if f.func not in kernels.RUNNING:
+        return f.func.upper()
+    call = f"{f.func.upper()}({f.arg or '*'})"
+    return f"running {call}" if f.start is None else f"{call} over rows {f.start:+d}..{f.stop:+d}"
 
 
 def _key_text(spec: Spec | tuple[str, ...]) -> str:
@@ -665,13 +673,13 @@ def _limit(keep: str, name: str) -> int | None:
     return min(found) if found else None
 
 
-def _ordered(name: str, func: exp.Func, columns: pa.Schema, kind: pa.DataType, whole: bool, rows: bool = False
-             ) -> kernels.Ordered | None:
+def _ordered(name: str, func: exp.Func, columns: pa.Schema, kind: pa.DataType, whole: bool,
+             frame: Frame | None = None) -> kernels.Ordered | None:
     """The kernels' form of a window function over ordered rows, or None: a ranking, a
     value function of a column whose result is that column's type (LAG/LEAD's offset a
     whole number, and their default NULL or a literal that type holds exactly), or an
-    aggregate of a column over a running frame (``rows``: up to the current row, not its
-    last peer) whose result is of the type :func:`kernels.running` gives."""
+    aggregate of a column over ``frame`` (:func:`_rows_frame`) whose result is of the type
+    :func:`kernels.running` gives."""
     f = func.sql_name().lower()
     if f in kernels.RANKINGS:
         return kernels.Ordered(name, f)
@@ -681,7 +689,8 @@ def _ordered(name: str, func: exp.Func, columns: pa.Schema, kind: pa.DataType, w
         if arg is None or agg not in kernels.RUNNING or kind != _running_type(agg, columns.field(arg).type if arg
                                                                              else None):
             return None
-        return kernels.Ordered(name, agg, arg or None, rows=rows)
+        rows, start, stop = frame or (False, None, 0)
+        return kernels.Ordered(name, agg, arg or None, rows=rows, start=start, stop=stop)
     if f not in kernels.VALUES or not arg or columns.field(arg).type != kind:
         return None
     offset, default = func.args.get("offset"), func.args.get("default")
@@ -721,18 +730,40 @@ def _running_type(agg: str, arg: pa.DataType | None) -> pa.DataType | None:
     return None
 
 
-def _running_frame(frame: exp.Expression | None) -> bool | None:
-    """Whether a window frame (None: the default one) runs up to the current row: ROWS
-    (True) or RANGE (False, up to its last peer) BETWEEN UNBOUNDED PRECEDING AND CURRENT
-    ROW; None for any other frame."""
+#: a frame of ordered rows: whether it is a ROWS frame, and for one its first and last
+#: rows relative to the current row (the first None: the partition's first row); a RANGE
+#: frame runs from the partition's first row to the current row's last peer
+Frame = tuple[bool, int | None, int]
+
+
+def _rows_frame(frame: exp.Expression | None) -> Frame | None:
+    """A window frame (None: the default one) as :data:`Frame`: RANGE BETWEEN UNBOUNDED
+    PRECEDING AND CURRENT ROW, or ROWS from UNBOUNDED PRECEDING or n PRECEDING / FOLLOWING
+    or CURRENT ROW to n PRECEDING / FOLLOWING or CURRENT ROW (n a whole number); None for
+    any other frame."""
     if frame is None:
-        return False
+        return False, None, 0
     a = frame.args
-    if (str(a.get("start")).upper(), str(a.get("start_side")).upper(), str(a.get("end")).upper()) \
-            not in (("UNBOUNDED", "PRECEDING", "CURRENT ROW"), ("UNBOUNDED", "PRECEDING", "NONE")) \
-            or a.get("exclude"):
+    start, end = _bound(a.get("start"), a.get("start_side")), _bound(a.get("end") or "CURRENT ROW", a.get("end_side"))
+    if a.get("exclude") or start is None or end is None or end == "unbounded":
         return None
-    return str(a.get("kind")).upper() == "ROWS"
+    if str(a.get("kind")).upper() == "RANGE":
+        return (False, None, 0) if (start, end) == ("unbounded", 0) else None
+    return True, None if start == "unbounded" else start, end  # type: ignore[return-value]
+
+
+def _bound(at: Any, side: Any) -> int | str | None:
+    """A frame bound as the offset of its row from the current one ("unbounded" for
+    UNBOUNDED PRECEDING or FOLLOWING), or None for one that is not a whole number."""
+    text, side = str(at).upper(), str(side).upper()
+    if text == "UNBOUNDED":
+        return "unbounded" if side in ("PRECEDING", "FOLLOWING") else None
+    if text == "CURRENT ROW":
+        return 0
+    n = expressions.literal(at) if isinstance(at, exp.Expression) else None
+    if not isinstance(n, int) or isinstance(n, bool) or side not in ("PRECEDING", "FOLLOWING"):
+        return None
+    return -n if side == "PRECEDING" else n
 
 
 def _whole_partition(frame: exp.Expression) -> bool:

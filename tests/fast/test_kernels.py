@@ -545,13 +545,18 @@ _RUNNING_FLOATS = st.one_of(st.none(), st.integers(-5, 5).map(float),
 
 @given(st.lists(st.tuples(st.integers(0, 2), st.one_of(st.none(), st.integers(-2, 2)), _RUNNING_VALUES,
                           _RUNNING_FLOATS, st.integers(1, 2)), max_size=25),
-       st.booleans(), st.booleans())
-def test_running_aggregates_sum_their_frame(rows, by_rows, ansi):
-    """COUNT, SUM, AVG, MIN and MAX over a running frame (to the last peer, or ``by_rows``
-    to the current row of a total order) against summing each row's frame in Python:
-    BIGINT sums exact, wrapped past 2^63 without ANSI, with it left to Spark (None) where
-    any row's sum leaves BIGINT; doubles with NaN and the infinities as IEEE adds them
-    (whole numbers: no rounding), never -0.0; DECIMAL(10, 2) sums as DECIMAL(20, 2)."""
+       st.sampled_from([(False, None, 0), (True, None, 0), (True, None, -1), (True, -2, 0), (True, -1, 1),
+                        (True, 1, 3), (True, -3, -2)]), st.booleans())
+def test_running_aggregates_sum_their_frame(rows, frame, ansi):
+    """COUNT, SUM, AVG, MIN and MAX over a frame of ordered rows — to the last peer, or a
+    ROWS frame over a total order (from the partition's first row, or from an offset, to
+    an offset: ``frame``, as :class:`kernels.Ordered` has it) — against summing each
+    row's frame in Python: BIGINT sums exact, a running one wrapped past 2^63 without ANSI,
+    with it left to Spark (None) where any row's sum leaves BIGINT, a bounded frame's left
+    to Spark where its values' magnitudes could leave it; doubles with NaN and the
+    infinities as IEEE adds them (whole numbers: no rounding), never -0.0; DECIMAL(10, 2)
+    sums as DECIMAL(20, 2); an empty frame NULL (COUNT 0)."""
+    by_rows, start, stop = frame
     t = pa.table({"k": pa.array([k for k, _, _, _, _ in rows], pa.int32()),
                   "o": pa.array([o for _, o, _, _, _ in rows], pa.int32()),
                   "x": pa.array([x for _, _, x, _, _ in rows], pa.int64()),
@@ -559,7 +564,7 @@ def test_running_aggregates_sum_their_frame(rows, by_rows, ansi):
                   "m": pa.array([None if x is None or abs(x) > 5 else Decimal(x).scaleb(-2) for _, _, x, _, _ in rows],
                                 pa.decimal128(10, 2)),
                   WEIGHT: pa.array([w for _, _, _, _, w in rows], pa.int64())})
-    funcs = [kernels.Ordered(n, f, a, rows=by_rows) for n, f, a in (
+    funcs = [kernels.Ordered(n, f, a, rows=by_rows, start=start, stop=stop) for n, f, a in (
         ("n", "count", None), ("nx", "count", "x"), ("sx", "sum", "x"), ("sf", "sum", "f"), ("af", "avg", "f"),
         ("ax", "avg", "x"), ("sm", "sum", "m"), ("am", "avg", "m"), ("mn", "min", "f"), ("mx", "max", "f"))]
     order = [("o", False, True)] + ([("x", False, True), ("f", False, True)] if by_rows else [])
@@ -579,8 +584,8 @@ def test_running_aggregates_sum_their_frame(rows, by_rows, ansi):
             total += x or 0
             overflow |= not -_BIG - 1 <= total <= _BIG
         for i, (o, x, f) in enumerate(members):
-            end = i if by_rows else max(j for j in range(len(members)) if key(members[j]) == key(members[i]))
-            frame = members[:end + 1]
+            end = i + stop if by_rows else max(j for j in range(len(members)) if key(members[j]) == key(members[i]))
+            frame = members[max(0, i + start) if by_rows and start is not None else 0:max(0, end + 1)]
             xs, fs = [m[1] for m in frame if m[1] is not None], [m[2] for m in frame if m[2] is not None]
             ms = [Decimal(v).scaleb(-2) for v in xs if abs(v) <= 5]
             sx = ((sum(xs) + (1 << 63)) % (1 << 64)) - (1 << 63) if xs else None
@@ -589,7 +594,7 @@ def test_running_aggregates_sum_their_frame(rows, by_rows, ansi):
                                    sum(map(float, xs), 0.0) / len(xs) if xs else None, sum(ms) if ms else None,
                                    (sum(ms) / len(ms)).quantize(Decimal("0.000001")) if ms else None,
                                    _spark_max(fs, False), _spark_max(fs, True))))] += 1
-    if ansi and overflow:
+    if (ansi and overflow) if start is None else sum(abs(x or 0) for _, _, x, _, _ in rows) >= 2 ** 62:
         assert out is None
         return
     assert out is not None
@@ -604,16 +609,24 @@ def test_running_aggregates_sum_their_frame(rows, by_rows, ansi):
 def test_running_float_sums_add_each_partition_in_order(sizes):
     """Floats of magnitudes far apart, summed over running frames: each partition's sums
     are exactly one-at-a-time addition in order (the partitions summed side by side and the
-    long ones alone alike), not a cumulative sum over all rows less what came before."""
+    long ones alone alike), not a cumulative sum over all rows less what came before; over
+    a bounded frame (the row and two before it), each frame's own sum in order."""
     rng = np.random.default_rng(len(sizes))
     values = rng.standard_normal(sum(sizes)) * 10.0 ** rng.integers(-12, 12, sum(sizes))
     part_start = np.zeros(len(values), bool)
     part_start[np.cumsum([0] + sizes[:-1])] = True
-    got = kernels.running("sum", pa.chunked_array([pa.array(values)]), part_start, np.arange(len(values)),
-                          ansi=True).to_numpy()
+    x, idx = pa.chunked_array([pa.array(values)]), np.arange(len(values))
+    got = kernels.running("sum", x, part_start, None, idx, ansi=True).to_numpy()
+    first = np.maximum.accumulate(np.where(part_start, idx, 0))
+    sliding = kernels.running("sum", x, part_start, np.maximum(idx - 2, first), idx, ansi=True).to_numpy()
     at = 0
     for size in sizes:
         assert np.array_equal(got[at:at + size], np.cumsum(values[at:at + size]))
+        for i in range(at, at + size):  # a bounded frame summed anew from its first row, as Spark sums it
+            want = 0.0
+            for v in values[max(at, i - 2):i + 1]:
+                want += v
+            assert sliding[i] == want
         at += size
 
 

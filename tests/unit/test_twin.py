@@ -40,9 +40,11 @@ def _moderate(column: str) -> str:
 
 #: a window whose order is total over the columns the value functions read
 _TOTAL = "OVER (PARTITION BY i ORDER BY d DESC, id, CAST(d AS STRING), x, m, str, b)"
-#: a running frame over an order total over every column the aggregates read
-_ROWS = ("OVER (PARTITION BY i ORDER BY d DESC, id, CAST(d AS STRING), x, m, str, b, CAST(f AS STRING), k "
-         "ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)")
+#: an order total over every column the aggregates over ROWS frames read
+_ALL = "PARTITION BY i ORDER BY d DESC, id, CAST(d AS STRING), x, m, str, b, CAST(f AS STRING), k"
+#: a running frame over it, and bounded ones
+_ROWS = f"OVER ({_ALL} ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)"
+_SLIDE = f"OVER ({_ALL} ROWS BETWEEN 2 PRECEDING AND 1 FOLLOWING)"
 #: the default frame of an order with ties: a row's frame runs to its last peer
 _PEERS = "OVER (PARTITION BY i ORDER BY d DESC)"
 #: view shapes over NUMERIC_SOURCES, by group (a group is one twin)
@@ -128,6 +130,12 @@ NUMERIC_SHAPES: dict[str, dict[str, str]] = {
         "running_rows": f"SELECT id, i, SUM(d) {_ROWS} AS sd, AVG(f) {_ROWS} AS af, MIN(d) {_ROWS} AS md, "
                         f"MAX(f) {_ROWS} AS xf, SUM(k) {_ROWS} AS sk, MAX(x) {_ROWS} AS xx, "
                         f"COUNT(str) {_ROWS} AS ns FROM a",
+        # bounded frames: each summed anew from its first row, as Spark sums it; frames
+        # ahead of the row, and ending before it (empty at a partition's start)
+        "sliding_rows": f"SELECT id, i, SUM(d) {_SLIDE} AS sd, AVG(m) {_SLIDE} AS am, MIN(f) {_SLIDE} AS mf, "
+                        f"MAX(str) {_SLIDE} AS xs, COUNT(*) {_SLIDE} AS n, "
+                        f"SUM(k) OVER ({_ALL} ROWS BETWEEN 1 FOLLOWING AND 3 FOLLOWING) AS sk, "
+                        f"AVG(d) OVER ({_ALL} ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS ad FROM a",
         # wide decimals, summed exactly (near their limits a frame's sum leaves the type:
         # test_running_sums_that_leave_their_type)
         "running_wide": "SELECT id, i, SUM(x) OVER (PARTITION BY i ORDER BY id) AS sx, "

@@ -1044,9 +1044,12 @@ def expand(table: pa.Table) -> pa.Table:
 RANKINGS = frozenset({"row_number", "rank", "dense_rank", "percent_rank", "cume_dist"})
 VALUES = frozenset({"lag", "lead", "first_value", "last_value", "nth_value"})
 WHOLE = frozenset({"first_value", "last_value", "nth_value"})  # also over a frame of the whole partition
-#: the aggregates :func:`ranks` computes over a running frame: the partition up to the
-#: current row's last peer (the default frame with ORDER BY) or up to the current row
+#: the aggregates :func:`ranks` computes over a frame of ordered rows: the partition up to
+#: the current row's last peer (the default frame with ORDER BY), or a ROWS frame
 RUNNING = frozenset({"sum", "count", "avg", "min", "max"})
+#: the widest bounded ROWS frame whose float sums, MIN and MAX :func:`running` computes
+#: (one pass over the rows per row of the frame); Spark computes wider ones
+SLIDING_WIDTH = 128
 
 
 @dataclass(frozen=True)
@@ -1055,9 +1058,10 @@ class Ordered:
     :data:`RUNNING`) as column ``name``; a value function reads column ``arg``: LAG/LEAD
     ``offset`` rows back or ahead (``default`` outside the partition), NTH_VALUE the
     ``offset``-th row; ``whole``: FIRST_VALUE, LAST_VALUE or NTH_VALUE over the whole
-    partition, not the default frame. A running aggregate reads ``arg`` (None: COUNT(*))
-    up to the current row's last peer, or where ``rows`` (``ROWS BETWEEN UNBOUNDED
-    PRECEDING AND CURRENT ROW``) up to the current row."""
+    partition, not the default frame. An aggregate reads ``arg`` (None: COUNT(*)) up to
+    the current row's last peer, or where ``rows`` over a ROWS frame: from ``start`` rows
+    after the current one (negative: before it; None: the partition's first row) to
+    ``stop`` rows after it."""
 
     name: str
     func: str
@@ -1066,6 +1070,8 @@ class Ordered:
     default: pa.Scalar | None = None
     whole: bool = False
     rows: bool = False
+    start: int | None = None
+    stop: int = 0
 
 
 def ranks(bag: pa.Table, partition: Sequence[str], order: Sequence[tuple[str, bool, bool]],
@@ -1119,8 +1125,9 @@ def ranks(bag: pa.Table, partition: Sequence[str], order: Sequence[tuple[str, bo
                 default = f.default if f.default is not None else pa.scalar(None, column.type)
                 value = pc.if_else(pa.array(inside), value, default)
         elif f.func in RUNNING:
-            found = running(f.func, None if f.arg is None else sorted_.column(f.arg), part_start,
-                            idx if f.rows else peer_end, ansi=ansi)
+            begin = None if not f.rows or f.start is None else np.maximum(idx + f.start, first)
+            found = running(f.func, None if f.arg is None else sorted_.column(f.arg), part_start, begin,
+                            np.minimum(idx + f.stop, last) if f.rows else peer_end, ansi=ansi)
             if found is None:
                 return None
             value = found
@@ -1135,42 +1142,54 @@ def ranks(bag: pa.Table, partition: Sequence[str], order: Sequence[tuple[str, bo
 _LONG_PARTITION = 512
 
 
-def running(func: str, x: pa.ChunkedArray | None, part_start: np.ndarray, end: np.ndarray, *,
-            ansi: bool) -> pa.Array | None:
-    """An aggregate over a running frame, as Spark's window computes it: per row of rows
-    sorted by partition (``part_start``: whether a row starts one), ``func`` of ``x`` (None:
-    COUNT(*)) over the partition's rows up to row ``end`` (the row's frame's last row).
+def running(func: str, x: pa.ChunkedArray | None, part_start: np.ndarray, start: np.ndarray | None,
+            end: np.ndarray, *, ansi: bool) -> pa.Array | None:
+    """An aggregate over a frame of ordered rows, as Spark's window computes it: per row of
+    rows sorted by partition (``part_start``: whether a row starts one), ``func`` of ``x``
+    (None: COUNT(*)) over the partition's rows from row ``start`` (None: the partition's
+    first, a running frame) to row ``end``, both within the row's partition (a frame
+    whose end is before its start is empty).
 
     COUNT is BIGINT; SUM of integers BIGINT and of DECIMAL(p, s) DECIMAL(p + 10, s), exact;
     SUM of floats and AVG of integers and floats DOUBLE, added in the rows' order one at a
     time from 0.0 as Spark's buffer adds (NaN and the infinities as IEEE adds them, so a
     frame's last bits can differ from Spark's only in the order of peers, which Spark does
-    not fix either); AVG of a DECIMAL as :func:`decimal_average` finishes it; MIN and MAX
-    the first row of the frame holding the smallest (largest) value as Spark orders values
-    (NaN above every number, -0.0 equal to 0.0), of the argument's type. NULLs are skipped;
-    a frame without a value is NULL (COUNT 0). None where Spark's semantics decide: a sum
-    that leaves its type at any row (an error under ANSI, a wrap or a NULL without), a
-    type not handled here."""
+    not fix either; a bounded frame's from its first row, as Spark sums each frame anew);
+    AVG of a DECIMAL as :func:`decimal_average` finishes it; MIN and MAX the first row of
+    the frame holding the smallest (largest) value as Spark orders values (NaN above every
+    number, -0.0 equal to 0.0), of the argument's type. NULLs are skipped; a frame without
+    a value is NULL (COUNT 0). None where Spark's semantics decide: a sum that leaves its
+    type at any row (an error under ANSI, a wrap or a NULL without; for a bounded frame, a
+    sum whose values' magnitudes could), a bounded frame wider than
+    :data:`SLIDING_WIDTH` for float sums, MIN and MAX, a type not handled here."""
     n = len(part_start)
     idx = np.arange(n)
     first = np.maximum.accumulate(np.where(part_start, idx, 0)) if n else idx
+    lo = first if start is None else start
+    end = np.maximum(end, lo - 1)  # an empty frame ends just before it starts
     if x is None:
-        return pa.array(end - first + 1, pa.int64())
+        return pa.array(end - lo + 1, pa.int64())
     valid = pc.is_valid(x).to_numpy(zero_copy_only=False)
-    seen = _framed_sums(valid.astype(np.int64), first, end)
+    seen = _framed_sums(valid.astype(np.int64), lo, end)
     if func == "count":
         return pa.array(seen, pa.int64())
     none = pa.array(seen == 0)
     kind = x.type
+    width = None if start is None or not n else int((end - start).max()) + 1
+    if width is not None and width > SLIDING_WIDTH and (func in ("min", "max") or pa.types.is_floating(kind)
+                                                        or func == "avg" and pa.types.is_integer(kind)):
+        return None
     if func in ("min", "max"):
         if pa.types.is_nested(kind) or pa.types.is_dictionary(kind):
             return None
-        return pc.if_else(none, pa.scalar(None, kind), x.take(pa.array(_extreme_rows(x, func == "max", part_start,
-                                                                                    end))))
+        rows = (_extreme_rows(x, func == "max", part_start, end) if start is None
+                else _sliding_extreme_rows(x, func == "max", start, end, width or 0))
+        return pc.if_else(none, pa.scalar(None, kind), x.take(pa.array(np.maximum(rows, 0))))
     if pa.types.is_floating(kind) or func == "avg" and pa.types.is_integer(kind):
         values = pc.fill_null(x.cast(pa.float64(), safe=False), 0.0).to_numpy(zero_copy_only=False)
         with np.errstate(invalid="ignore", over="ignore"):  # IEEE's NaN and infinities, as Spark's
-            total = _sequential_sums(values, part_start)[end] + 0.0  # Spark's buffer starts at 0.0: never -0.0
+            total = (_sequential_sums(values, part_start)[end] if start is None
+                     else _sliding_sums(values, start, end, width or 0)) + 0.0  # from 0.0 as Spark: never -0.0
             if func == "avg":
                 total = total / np.maximum(seen, 1)
         return pc.if_else(none, pa.scalar(None, pa.float64()), pa.array(total, pa.float64()))
@@ -1179,7 +1198,7 @@ def running(func: str, x: pa.ChunkedArray | None, part_start: np.ndarray, end: n
     unscaled = _unscaled(pc.fill_null(x, 0))
     if unscaled is None:
         return None
-    sums = _exact_framed(unscaled, first, end, every=ansi or pa.types.is_decimal(kind))
+    sums = _exact_framed(unscaled, lo, end, every=ansi or pa.types.is_decimal(kind), running=start is None)
     if sums is None:
         return None
     if pa.types.is_integer(kind):
@@ -1214,15 +1233,21 @@ def _framed_sums(values: np.ndarray, first: np.ndarray, end: np.ndarray) -> np.n
     return total[end + 1] - total[first]
 
 
-def _exact_framed(values: np.ndarray, first: np.ndarray, end: np.ndarray, *, every: bool) -> _Framed | None:
-    """:class:`_Framed` sums of integers (int64, or Python ints as objects), exact: in
-    int64 when no sum of absolute values can leave it, else as Python ints. ``every``: the
-    sums at every row are wanted too (to check that none leaves the result's type)."""
+def _exact_framed(values: np.ndarray, first: np.ndarray, end: np.ndarray, *, every: bool,
+                  running: bool = True) -> _Framed | None:
+    """:class:`_Framed` sums of integers (int64, or Python ints as objects) over frames
+    from ``first`` to ``end``, exact: in int64 when no sum of absolute values can leave it,
+    else as Python ints. ``every``: the sums at every row are wanted too (to check that
+    none leaves the result's type): of a ``running`` frame, at each row of its partition;
+    of another, None unless no sum of its values can leave int64 (then its frames' sums
+    are every sum its buffer holds, as far as a range check goes)."""
     n = len(values)
     idx = np.arange(n)
     if values.dtype != object and (not n or float(np.abs(values.astype(np.float64)).sum()) < 2.0 ** 62):
         at = _framed_sums(values, first, end)
-        return _Framed(at, _framed_sums(values, first, idx) if every else at)
+        return _Framed(at, _framed_sums(values, first, idx) if every and running else at)
+    if not running:
+        return None
     exact = values.astype(object)
     total = np.concatenate([np.array([0], dtype=object), np.cumsum(exact)])
     return _Framed(total[end + 1] - total[first], total[idx + 1] - total[first] if every else total[end + 1])
@@ -1282,6 +1307,35 @@ def _sequential_sums(values: np.ndarray, part_start: np.ndarray) -> np.ndarray:
         acc[:k] += values[at]
         out[at] = acc[:k]
     return out
+
+
+def _sliding_sums(values: np.ndarray, start: np.ndarray, end: np.ndarray, width: int) -> np.ndarray:
+    """Per row, the float sum of ``values`` from row ``start`` to row ``end`` (at most
+    ``width`` rows), added one at a time in order from 0.0, as Spark sums a bounded frame."""
+    total = np.zeros(len(values))
+    for j in range(width):
+        at = start + j
+        inside = at <= end
+        total += np.where(inside, values[np.where(inside, at, 0)], 0.0)
+    return total
+
+
+def _sliding_extreme_rows(x: pa.ChunkedArray, largest: bool, start: np.ndarray, end: np.ndarray, width: int
+                          ) -> np.ndarray:
+    """Per row, the first row from ``start`` to ``end`` (at most ``width`` rows) whose value
+    of ``x`` is the largest (``largest``) or smallest as Spark orders values; any row where
+    the frame has no value."""
+    n = len(start)
+    if not n:
+        return np.arange(0)
+    rank = pc.rank(x, sort_keys="ascending", tiebreaker="dense").to_numpy().astype(np.int64)
+    rank = np.where(pc.is_valid(x).to_numpy(zero_copy_only=False), rank if largest else -rank, np.iinfo(np.int64).min)
+    best, held = np.zeros(n, np.int64), np.full(n, np.iinfo(np.int64).min)
+    for j in range(width):
+        at = np.where(start + j <= end, start + j, 0)
+        better = (start + j <= end) & (rank[at] > held)  # strictly: the first of equal values stays
+        best, held = np.where(better, at, best), np.where(better, rank[at], held)
+    return best
 
 
 def _extreme_rows(x: pa.ChunkedArray, largest: bool, part_start: np.ndarray, end: np.ndarray) -> np.ndarray:
