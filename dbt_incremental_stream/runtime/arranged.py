@@ -371,7 +371,7 @@ class Plan:
         frames (RANGE frames of offsets, ROWS to UNBOUNDED FOLLOWING) are Spark's to decide
         (or refuse)."""
         found = [(name, sqlglot.parse_one(sql, read=DIALECT)) for name, sql in op.funcs]
-        windows = [(name, w) for name, w in found if isinstance(w, exp.Window) and isinstance(w.this, exp.Func)]
+        windows = [(name, w) for name, w in found if isinstance(w, exp.Window) and isinstance(_call(w), exp.Func)]
         specs = {(tuple(w.args.get("partition_by") or ()), w.args.get("order")) for _, w in windows}
         if len(windows) != len(found) or len(specs) != 1:
             return
@@ -390,11 +390,12 @@ class Plan:
         framed = [w.args.get("spec") is not None for _, w in windows]
         by = tuple(c.name for c in partition)
         frames = [_rows_frame(w.args.get("spec")) for _, w in windows]
-        if order and all(not f or (all_of and w.this.sql_name().lower() in kernels.WHOLE)
-                         or type(w.this) in AGGREGATES and frame is not None
+        if order and all(not f or (all_of and _call(w).sql_name().lower() in kernels.WHOLE)
+                         or type(_call(w)) in AGGREGATES and frame is not None
                          for f, all_of, frame, (_, w) in zip(framed, whole, frames, windows)):
             out = zsets.arrow_schema(self.schema(op))
-            ordered = [_ordered(name, w.this, types, out.field(name).type, all_of, frame)
+            ordered = [_ordered(name, _call(w), types, out.field(name).type, all_of, frame,
+                                isinstance(w.this, exp.IgnoreNulls))
                        for (name, w), all_of, frame in zip(windows, whole, frames)]
             funcs = tuple(f for f in ordered if f is not None)
             if len(funcs) == len(ordered):
@@ -402,9 +403,9 @@ class Plan:
                     (o.this.name, bool(o.args.get("desc")), bool(o.args.get("nulls_first")))
                     for o in order.expressions), keep)
         elif all(w if order else not f or w for f, w in zip(framed, whole)) and all(
-                type(w.this) in AGGREGATES and _column_arg(w.this, types.names) is not None for _, w in windows):
-            self.windows[op.id] = Totals(tuple(AggCall(name, AGGREGATES[type(w.this)],
-                                                       _column_arg(w.this, types.names) or None)
+                type(_call(w)) in AGGREGATES and _column_arg(_call(w), types.names) is not None for _, w in windows):
+            self.windows[op.id] = Totals(tuple(AggCall(name, AGGREGATES[type(_call(w))],
+                                                       _column_arg(_call(w), types.names) or None)
                                                for name, w in windows), by, keep)
 
     def _top(self, op: WindowDiff, side: Side) -> None:
@@ -647,7 +648,7 @@ def _window_text(spec: Ranking | Totals | None) -> str:
 
 def _ordered_text(f: kernels.Ordered) -> str:
     if f.func not in kernels.RUNNING:
-        return f.func.upper()
+        return f.func.upper() + (" IGNORE NULLS" if f.ignore_nulls else "")
     call = f"{f.func.upper()}({f.arg or '*'})"
     return f"running {call}" if f.start is None else f"{call} over rows {f.start:+d}..{f.stop:+d}"
 
@@ -673,14 +674,25 @@ def _limit(keep: str, name: str) -> int | None:
     return min(found) if found else None
 
 
+def _call(window: exp.Expression) -> Any:
+    """The function a window calls (within its IGNORE NULLS)."""
+    return window.this.this if isinstance(window.this, exp.IgnoreNulls) else window.this
+
+
 def _ordered(name: str, func: exp.Func, columns: pa.Schema, kind: pa.DataType, whole: bool,
-             frame: Frame | None = None) -> kernels.Ordered | None:
+             frame: Frame | None = None, ignore_nulls: bool = False) -> kernels.Ordered | None:
     """The kernels' form of a window function over ordered rows, or None: a ranking, a
     value function of a column whose result is that column's type (LAG/LEAD's offset a
     whole number, and their default NULL or a literal that type holds exactly), or an
     aggregate of a column over ``frame`` (:func:`_rows_frame`) whose result is of the type
     :func:`kernels.running` gives."""
     f = func.sql_name().lower()
+    if ignore_nulls and f not in kernels.WHOLE:
+        return None
+    if f == "ntile":
+        buckets = expressions.literal(func.this)
+        ok = isinstance(buckets, int) and not isinstance(buckets, bool) and 0 < buckets < 2 ** 31
+        return kernels.Ordered(name, f, offset=buckets) if ok else None  # type: ignore[arg-type]
     if f in kernels.RANKINGS:
         return kernels.Ordered(name, f)
     arg = _column_arg(func, columns.names)
@@ -708,7 +720,7 @@ def _ordered(name: str, func: exp.Func, columns: pa.Schema, kind: pa.DataType, w
             return None
         if value.as_py() != literal:
             return None
-    return kernels.Ordered(name, f, arg, n, value, whole)
+    return kernels.Ordered(name, f, arg, n, value, whole, ignore_nulls=ignore_nulls)
 
 
 def _running_type(agg: str, arg: pa.DataType | None) -> pa.DataType | None:

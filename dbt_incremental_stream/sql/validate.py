@@ -80,7 +80,7 @@ def validate(tree: exp.Expr, view: str | None = None) -> None:
             raise unsupported(f"non-deterministic function {node.sql_name().lower()}()", node, view)
         if isinstance(node, exp.Anonymous) and str(node.name).lower() in NONDETERMINISTIC_NAMES:
             raise unsupported(f"non-deterministic function {node.name}()", node, view)
-        if isinstance(node, exp.AggFunc) and kind not in AGGREGATES and not isinstance(node.parent, exp.Window):
+        if isinstance(node, exp.AggFunc) and kind not in AGGREGATES and not _windowed(node):
             raise unsupported(f"aggregate function {node.sql_name().lower()}()", node, view)
         if isinstance(node, exp.With) and node.args.get("recursive"):
             raise unsupported("WITH RECURSIVE (a recursive query)", node, view)
@@ -129,3 +129,11 @@ def _misplaced(query: exp.Expr) -> bool:
 
 def _subquery_in(e: exp.Expr | None) -> bool:
     return e is not None and any(True for _ in e.find_all(exp.Select))
+
+
+def _windowed(node: exp.Expr) -> bool:
+    """Whether a function is called by a window (``f(x) OVER``, ``f(x) IGNORE NULLS OVER``)."""
+    parent = node.parent
+    if isinstance(parent, (exp.IgnoreNulls, exp.RespectNulls)):
+        parent = parent.parent
+    return isinstance(parent, exp.Window)

@@ -635,6 +635,45 @@ def _same(v):
     return ("nan",) if isinstance(v, float) and v != v else (v, math.copysign(1, v)) if isinstance(v, float) else v
 
 
+@given(st.lists(st.tuples(st.integers(0, 2), st.one_of(st.none(), st.integers(-3, 3)),
+                          st.one_of(st.none(), st.integers(-3, 3)), st.integers(1, 2)), max_size=25),
+       st.integers(1, 7), st.booleans())
+def test_ntile_and_values_ignoring_nulls(rows, buckets, whole):
+    """NTILE cuts each partition into ``buckets`` runs, the first ones a row longer (as
+    Spark's NTile), and FIRST_VALUE, LAST_VALUE and NTH_VALUE IGNORE NULLS read the first,
+    last and n-th non-NULL value of the frame (to the last peer, or ``whole``: the whole
+    partition), against Python over each partition's sorted rows."""
+    t = pa.table({"k": pa.array([k for k, _, _, _ in rows], pa.int32()),
+                  "o": pa.array([o for _, o, _, _ in rows], pa.int32()),
+                  "x": pa.array([x for _, _, x, _ in rows], pa.int32()),
+                  WEIGHT: pa.array([w for _, _, _, w in rows], pa.int64())})
+    funcs = [kernels.Ordered("nt", "ntile", offset=buckets),
+             kernels.Ordered("fv", "first_value", "x", whole=whole, ignore_nulls=True),
+             kernels.Ordered("lv", "last_value", "x", whole=whole, ignore_nulls=True),
+             kernels.Ordered("nv", "nth_value", "x", 2, whole=whole, ignore_nulls=True)]
+    out = kernels.ranks(kernels.expand(t), ["k"], [("o", False, True), ("x", False, True)], funcs)
+    groups: dict = defaultdict(list)
+    for k, o, x, w in rows:
+        groups[k] += [(o, x)] * w
+
+    def key(r):
+        return tuple((v is not None, v or 0) for v in r)
+
+    want = Counter()
+    for k, members in groups.items():
+        members.sort(key=key)
+        n = len(members)
+        per, longer = divmod(n, buckets)
+        tiles = [b + 1 for b in range(buckets) for _ in range(per + (b < longer))]
+        for i, (o, x) in enumerate(members):
+            end = n - 1 if whole else max(j for j in range(n) if members[j] == members[i])
+            values = [v for _, v in members[:end + 1] if v is not None]
+            want[(k, o, x, tiles[i], values[0] if values else None, values[-1] if values else None,
+                  values[1] if len(values) > 1 else None)] += 1
+    assert out is not None and out.schema.field("nt").type == pa.int32()
+    assert Counter((r["k"], r["o"], r["x"], r["nt"], r["fv"], r["lv"], r["nv"]) for r in out.to_pylist()) == want
+
+
 @given(st.lists(st.tuples(st.one_of(st.none(), st.sampled_from([math.nan, -math.nan, 0.0, -0.0, 1.5])),
                           st.one_of(st.none(), st.integers(-3, 3)), st.integers(1, 2)), max_size=25))
 def test_totals_give_each_row_its_partition_s_aggregates(rows):

@@ -118,6 +118,11 @@ NUMERIC_SHAPES: dict[str, dict[str, str]] = {
         "values_by_double": f"SELECT id, d, i, LAG(d) {_TOTAL} AS prev, LEAD(x, 2) {_TOTAL} AS nxt, "
                             f"LAG(m, 1, 0) {_TOTAL} AS pm, FIRST_VALUE(str) {_TOTAL} AS fs, "
                             f"LAST_VALUE(d) {_TOTAL} AS ld, NTH_VALUE(b, 2) {_TOTAL} AS nb FROM a",
+        # NTILE, and the values a frame holds once its NULLs are skipped (a "last known value")
+        "ntile_ignoring_nulls": f"SELECT id, i, NTILE(3) {_TOTAL} AS t3, FIRST_VALUE(str) IGNORE NULLS {_TOTAL} AS fs, "
+                                f"LAST_VALUE(d) IGNORE NULLS {_TOTAL} AS ld, NTH_VALUE(x, 2) IGNORE NULLS OVER "
+                                "(PARTITION BY i ORDER BY d DESC, id, CAST(d AS STRING), x, m, str, b ROWS BETWEEN "
+                                "UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS nx FROM a",
         "last_of_partition": "SELECT id, i, LAST_VALUE(x) OVER (PARTITION BY i ORDER BY id, CAST(d AS STRING), b, m, x "
                              "ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS lx FROM a",
         # running aggregates: to the last peer (ties on a double: NULLs, NaNs, both zeros;

@@ -1041,7 +1041,7 @@ def expand(table: pa.Table) -> pa.Table:
 
 #: the ranking window functions :func:`ranks` computes, and those that read a value of
 #: another row of the partition (with the default frame)
-RANKINGS = frozenset({"row_number", "rank", "dense_rank", "percent_rank", "cume_dist"})
+RANKINGS = frozenset({"row_number", "rank", "dense_rank", "percent_rank", "cume_dist", "ntile"})
 VALUES = frozenset({"lag", "lead", "first_value", "last_value", "nth_value"})
 WHOLE = frozenset({"first_value", "last_value", "nth_value"})  # also over a frame of the whole partition
 #: the aggregates :func:`ranks` computes over a frame of ordered rows: the partition up to
@@ -1058,7 +1058,9 @@ class Ordered:
     :data:`RUNNING`) as column ``name``; a value function reads column ``arg``: LAG/LEAD
     ``offset`` rows back or ahead (``default`` outside the partition), NTH_VALUE the
     ``offset``-th row; ``whole``: FIRST_VALUE, LAST_VALUE or NTH_VALUE over the whole
-    partition, not the default frame. An aggregate reads ``arg`` (None: COUNT(*)) up to
+    partition, not the default frame; ``ignore_nulls``: those three read the frame's
+    rows whose ``arg`` is not NULL. NTILE splits the partition into ``offset`` buckets.
+    An aggregate reads ``arg`` (None: COUNT(*)) up to
     the current row's last peer, or where ``rows`` over a ROWS frame: from ``start`` rows
     after the current one (negative: before it; None: the partition's first row) to
     ``stop`` rows after it."""
@@ -1072,6 +1074,7 @@ class Ordered:
     rows: bool = False
     start: int | None = None
     stop: int = 0
+    ignore_nulls: bool = False
 
 
 def ranks(bag: pa.Table, partition: Sequence[str], order: Sequence[tuple[str, bool, bool]],
@@ -1094,8 +1097,8 @@ def ranks(bag: pa.Table, partition: Sequence[str], order: Sequence[tuple[str, bo
     first = np.maximum.accumulate(np.where(part_start, idx, 0))
     last = np.flatnonzero(np.append(part_start[1:], True))[np.cumsum(part_start) - 1] if n else idx
     out = sorted_.select(bag.column_names)
-    if any(f.func in RANKINGS - {"row_number"} or f.func in ("last_value", "nth_value") and not f.whole
-           or f.func in RUNNING and not f.rows for f in funcs):
+    if any(f.func in RANKINGS - {"row_number", "ntile"} or f.func in WHOLE and not f.whole
+           and (f.ignore_nulls or f.func != "first_value") or f.func in RUNNING and not f.rows for f in funcs):
         peer_start = part_start | _starts(sorted_, terms)
         rank = np.maximum.accumulate(np.where(peer_start, idx, 0)) - first + 1
         size = last - first + 1
@@ -1113,13 +1116,19 @@ def ranks(bag: pa.Table, partition: Sequence[str], order: Sequence[tuple[str, bo
                 value = pa.array(np.where(size > 1, (rank - 1) / np.maximum(size - 1, 1), 0.0), pa.float64())
         elif f.func == "cume_dist":
             value = pa.array((peer_end - first + 1) / size, pa.float64())
+        elif f.func == "ntile":
+            value = pa.array(_ntile(idx - first, last - first + 1, f.offset), pa.int32())
         elif f.func in VALUES:
             assert f.arg is not None
-            end = peer_end if f.func in ("last_value", "nth_value") and not f.whole else last  # the frame's last
-            at = {"lag": idx - f.offset, "lead": idx + f.offset, "first_value": first, "last_value": end,
-                  "nth_value": first + f.offset - 1}[f.func]
-            inside = (at >= first) & (at <= (end if f.func == "nth_value" else last))
             column = sorted_.column(f.arg)
+            peers = f.func in WHOLE and not f.whole and (f.ignore_nulls or f.func != "first_value")
+            end = peer_end if peers else last  # the frame's last row
+            if f.ignore_nulls:
+                at = _non_null_row(f.func, pc.is_valid(column).to_numpy(zero_copy_only=False), first, end, f.offset)
+            else:
+                at = {"lag": idx - f.offset, "lead": idx + f.offset, "first_value": first, "last_value": end,
+                      "nth_value": first + f.offset - 1}[f.func]
+            inside = (at >= first) & (at <= (end if f.func in WHOLE else last))
             value = column.take(pa.array(np.where(inside, at, 0) if n else at))
             if not inside.all():
                 default = f.default if f.default is not None else pa.scalar(None, column.type)
@@ -1135,6 +1144,29 @@ def ranks(bag: pa.Table, partition: Sequence[str], order: Sequence[tuple[str, bo
             raise ValueError(f"no window function {f.func!r}")
         out = out.append_column(f.name, value)
     return out
+
+
+def _ntile(row: np.ndarray, size: np.ndarray, buckets: int) -> np.ndarray:
+    """NTILE(buckets) of each row (its 0-based place ``row`` in a partition of ``size``
+    rows), as Spark's: the partition cut into ``buckets`` runs in order, the first
+    ``size % buckets`` of them one row longer."""
+    per, longer = size // buckets, size % buckets
+    head = longer * (per + 1)  # the rows in the longer buckets
+    return np.where(row < head, row // np.maximum(per + 1, 1), longer + (row - head) // np.maximum(per, 1)) + 1
+
+
+def _non_null_row(func: str, valid: np.ndarray, first: np.ndarray, end: np.ndarray, nth: int) -> np.ndarray:
+    """The row FIRST_VALUE, LAST_VALUE or NTH_VALUE (the ``nth``) IGNORE NULLS reads in
+    each row's frame (its partition's rows from ``first`` to ``end``): the first, last or
+    ``nth`` row whose value is not NULL; a row outside the frame where there is none."""
+    n = len(valid)
+    idx = np.arange(n)
+    if func == "last_value":
+        return np.maximum.accumulate(np.where(valid, idx, -1))[end] if n else idx
+    rows = np.flatnonzero(valid)
+    before = np.searchsorted(rows, first)  # the values before the partition
+    want = before + (0 if func == "first_value" else nth - 1)
+    return np.where(want < len(rows), rows[np.minimum(want, max(len(rows) - 1, 0))] if len(rows) else n, n)
 
 
 #: a partition longer than this has its running float sum summed alone; shorter ones
