@@ -31,26 +31,26 @@ from .operators import (
     Window,
     WindowDiff,
     distinct,
-    is_identifier,
     quote,
 )
 
 
 def integral(op: Operator) -> Operator:
     """I(op), sharing state. Integration commutes with row-wise linear operators, so
-    I(Map(x)) is Map(I(x)): one stored integral serves every projection of x, and the
-    output a recompute stores anyway serves as the integral of whatever is computed row
-    by row from it."""
-    if isinstance(op, Map) and (op.is_projection or _stored(op.input)):
+    I(Map(x)) is Map(I(x)) for a projection (columns picked or renamed, and constants
+    beside them over a recompute's output): one stored integral serves every projection
+    of x, a source's retained input or the output a recompute stores. A Map that computes
+    columns, or a Filter, is integrated itself: its rows are computed once, as they
+    change, not at every read of the state (where only Spark computes them exactly, a
+    task, which has no Spark, could not)."""
+    if isinstance(op, Map) and (op.is_projection or op.computes_nothing and _recomputed(op.input)):
         return Map(integral(op.input), op.exprs)
-    if isinstance(op, Filter) and _stored(op.input):
-        return Filter(integral(op.input), op.predicate)
     return Integral(op)
 
 
-def _stored(op: Operator) -> bool:
-    """Whether ``op`` is computed row by row from a recompute's output."""
-    while isinstance(op, (Map, Filter)):
+def _recomputed(op: Operator) -> bool:
+    """Whether ``op`` is a recompute's stored output, through projections."""
+    while isinstance(op, Map) and op.computes_nothing:
         op = op.input
     return isinstance(op, Recompute)
 
@@ -111,19 +111,10 @@ def _(op: Scale, inc: Incrementalizer) -> Operator:
     return Scale(inc(op.input), op.factor)
 
 
-def _keyed_integral(op: Operator, keys: list[str]) -> Operator:
-    """I(op) for a join's side probed by ``keys``: a Map computing a key over a recompute's
-    stored output is integrated itself (its rows with the key are what the key is looked
-    up in), not computed over that output, which is kept by other keys."""
-    if isinstance(op, Map) and _stored(op.input) and any(quote(n) in keys for n, e in op.exprs if not is_identifier(e)):
-        return Integral(op)
-    return integral(op)
-
-
 @_delta.register
 def _(op: Join, inc: Incrementalizer) -> Operator:
     da, db = inc(op.left), inc(op.right)
-    ia, ib = _keyed_integral(da, [a for a, _ in op.keys]), _keyed_integral(db, [b for _, b in op.keys])
+    ia, ib = integral(da), integral(db)
     return Plus((replace(op, left=da, right=delayed(ib)), replace(op, left=ia, right=db)))  # a Temporal stays one
 
 

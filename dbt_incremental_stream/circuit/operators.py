@@ -10,6 +10,7 @@ across processes, which is what names its persisted state.
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 from typing import AbstractSet, Callable, Iterator
@@ -96,6 +97,12 @@ class Map(Unary):
     def is_projection(self) -> bool:
         """Only picks and renames columns, so it commutes freely with integration."""
         return all(is_identifier(e) for _, e in self.exprs)
+
+    @property
+    def computes_nothing(self) -> bool:
+        """Picks and renames columns and adds constants (a decorrelated subquery's marker
+        ``TRUE``): nothing to compute per row."""
+        return all(is_identifier(e) or _CONSTANT.fullmatch(e) for _, e in self.exprs)
 
     def label(self) -> str:
         shown = [e if e == quote(n) else f"{e} AS {n}" for n, e in self.exprs]
@@ -403,6 +410,10 @@ def passthrough(columns: tuple[str, ...] | list[str]) -> tuple[tuple[str, str], 
 def quote(name: str) -> str:
     """A Spark SQL identifier."""
     return "`" + name.replace("`", "``") + "`"
+
+
+#: a literal a Map may add beside its columns
+_CONSTANT = re.compile(r"(?i)TRUE|FALSE|NULL|-?\d+(\.\d*)?")
 
 
 def is_identifier(text: str) -> bool:

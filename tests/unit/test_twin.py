@@ -309,6 +309,11 @@ BY_SPARK = {
     "ratio": "SELECT g, SUM(m) / SUM(n) AS r, 100.00 * SUM(m) / COUNT(*) AS p FROM a GROUP BY g",
     "picky": "SELECT id, m FROM a WHERE m / n > 1.5",
     "chained": "SELECT g, r * 3 / 7 AS r3 FROM (SELECT g, SUM(m) / SUM(n) AS r FROM a GROUP BY g) WHERE r / 3 > 0.1",
+    # an aggregate's output computed by Spark, then probed by a join and regrouped: state
+    # of its own (a task has no Spark to compute it over the probed rows)
+    "joined": "SELECT a.id, t.r FROM a JOIN (SELECT g, SUM(m) / SUM(n) AS r FROM a GROUP BY g) t ON a.g = t.g",
+    "regrouped": "SELECT g % 2 AS h, MAX(r) AS top, COUNT(*) AS k FROM (SELECT g, SUM(m) / SUM(n) AS r FROM a "
+                 "GROUP BY g) WHERE r > -100 GROUP BY g % 2",
 }
 BY_SPARK_TICKS = [
     [((1, 1, Decimal("10.00"), Decimal("3.0000")), 1), ((2, 1, Decimal("-4.25"), Decimal("7.1234")), 1),
