@@ -650,7 +650,9 @@ def _ordered_text(f: kernels.Ordered) -> str:
     if f.func not in kernels.RUNNING:
         return f.func.upper() + (" IGNORE NULLS" if f.ignore_nulls else "")
     call = f"{f.func.upper()}({f.arg or '*'})"
-    return f"running {call}" if f.start is None else f"{call} over rows {f.start:+d}..{f.stop:+d}"
+    if f.start is None:
+        return f"{call} of the partition" if f.stop is None else f"running {call}"
+    return f"{call} over rows {f.start:+d}..{'end' if f.stop is None else f'{f.stop:+d}'}"
 
 
 def _key_text(spec: Spec | tuple[str, ...]) -> str:
@@ -743,25 +745,27 @@ def _running_type(agg: str, arg: pa.DataType | None) -> pa.DataType | None:
 
 
 #: a frame of ordered rows: whether it is a ROWS frame, and for one its first and last
-#: rows relative to the current row (the first None: the partition's first row); a RANGE
+#: rows relative to the current row (None: the partition's first, its last row); a RANGE
 #: frame runs from the partition's first row to the current row's last peer
-Frame = tuple[bool, int | None, int]
+Frame = tuple[bool, int | None, int | None]
 
 
 def _rows_frame(frame: exp.Expression | None) -> Frame | None:
     """A window frame (None: the default one) as :data:`Frame`: RANGE BETWEEN UNBOUNDED
-    PRECEDING AND CURRENT ROW, or ROWS from UNBOUNDED PRECEDING or n PRECEDING / FOLLOWING
-    or CURRENT ROW to n PRECEDING / FOLLOWING or CURRENT ROW (n a whole number); None for
-    any other frame."""
+    PRECEDING AND CURRENT ROW, the whole partition, or ROWS from UNBOUNDED PRECEDING or n
+    PRECEDING / FOLLOWING or CURRENT ROW to n PRECEDING / FOLLOWING, CURRENT ROW or
+    UNBOUNDED FOLLOWING (n a whole number); None for any other frame."""
     if frame is None:
         return False, None, 0
     a = frame.args
     start, end = _bound(a.get("start"), a.get("start_side")), _bound(a.get("end") or "CURRENT ROW", a.get("end_side"))
-    if a.get("exclude") or start is None or end is None or end == "unbounded":
+    if a.get("exclude") or start is None or end is None \
+            or start == "unbounded" and str(a.get("start_side")).upper() != "PRECEDING" \
+            or end == "unbounded" and str(a.get("end_side")).upper() != "FOLLOWING":
         return None
-    if str(a.get("kind")).upper() == "RANGE":
+    if str(a.get("kind")).upper() == "RANGE" and (start, end) != ("unbounded", "unbounded"):
         return (False, None, 0) if (start, end) == ("unbounded", 0) else None
-    return True, None if start == "unbounded" else start, end  # type: ignore[return-value]
+    return True, None if start == "unbounded" else start, None if end == "unbounded" else end  # type: ignore
 
 
 def _bound(at: Any, side: Any) -> int | str | None:

@@ -546,11 +546,13 @@ _RUNNING_FLOATS = st.one_of(st.none(), st.integers(-5, 5).map(float),
 @given(st.lists(st.tuples(st.integers(0, 2), st.one_of(st.none(), st.integers(-2, 2)), _RUNNING_VALUES,
                           _RUNNING_FLOATS, st.integers(1, 2)), max_size=25),
        st.sampled_from([(False, None, 0), (True, None, 0), (True, None, -1), (True, -2, 0), (True, -1, 1),
-                        (True, 1, 3), (True, -3, -2)]), st.booleans())
+                        (True, 1, 3), (True, -3, -2), (True, 0, None), (True, 2, None), (True, None, None)]),
+       st.booleans())
 def test_running_aggregates_sum_their_frame(rows, frame, ansi):
     """COUNT, SUM, AVG, MIN and MAX over a frame of ordered rows — to the last peer, or a
     ROWS frame over a total order (from the partition's first row, or from an offset, to
-    an offset: ``frame``, as :class:`kernels.Ordered` has it) — against summing each
+    an offset or the partition's last row: ``frame``, as :class:`kernels.Ordered` has
+    it) — against summing each
     row's frame in Python: BIGINT sums exact, a running one wrapped past 2^63 without ANSI,
     with it left to Spark (None) where any row's sum leaves BIGINT, a bounded frame's left
     to Spark where its values' magnitudes could leave it; doubles with NaN and the
@@ -584,7 +586,8 @@ def test_running_aggregates_sum_their_frame(rows, frame, ansi):
             total += x or 0
             overflow |= not -_BIG - 1 <= total <= _BIG
         for i, (o, x, f) in enumerate(members):
-            end = i + stop if by_rows else max(j for j in range(len(members)) if key(members[j]) == key(members[i]))
+            end = (len(members) - 1 if stop is None else i + stop) if by_rows else max(
+                j for j in range(len(members)) if key(members[j]) == key(members[i]))
             frame = members[max(0, i + start) if by_rows and start is not None else 0:max(0, end + 1)]
             xs, fs = [m[1] for m in frame if m[1] is not None], [m[2] for m in frame if m[2] is not None]
             ms = [Decimal(v).scaleb(-2) for v in xs if abs(v) <= 5]

@@ -141,6 +141,11 @@ NUMERIC_SHAPES: dict[str, dict[str, str]] = {
                         f"MAX(str) {_SLIDE} AS xs, COUNT(*) {_SLIDE} AS n, "
                         f"SUM(k) OVER ({_ALL} ROWS BETWEEN 1 FOLLOWING AND 3 FOLLOWING) AS sk, "
                         f"AVG(d) OVER ({_ALL} ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS ad FROM a",
+        # frames to the partition's end, and of all of it (summed in its order, as Spark does)
+        "to_partition_end": f"SELECT id, i, SUM(k) OVER ({_ALL} ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING) AS "
+                            f"rest, MAX(d) OVER ({_ALL} ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING) AS later, "
+                            f"SUM(d) OVER ({_ALL} ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS total, "
+                            f"COUNT(*) OVER ({_ALL} ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING) AS ahead FROM a",
         # wide decimals, summed exactly (near their limits a frame's sum leaves the type:
         # test_running_sums_that_leave_their_type)
         "running_wide": "SELECT id, i, SUM(x) OVER (PARTITION BY i ORDER BY id) AS sx, "

@@ -1063,7 +1063,7 @@ class Ordered:
     An aggregate reads ``arg`` (None: COUNT(*)) up to
     the current row's last peer, or where ``rows`` over a ROWS frame: from ``start`` rows
     after the current one (negative: before it; None: the partition's first row) to
-    ``stop`` rows after it."""
+    ``stop`` rows after it (None: the partition's last row)."""
 
     name: str
     func: str
@@ -1073,7 +1073,7 @@ class Ordered:
     whole: bool = False
     rows: bool = False
     start: int | None = None
-    stop: int = 0
+    stop: int | None = 0
     ignore_nulls: bool = False
 
 
@@ -1134,9 +1134,10 @@ def ranks(bag: pa.Table, partition: Sequence[str], order: Sequence[tuple[str, bo
                 default = f.default if f.default is not None else pa.scalar(None, column.type)
                 value = pc.if_else(pa.array(inside), value, default)
         elif f.func in RUNNING:
-            begin = None if not f.rows or f.start is None else np.maximum(idx + f.start, first)
+            begin = None if not f.rows or f.start is None else np.clip(idx + f.start, first, last + 1)
             found = running(f.func, None if f.arg is None else sorted_.column(f.arg), part_start, begin,
-                            np.minimum(idx + f.stop, last) if f.rows else peer_end, ansi=ansi)
+                            peer_end if not f.rows else last if f.stop is None else np.minimum(idx + f.stop, last),
+                            ansi=ansi)
             if found is None:
                 return None
             value = found
