@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from decimal import Decimal
 from functools import partial, singledispatchmethod
-from typing import AbstractSet, Any, Callable, Mapping, Sequence
+from typing import AbstractSet, Any, Callable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -389,7 +389,8 @@ class Plan:
         whole = [w.args.get("spec") is not None and _whole_partition(w.args["spec"]) for _, w in windows]
         framed = [w.args.get("spec") is not None for _, w in windows]
         by = tuple(c.name for c in partition)
-        frames = [_rows_frame(w.args.get("spec")) for _, w in windows]
+        order_kind = types.field(terms[0].name).type if len(terms) == 1 else None
+        frames = [_frame(w.args.get("spec"), order_kind) for _, w in windows]
         if order and all(not f or (all_of and _call(w).sql_name().lower() in kernels.WHOLE)
                          or type(_call(w)) in AGGREGATES and frame is not None
                          for f, all_of, frame, (_, w) in zip(framed, whole, frames, windows)):
@@ -650,9 +651,12 @@ def _ordered_text(f: kernels.Ordered) -> str:
     if f.func not in kernels.RUNNING:
         return f.func.upper() + (" IGNORE NULLS" if f.ignore_nulls else "")
     call = f"{f.func.upper()}({f.arg or '*'})"
-    if f.start is None:
-        return f"{call} of the partition" if f.stop is None else f"running {call}"
-    return f"{call} over rows {f.start:+d}..{'end' if f.stop is None else f'{f.stop:+d}'}"
+    if f.start is None and f.stop is None:
+        return f"{call} of the partition"
+    if f.start is None and (f.stop == 0 or not f.rows):
+        return f"running {call}"
+    start, stop = ("start" if f.start is None else f"{f.start:+}"), ("end" if f.stop is None else f"{f.stop:+}")
+    return f"{call} over {'values' if f.by_value else 'rows'} {start}..{stop}"
 
 
 def _key_text(spec: Spec | tuple[str, ...]) -> str:
@@ -686,7 +690,7 @@ def _ordered(name: str, func: exp.Func, columns: pa.Schema, kind: pa.DataType, w
     """The kernels' form of a window function over ordered rows, or None: a ranking, a
     value function of a column whose result is that column's type (LAG/LEAD's offset a
     whole number, and their default NULL or a literal that type holds exactly), or an
-    aggregate of a column over ``frame`` (:func:`_rows_frame`) whose result is of the type
+    aggregate of a column over ``frame`` (:func:`_frame`) whose result is of the type
     :func:`kernels.running` gives."""
     f = func.sql_name().lower()
     if ignore_nulls and f not in kernels.WHOLE:
@@ -703,8 +707,8 @@ def _ordered(name: str, func: exp.Func, columns: pa.Schema, kind: pa.DataType, w
         if arg is None or agg not in kernels.RUNNING or kind != _running_type(agg, columns.field(arg).type if arg
                                                                              else None):
             return None
-        rows, start, stop = frame or (False, None, 0)
-        return kernels.Ordered(name, agg, arg or None, rows=rows, start=start, stop=stop)
+        rows, start, stop, by_value = frame or Frame(False, None, 0)
+        return kernels.Ordered(name, agg, arg or None, rows=rows, start=start, stop=stop, by_value=by_value)
     if f not in kernels.VALUES or not arg or columns.field(arg).type != kind:
         return None
     offset, default = func.args.get("offset"), func.args.get("default")
@@ -744,42 +748,85 @@ def _running_type(agg: str, arg: pa.DataType | None) -> pa.DataType | None:
     return None
 
 
-#: a frame of ordered rows: whether it is a ROWS frame, and for one its first and last
-#: rows relative to the current row (None: the partition's first, its last row); a RANGE
-#: frame runs from the partition's first row to the current row's last peer
-Frame = tuple[bool, int | None, int | None]
+class Frame(NamedTuple):
+    """A frame of ordered rows: a ROWS frame (``rows``) from ``start`` rows past the
+    current one to ``stop`` (negative: before it; None: the partition's first, its last
+    row); with ``by_value``, a RANGE frame of the rows whose one ORDER BY value is that far
+    from the current row's (in :attr:`kernels.Ordered.by_value`'s units); else RANGE from
+    the partition's first row to the current row's last peer."""
+
+    rows: bool
+    start: int | float | None
+    stop: int | float | None
+    by_value: bool = False
 
 
-def _rows_frame(frame: exp.Expression | None) -> Frame | None:
-    """A window frame (None: the default one) as :data:`Frame`: RANGE BETWEEN UNBOUNDED
-    PRECEDING AND CURRENT ROW, the whole partition, or ROWS from UNBOUNDED PRECEDING or n
+#: microseconds of an interval's unit (a RANGE frame's offset over a TIMESTAMP)
+_MICROS = {"DAY": 86_400_000_000, "HOUR": 3_600_000_000, "MINUTE": 60_000_000, "SECOND": 1_000_000}
+
+
+def _frame(frame: exp.Expression | None, by: pa.DataType | None) -> Frame | None:
+    """A window frame (None: the default one) as :class:`Frame`: RANGE BETWEEN UNBOUNDED
+    PRECEDING AND CURRENT ROW, the whole partition, ROWS from UNBOUNDED PRECEDING or n
     PRECEDING / FOLLOWING or CURRENT ROW to n PRECEDING / FOLLOWING, CURRENT ROW or
-    UNBOUNDED FOLLOWING (n a whole number); None for any other frame."""
+    UNBOUNDED FOLLOWING (n a whole number), or RANGE between such bounds of offsets of the
+    one ORDER BY column's type ``by`` (:func:`_offset`); None for any other frame."""
     if frame is None:
-        return False, None, 0
+        return Frame(False, None, 0)
     a = frame.args
-    start, end = _bound(a.get("start"), a.get("start_side")), _bound(a.get("end") or "CURRENT ROW", a.get("end_side"))
-    if a.get("exclude") or start is None or end is None \
-            or start == "unbounded" and str(a.get("start_side")).upper() != "PRECEDING" \
-            or end == "unbounded" and str(a.get("end_side")).upper() != "FOLLOWING":
+    sides = str(a.get("start_side")).upper(), str(a.get("end_side")).upper()
+    ends = a.get("start"), a.get("end") or "CURRENT ROW"
+    if a.get("exclude") or str(ends[0]).upper() == "UNBOUNDED" and sides[0] != "PRECEDING" \
+            or str(ends[1]).upper() == "UNBOUNDED" and sides[1] != "FOLLOWING":
         return None
-    if str(a.get("kind")).upper() == "RANGE" and (start, end) != ("unbounded", "unbounded"):
-        return (False, None, 0) if (start, end) == ("unbounded", 0) else None
-    return True, None if start == "unbounded" else start, None if end == "unbounded" else end  # type: ignore
+    rows = str(a.get("kind")).upper() == "ROWS"
+    if not rows and [str(e).upper() for e in ends] in (["UNBOUNDED", "CURRENT ROW"], ["UNBOUNDED", "UNBOUNDED"]):
+        return Frame(ends[1] != "CURRENT ROW", None, None if ends[1] != "CURRENT ROW" else 0)
+    bounds = [_offset(e, side, None if rows else by) for e, side in zip(ends, sides)]
+    if any(b is _NO_BOUND for b in bounds):
+        return None
+    return Frame(True, bounds[0], bounds[1], by_value=not rows)
 
 
-def _bound(at: Any, side: Any) -> int | str | None:
-    """A frame bound as the offset of its row from the current one ("unbounded" for
-    UNBOUNDED PRECEDING or FOLLOWING), or None for one that is not a whole number."""
-    text, side = str(at).upper(), str(side).upper()
-    if text == "UNBOUNDED":
-        return "unbounded" if side in ("PRECEDING", "FOLLOWING") else None
-    if text == "CURRENT ROW":
+_NO_BOUND = object()
+
+
+def _offset(at: Any, side: str, by: pa.DataType | None) -> Any:
+    """A frame bound as its offset from the current row (None: UNBOUNDED): of rows (``by``
+    None: a whole number), or of the values of type ``by``: a number for a number (a
+    decimal's unscaled at its scale, exactly), ``INTERVAL n DAY`` for a DATE (days), an
+    interval of days, hours, minutes or seconds for a TIMESTAMP (microseconds);
+    :data:`_NO_BOUND` for any other."""
+    if str(at).upper() == "UNBOUNDED":
+        return None
+    if str(at).upper() == "CURRENT ROW":
         return 0
+    if side not in ("PRECEDING", "FOLLOWING"):
+        return _NO_BOUND
+    sign = -1 if side == "PRECEDING" else 1
+    if isinstance(at, exp.Interval):
+        unit = str(at.args.get("unit") or "").upper().rstrip("S")
+        count = expressions.literal(at.this)
+        if isinstance(count, str) and count.strip().isdigit():
+            count = int(count)
+        if not isinstance(count, int) or isinstance(count, bool):
+            return _NO_BOUND
+        if by is not None and pa.types.is_date32(by) and unit == "DAY":
+            return sign * count
+        if by is not None and pa.types.is_timestamp(by) and by.unit == "us" and unit in _MICROS:
+            return sign * count * _MICROS[unit]
+        return _NO_BOUND
     n = expressions.literal(at) if isinstance(at, exp.Expression) else None
-    if not isinstance(n, int) or isinstance(n, bool) or side not in ("PRECEDING", "FOLLOWING"):
-        return None
-    return -n if side == "PRECEDING" else n
+    if n is None or isinstance(n, (bool, str)):
+        return _NO_BOUND
+    if by is None or pa.types.is_integer(by):
+        return sign * n if isinstance(n, int) else _NO_BOUND
+    if pa.types.is_floating(by):
+        return sign * float(n)
+    if isinstance(by, pa.Decimal128Type):
+        unscaled = Decimal(n).scaleb(by.scale)
+        return sign * int(unscaled) if unscaled == unscaled.to_integral_value() else _NO_BOUND
+    return _NO_BOUND
 
 
 def _whole_partition(frame: exp.Expression) -> bool:

@@ -608,6 +608,41 @@ def test_running_aggregates_sum_their_frame(rows, frame, ansi):
     assert got == want
 
 
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(-6, 6), st.one_of(st.none(), st.integers(-5, 5)),
+                          _RUNNING_FLOATS, st.integers(1, 2)), max_size=25),
+       st.sampled_from([(-2, 0), (None, 1), (0, None), (-3, -1), (1, 4), (None, None), (0, 0)]), st.booleans())
+def test_range_frames_hold_the_rows_whose_values_are_near(rows, offsets, desc):
+    """COUNT, SUM, MIN and MAX over a RANGE frame of offsets (``RANGE BETWEEN 2 PRECEDING
+    AND CURRENT ROW``: the rows whose ORDER BY value is at most 2 before the current row's,
+    in the order's direction; None: UNBOUNDED) against Python over each partition."""
+    start, stop = offsets
+    t = pa.table({"k": pa.array([k for k, _, _, _, _ in rows], pa.int32()),
+                  "o": pa.array([o for _, o, _, _, _ in rows], pa.int64()),
+                  "x": pa.array([x for _, _, x, _, _ in rows], pa.int64()),
+                  "f": pa.array([f for _, _, _, f, _ in rows], pa.float64()),
+                  WEIGHT: pa.array([w for _, _, _, _, w in rows], pa.int64())})
+    funcs = [kernels.Ordered(n, f, a, rows=True, start=start, stop=stop, by_value=True) for n, f, a in (
+        ("n", "count", None), ("sx", "sum", "x"), ("sf", "sum", "f"), ("mn", "min", "f"), ("mx", "max", "f"))]
+    out = kernels.ranks(kernels.expand(t), ["k"], [("o", desc, False)], funcs)
+    assert out is not None
+    sign = -1 if desc else 1
+    want = Counter()
+    for k, o, x, f, w in rows:
+        frame = [m for m in rows for _ in range(m[4]) if m[0] == k
+                 and (start is None or sign * (m[1] - o) >= start) and (stop is None or sign * (m[1] - o) <= stop)]
+        xs, fs = [m[2] for m in frame if m[2] is not None], [m[3] for m in frame if m[3] is not None]
+        want[tuple(map(_same, (k, o, x, f, len(frame), sum(xs) if xs else None, sum(fs, 0.0) + 0.0 if fs else None,
+                               _zero(_spark_max(fs, False)), _zero(_spark_max(fs, True)))))] += w
+    got = Counter(tuple(_same(_zero(r[c]) if c in ("mn", "mx") else r[c])
+                        for c in ("k", "o", "x", "f", "n", "sx", "sf", "mn", "mx")) for r in out.to_pylist())
+    assert got == want
+
+
+def _zero(v):
+    """Either zero as 0.0: which of -0.0 and 0.0 is met first among peers is the sort's."""
+    return 0.0 if v == 0 and isinstance(v, float) else v
+
+
 @pytest.mark.parametrize("sizes", [[1, 3, 2], [700, 1, 5, 513, 512, 2], [2000]])
 def test_running_float_sums_add_each_partition_in_order(sizes):
     """Floats of magnitudes far apart, summed over running frames: each partition's sums

@@ -146,6 +146,14 @@ NUMERIC_SHAPES: dict[str, dict[str, str]] = {
                             f"rest, MAX(d) OVER ({_ALL} ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING) AS later, "
                             f"SUM(d) OVER ({_ALL} ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS total, "
                             f"COUNT(*) OVER ({_ALL} ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING) AS ahead FROM a",
+        # RANGE frames of offsets: the rows whose ORDER BY value is near the row's own
+        "range_frames": "SELECT id, i, COUNT(*) OVER (PARTITION BY str ORDER BY i RANGE BETWEEN 2 PRECEDING AND "
+                        "CURRENT ROW) AS n, SUM(k) OVER (PARTITION BY str ORDER BY i RANGE BETWEEN 2 PRECEDING AND "
+                        "1 FOLLOWING) AS sk, MAX(x) OVER (PARTITION BY str ORDER BY i RANGE BETWEEN CURRENT ROW AND "
+                        "UNBOUNDED FOLLOWING) AS xx FROM a WHERE i BETWEEN -1000 AND 1000",
+        "range_desc": "SELECT id, m, SUM(i) OVER (PARTITION BY b ORDER BY m DESC RANGE BETWEEN 1.5 PRECEDING AND "
+                      "0.25 FOLLOWING) AS si, MIN(str) OVER (PARTITION BY b ORDER BY m DESC RANGE BETWEEN UNBOUNDED "
+                      "PRECEDING AND 1 PRECEDING) AS ms FROM a WHERE m BETWEEN -1000000 AND 1000000",
         # wide decimals, summed exactly (near their limits a frame's sum leaves the type:
         # test_running_sums_that_leave_their_type)
         "running_wide": "SELECT id, i, SUM(x) OVER (PARTITION BY i ORDER BY id) AS sx, "

@@ -1063,7 +1063,10 @@ class Ordered:
     An aggregate reads ``arg`` (None: COUNT(*)) up to
     the current row's last peer, or where ``rows`` over a ROWS frame: from ``start`` rows
     after the current one (negative: before it; None: the partition's first row) to
-    ``stop`` rows after it (None: the partition's last row)."""
+    ``stop`` rows after it (None: the partition's last row); where ``by_value`` too, a
+    RANGE frame of offsets: the rows whose value of the one ORDER BY column is from
+    ``start`` to ``stop`` after the current row's in the order's direction (in the
+    column's units: unscaled decimals, days, microseconds)."""
 
     name: str
     func: str
@@ -1072,9 +1075,10 @@ class Ordered:
     default: pa.Scalar | None = None
     whole: bool = False
     rows: bool = False
-    start: int | None = None
-    stop: int | None = 0
+    start: int | float | None = None
+    stop: int | float | None = 0
     ignore_nulls: bool = False
+    by_value: bool = False
 
 
 def ranks(bag: pa.Table, partition: Sequence[str], order: Sequence[tuple[str, bool, bool]],
@@ -1134,9 +1138,16 @@ def ranks(bag: pa.Table, partition: Sequence[str], order: Sequence[tuple[str, bo
                 default = f.default if f.default is not None else pa.scalar(None, column.type)
                 value = pc.if_else(pa.array(inside), value, default)
         elif f.func in RUNNING:
-            begin = None if not f.rows or f.start is None else np.clip(idx + f.start, first, last + 1)
-            found = running(f.func, None if f.arg is None else sorted_.column(f.arg), part_start, begin,
-                            peer_end if not f.rows else last if f.stop is None else np.minimum(idx + f.stop, last),
+            if f.by_value:
+                bounds = _value_frame(sorted_.column(order[0][0]), order[0][1], f.start, f.stop, first, last)
+                if bounds is None:
+                    return None
+                begin, stop = bounds
+            else:
+                begin = None if not f.rows or f.start is None else np.clip(idx + int(f.start), first, last + 1)
+                stop = (peer_end if not f.rows else last if f.stop is None
+                        else np.minimum(idx + int(f.stop), last))
+            found = running(f.func, None if f.arg is None else sorted_.column(f.arg), part_start, begin, stop,
                             ansi=ansi)
             if found is None:
                 return None
@@ -1145,6 +1156,52 @@ def ranks(bag: pa.Table, partition: Sequence[str], order: Sequence[tuple[str, bo
             raise ValueError(f"no window function {f.func!r}")
         out = out.append_column(f.name, value)
     return out
+
+
+def _value_frame(column: pa.ChunkedArray, desc: bool, start: int | float | None, stop: int | float | None,
+                 first: np.ndarray, last: np.ndarray) -> tuple[np.ndarray | None, np.ndarray] | None:
+    """Per row, the first and last rows of a RANGE frame of offsets over rows sorted by
+    ``column`` within each partition (``first``, ``last``): the rows whose value is from
+    ``start`` to ``stop`` past the row's own in the order's direction (None: the
+    partition's first, its last row), as Spark's range bounds add the offset to the
+    current row's value. The first is None for a frame from the partition's first row.
+    None where Spark decides: a NULL or NaN value, a bound past the values' type."""
+    if column.null_count:
+        return None
+    kind = column.type
+    if pa.types.is_floating(kind):
+        v = column.to_numpy().astype(np.float64)
+        if np.isnan(v).any():
+            return None
+    else:
+        raw = (_unscaled(column) if pa.types.is_decimal(kind)
+               else column.cast(pa.int32()).to_numpy().astype(np.int64) if pa.types.is_date32(kind)
+               else column.cast(pa.int64()).to_numpy() if pa.types.is_integer(kind) or pa.types.is_timestamp(kind)
+               else None)
+        if raw is None or raw.dtype == object:
+            return None
+        if len(raw) and float(np.abs(raw.astype(np.float64)).max()) + max(abs(start or 0), abs(stop or 0)) >= 2.0 ** 62:
+            return None
+        v = raw
+    w = -v if desc else v  # increasing within a partition, in the order's direction
+    begin = None if start is None else _search(w, w + start, first, last + 1, right=False)
+    end = last if stop is None else _search(w, w + stop, first, last + 1, right=True) - 1
+    return begin, end
+
+
+def _search(sorted_: np.ndarray, target: np.ndarray, lo: np.ndarray, hi: np.ndarray, *, right: bool) -> np.ndarray:
+    """Per row, a binary search of ``target`` in ``sorted_[lo:hi]`` (ascending there): the
+    first index whose value is at least (``right``: past) the target."""
+    lo, hi = lo.copy(), hi.copy()
+    n = len(sorted_)
+    while n and (lo < hi).any():
+        mid = (lo + hi) // 2
+        at = sorted_[np.minimum(mid, n - 1)]
+        below = (at <= target) if right else (at < target)
+        active = lo < hi
+        lo = np.where(active & below, mid + 1, lo)
+        hi = np.where(active & ~below, mid, hi)
+    return lo
 
 
 def _ntile(row: np.ndarray, size: np.ndarray, buckets: int) -> np.ndarray:
