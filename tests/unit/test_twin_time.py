@@ -35,7 +35,8 @@ TIME_SHAPES: dict[str, dict[str, str]] = {
                        "INTERVAL '30' MINUTE PRECEDING AND INTERVAL '30' MINUTE FOLLOWING) AS sv FROM e "
                        "WHERE ts BETWEEN TIMESTAMP'1900-01-01 00:00:00' AND TIMESTAMP'2100-01-01 00:00:00'",
         "moving_week": "SELECT id, dt, SUM(v) OVER (PARTITION BY id % 3 ORDER BY dt RANGE BETWEEN INTERVAL 7 DAYS "
-                       "PRECEDING AND CURRENT ROW) AS week FROM e WHERE dt BETWEEN DATE'1900-01-01' AND DATE'2100-01-01'",
+                       "PRECEDING AND CURRENT ROW) AS week FROM e "
+                       "WHERE dt BETWEEN DATE'1900-01-01' AND DATE'2100-01-01'",
     },
     "date_join": {  # alone: were its join declined, every tick of the twin's circuit would run in Spark
         "join_date_ts": "SELECT e.id, g.id AS gid, e.dt, g.ts FROM e JOIN g ON e.dt = g.ts",
