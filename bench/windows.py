@@ -12,7 +12,10 @@ over it, ticked together. ``--views rankings`` (the default):
 
 ``--views running``: ``running``, each customer's running total, count and largest amount
 by order id (``SUM(amount) OVER (PARTITION BY cust ORDER BY id)``, ``COUNT(*)`` over ``ROWS
-BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW``, ``MAX(amount)``).
+BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW``, ``MAX(amount)``). ``--views moving``:
+``moving``, a moving average over the customer's last 7 orders (``ROWS BETWEEN 6 PRECEDING
+AND CURRENT ROW``), a sum over the orders whose id is within 500,000 before (``RANGE
+BETWEEN 500000 PRECEDING AND CURRENT ROW``) and the smallest of 5 orders around each.
 
 Four variants over the same data and ticks:
 
@@ -64,6 +67,12 @@ VIEW_SETS = {
                   "DENSE_RANK() OVER (PARTITION BY cust ORDER BY amount DESC) AS dr FROM orders",
         "share": "SELECT id, cust, amount / SUM(amount) OVER (PARTITION BY cust) AS share, "
                  "COUNT(*) OVER (PARTITION BY cust) AS n FROM orders",
+    },
+    "moving": {
+        "moving": "SELECT id, cust, AVG(amount) OVER (PARTITION BY cust ORDER BY id ROWS BETWEEN 6 PRECEDING AND "
+                  "CURRENT ROW) AS week, SUM(amount) OVER (PARTITION BY cust ORDER BY id RANGE BETWEEN 500000 "
+                  "PRECEDING AND CURRENT ROW) AS near, MIN(amount) OVER (PARTITION BY cust ORDER BY id ROWS BETWEEN "
+                  "2 PRECEDING AND 2 FOLLOWING) AS low FROM orders",
     },
     "running": {
         "running": "SELECT id, cust, SUM(amount) OVER (PARTITION BY cust ORDER BY id) AS total, "

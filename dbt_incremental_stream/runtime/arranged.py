@@ -693,7 +693,7 @@ def _ordered(name: str, func: exp.Func, columns: pa.Schema, kind: pa.DataType, w
     aggregate of a column over ``frame`` (:func:`_frame`) whose result is of the type
     :func:`kernels.running` gives."""
     f = func.sql_name().lower()
-    if ignore_nulls and f not in kernels.WHOLE:
+    if ignore_nulls and f not in kernels.VALUES:
         return None
     if f == "ntile":
         buckets = expressions.literal(func.this)
@@ -713,7 +713,7 @@ def _ordered(name: str, func: exp.Func, columns: pa.Schema, kind: pa.DataType, w
         return None
     offset, default = func.args.get("offset"), func.args.get("default")
     n = 1 if offset is None else expressions.literal(offset)
-    if not isinstance(n, int) or isinstance(n, bool) or (f == "nth_value" and n < 1):
+    if not isinstance(n, int) or isinstance(n, bool) or ((f == "nth_value" or ignore_nulls) and n < 1):
         return None
     value = None
     if default is not None and not isinstance(default, exp.Null):

@@ -178,22 +178,11 @@ class ArrangedTicks:
         """Why the circuit has no arranged form (None: it has one, or it was not asked)."""
         return str(self._plan) if isinstance(self._plan, NotArranged) else None
 
-    def ready(self, plan: Plan) -> bool:
-        """Whether every state node exists and every arrangement the plan needs is built."""
-        return self.store.tick > 0 and not self.pipe.pending and all(
-            spec.key in self.store.arrangements.get(spec.node, {}) for spec in plan.specs.values())
-
-    def builds(self, skip: Mapping[str, str]) -> bool:
-        """Whether the operators on arrangements build the state the tick lacks: on the
-        pipeline's first tick with all input as the delta (no view set aside), on a later
-        one (:meth:`missing`) with all retained input as the delta of a new view's state."""
-        return self.store.tick > 0 or not skip
-
     def arrangements(self, plan: Plan, fetched: Mapping[str, pa.Table] | None,
                      frames: Mapping[str, DataFrame | None], arrow: Mapping[str, pa.Table]
                      ) -> dict[str, dict[tuple[str, ...], Arrangement]]:
         """The arrangements the tick reads and appends to: the committed ones, or on the
-        first tick (:meth:`builds`) every one the plan needs, empty (:meth:`_empty`), sized
+        first tick every one the plan needs, empty (:meth:`_empty`), sized
         by this tick's input (a DataFrame input counted by a job)."""
         if self.store.tick > 0:
             return self.store.arrangements
@@ -324,11 +313,14 @@ class ArrangedTicks:
         return out
 
     def _history(self, source: str, batches: list[Batch], delta: pa.Table | None) -> pa.Table:
-        """A source's retained input (its batches) and this tick's ``delta`` as one table."""
+        """A source's retained input (its batches) and this tick's ``delta`` as one table,
+        consolidated with the delta: a row this tick deletes is not there to compute on
+        (a view set aside on it is rebuilt as the row goes)."""
         parts = ([self.store.read_arrow(batches)] if batches else []) + ([delta] if delta is not None else [])
         if not parts:
             return zsets.arrow_schema(zsets.with_weight(self.circuit.sources[source])).empty_table()
-        return pa.concat_tables([self.circuit.conform_arrow(source, t) for t in parts])
+        table = pa.concat_tables([self.circuit.conform_arrow(source, t) for t in parts])
+        return kernels.consolidate(table) if len(parts) > 1 else table
 
     def fetch(self, frames: Mapping[str, DataFrame | None], arrow: Mapping[str, pa.Table]
               ) -> tuple[dict[str, pa.Table], bool, set[str]]:

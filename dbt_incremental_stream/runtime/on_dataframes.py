@@ -1,8 +1,7 @@
 """A tick computed by the DataFrame evaluator (:mod:`.evaluate`): Spark jobs over the
 delta and the state's whole batches. The path of a circuit with no arranged form, of a
 tick the arranged path declines (an expression only Spark computes exactly in a task, a
-data error to name), of state to build while views are set aside on a first tick, and of
-every tick under ``placement='dataframe'`` (the twin of the arranged path in the tests).
+data error to name), and of every tick under ``placement='dataframe'`` (the twin of the arranged path in the tests).
 The tick's batches are written before the pipeline commits it
 (:meth:`~.pipeline.Pipeline._commit`).
 """

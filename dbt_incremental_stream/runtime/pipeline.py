@@ -208,8 +208,6 @@ class Pipeline:
         aside = self.circuit.own_states(set(skip))
         if plan is not None and self.placement == "dataframe":
             why = "placement 'dataframe'"
-        elif plan is not None and not self._arranged.ready(plan) and not self._arranged.builds(skip):
-            why = "state to build"
         elif plan is not None:
             fetched, whole, complete = (({}, False, set()) if self.placement == "tasks"
                                         else self._arranged.fetch(inputs, arrow))

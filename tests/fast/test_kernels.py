@@ -680,7 +680,8 @@ def test_ntile_and_values_ignoring_nulls(rows, buckets, whole):
     """NTILE cuts each partition into ``buckets`` runs, the first ones a row longer (as
     Spark's NTile), and FIRST_VALUE, LAST_VALUE and NTH_VALUE IGNORE NULLS read the first,
     last and n-th non-NULL value of the frame (to the last peer, or ``whole``: the whole
-    partition), against Python over each partition's sorted rows."""
+    partition), LAG and LEAD IGNORE NULLS the n-th non-NULL value before or after the row,
+    against Python over each partition's sorted rows."""
     t = pa.table({"k": pa.array([k for k, _, _, _ in rows], pa.int32()),
                   "o": pa.array([o for _, o, _, _ in rows], pa.int32()),
                   "x": pa.array([x for _, _, x, _ in rows], pa.int32()),
@@ -688,7 +689,9 @@ def test_ntile_and_values_ignoring_nulls(rows, buckets, whole):
     funcs = [kernels.Ordered("nt", "ntile", offset=buckets),
              kernels.Ordered("fv", "first_value", "x", whole=whole, ignore_nulls=True),
              kernels.Ordered("lv", "last_value", "x", whole=whole, ignore_nulls=True),
-             kernels.Ordered("nv", "nth_value", "x", 2, whole=whole, ignore_nulls=True)]
+             kernels.Ordered("nv", "nth_value", "x", 2, whole=whole, ignore_nulls=True),
+             kernels.Ordered("lag", "lag", "x", 2, ignore_nulls=True),
+             kernels.Ordered("lead", "lead", "x", 1, pa.scalar(-9, pa.int32()), ignore_nulls=True)]
     out = kernels.ranks(kernels.expand(t), ["k"], [("o", False, True), ("x", False, True)], funcs)
     groups: dict = defaultdict(list)
     for k, o, x, w in rows:
@@ -706,10 +709,14 @@ def test_ntile_and_values_ignoring_nulls(rows, buckets, whole):
         for i, (o, x) in enumerate(members):
             end = n - 1 if whole else max(j for j in range(n) if members[j] == members[i])
             values = [v for _, v in members[:end + 1] if v is not None]
+            back = [v for _, v in members[:i] if v is not None]
+            ahead = [v for _, v in members[i + 1:] if v is not None]
             want[(k, o, x, tiles[i], values[0] if values else None, values[-1] if values else None,
-                  values[1] if len(values) > 1 else None)] += 1
+                  values[1] if len(values) > 1 else None, back[-2] if len(back) > 1 else None,
+                  ahead[0] if ahead else -9)] += 1
     assert out is not None and out.schema.field("nt").type == pa.int32()
-    assert Counter((r["k"], r["o"], r["x"], r["nt"], r["fv"], r["lv"], r["nv"]) for r in out.to_pylist()) == want
+    assert Counter((r["k"], r["o"], r["x"], r["nt"], r["fv"], r["lv"], r["nv"], r["lag"], r["lead"])
+                   for r in out.to_pylist()) == want
 
 
 @given(st.lists(st.tuples(st.one_of(st.none(), st.sampled_from([math.nan, -math.nan, 0.0, -0.0, 1.5])),

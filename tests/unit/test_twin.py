@@ -122,7 +122,8 @@ NUMERIC_SHAPES: dict[str, dict[str, str]] = {
         "ntile_ignoring_nulls": f"SELECT id, i, NTILE(3) {_TOTAL} AS t3, FIRST_VALUE(str) IGNORE NULLS {_TOTAL} AS fs, "
                                 f"LAST_VALUE(d) IGNORE NULLS {_TOTAL} AS ld, NTH_VALUE(x, 2) IGNORE NULLS OVER "
                                 "(PARTITION BY i ORDER BY d DESC, id, CAST(d AS STRING), x, m, str, b ROWS BETWEEN "
-                                "UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS nx FROM a",
+                                "UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS nx, "
+                                f"LAG(b, 2) IGNORE NULLS {_TOTAL} AS pb, LEAD(m) IGNORE NULLS {_TOTAL} AS nm FROM a",
         "last_of_partition": "SELECT id, i, LAST_VALUE(x) OVER (PARTITION BY i ORDER BY id, CAST(d AS STRING), b, m, x "
                              "ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS lx FROM a",
         # running aggregates: to the last peer (ties on a double: NULLs, NaNs, both zeros;

@@ -1059,9 +1059,9 @@ class Ordered:
     ``offset`` rows back or ahead (``default`` outside the partition), NTH_VALUE the
     ``offset``-th row; ``whole``: FIRST_VALUE, LAST_VALUE or NTH_VALUE over the whole
     partition, not the default frame; ``ignore_nulls``: those three read the frame's
-    rows whose ``arg`` is not NULL. NTILE splits the partition into ``offset`` buckets.
-    An aggregate reads ``arg`` (None: COUNT(*)) up to
-    the current row's last peer, or where ``rows`` over a ROWS frame: from ``start`` rows
+    rows whose ``arg`` is not NULL, LAG and LEAD count only such rows back or ahead.
+    NTILE splits the partition into ``offset`` buckets. An aggregate reads ``arg`` (None:
+    COUNT(*)) up to the current row's last peer, or where ``rows`` over a ROWS frame: from ``start`` rows
     after the current one (negative: before it; None: the partition's first row) to
     ``stop`` rows after it (None: the partition's last row); where ``by_value`` too, a
     RANGE frame of offsets: the rows whose value of the one ORDER BY column is from
@@ -1216,12 +1216,21 @@ def _ntile(row: np.ndarray, size: np.ndarray, buckets: int) -> np.ndarray:
 def _non_null_row(func: str, valid: np.ndarray, first: np.ndarray, end: np.ndarray, nth: int) -> np.ndarray:
     """The row FIRST_VALUE, LAST_VALUE or NTH_VALUE (the ``nth``) IGNORE NULLS reads in
     each row's frame (its partition's rows from ``first`` to ``end``): the first, last or
-    ``nth`` row whose value is not NULL; a row outside the frame where there is none."""
+    ``nth`` row whose value is not NULL; LAG (LEAD) the ``nth`` such row before (after) the
+    current one in its partition (``end``: the partition's last row); a row outside the
+    frame where there is none."""
     n = len(valid)
     idx = np.arange(n)
     if func == "last_value":
         return np.maximum.accumulate(np.where(valid, idx, -1))[end] if n else idx
     rows = np.flatnonzero(valid)
+    if func in ("lag", "lead"):
+        if func == "lag":  # the values before the row, back to the partition's first
+            want = np.searchsorted(rows, idx) - nth
+            return np.where(want >= np.searchsorted(rows, first), rows[np.clip(want, 0, max(len(rows) - 1, 0))]
+                            if len(rows) else -1, -1)
+        want = np.searchsorted(rows, idx, side="right") + nth - 1
+        return np.where(want < len(rows), rows[np.minimum(want, max(len(rows) - 1, 0))] if len(rows) else n, n)
     before = np.searchsorted(rows, first)  # the values before the partition
     want = before + (0 if func == "first_value" else nth - 1)
     return np.where(want < len(rows), rows[np.minimum(want, max(len(rows) - 1, 0))] if len(rows) else n, n)
