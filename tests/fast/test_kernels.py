@@ -486,6 +486,17 @@ def test_ranks_treat_ties_as_spark(rows, partitioned, desc, nulls_first):
             assert r["pr"] == (ahead / (n - 1) if n > 1 else 0.0) and r["cd"] == upto / n
 
 
+def _sorted_partitions(rows) -> dict:
+    """``(k, o, x, weight)`` rows as each partition ``k``'s ``(o, x)`` bag, sorted by ``o``
+    then ``x``, NULLs first."""
+    groups: dict = defaultdict(list)
+    for k, o, x, w in rows:
+        groups[k] += [(o, x)] * w
+    for members in groups.values():
+        members.sort(key=lambda r: tuple((v is not None, v or 0) for v in r))
+    return groups
+
+
 @given(st.lists(st.tuples(st.integers(0, 2), st.one_of(st.none(), st.integers(-3, 3)),
                           st.one_of(st.none(), st.integers(-3, 3)), st.integers(1, 2)), max_size=25),
        st.integers(-2, 3), st.booleans())
@@ -504,16 +515,8 @@ def test_value_functions_read_the_row_they_name(rows, offset, whole):
              kernels.Ordered("lv", "last_value", "x", whole=whole),
              kernels.Ordered("nv", "nth_value", "x", nth, whole=whole)]
     out = kernels.ranks(kernels.expand(t), ["k"], [("o", False, True), ("x", False, True)], funcs)
-    groups: dict = defaultdict(list)
-    for k, o, x, w in rows:
-        groups[k] += [(o, x)] * w
-
-    def key(r):
-        return tuple((v is not None, v or 0) for v in r)
-
     want = Counter()
-    for k, members in groups.items():
-        members.sort(key=key)
+    for k, members in _sorted_partitions(rows).items():
         n = len(members)
         for i, (o, x) in enumerate(members):
             end = n - 1 if whole else max(j for j in range(n) if members[j] == members[i])
@@ -693,16 +696,8 @@ def test_ntile_and_values_ignoring_nulls(rows, buckets, whole):
              kernels.Ordered("lag", "lag", "x", 2, ignore_nulls=True),
              kernels.Ordered("lead", "lead", "x", 1, pa.scalar(-9, pa.int32()), ignore_nulls=True)]
     out = kernels.ranks(kernels.expand(t), ["k"], [("o", False, True), ("x", False, True)], funcs)
-    groups: dict = defaultdict(list)
-    for k, o, x, w in rows:
-        groups[k] += [(o, x)] * w
-
-    def key(r):
-        return tuple((v is not None, v or 0) for v in r)
-
     want = Counter()
-    for k, members in groups.items():
-        members.sort(key=key)
+    for k, members in _sorted_partitions(rows).items():
         n = len(members)
         per, longer = divmod(n, buckets)
         tiles = [b + 1 for b in range(buckets) for _ in range(per + (b < longer))]
