@@ -782,6 +782,8 @@ def _frame(frame: exp.Expression | None, by: pa.DataType | None) -> Frame | None
     rows = str(a.get("kind")).upper() == "ROWS"
     if not rows and [str(e).upper() for e in ends] in (["UNBOUNDED", "CURRENT ROW"], ["UNBOUNDED", "UNBOUNDED"]):
         return Frame(ends[1] != "CURRENT ROW", None, None if ends[1] != "CURRENT ROW" else 0)
+    if not rows and by is None:  # offsets of values need the one ORDER BY column's type
+        return None
     bounds = [_offset(e, side, None if rows else by) for e, side in zip(ends, sides)]
     if any(b is _NO_BOUND for b in bounds):
         return None
