@@ -20,8 +20,8 @@ BETWEEN 500000 PRECEDING AND CURRENT ROW``) and the smallest of 5 orders around 
 Four variants over the same data and ticks:
 
 - ``Arrow, driver``: the default placement; the touched customers' orders are read from
-  the arrangement and the windows computed by Arrow kernels (``kernels.ranks``,
-  ``kernels.totals``);
+  the arrangement and the windows computed by Arrow kernels (``windows.ranks``,
+  ``windows.totals``);
 - ``Spark window, driver (before)``: the same, but the windows computed as before, by a
   Spark job over the touched customers' orders (the arranged plan's window forms turned
   off in this process);

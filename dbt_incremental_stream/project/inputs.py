@@ -49,7 +49,7 @@ from ..circuit.operators import WEIGHT
 from ..connectors.datasource import driver_table, kafka_frame, stops
 from ..connectors.kafka import Fetched, KafkaSettings, KafkaSource, KafkaTopics, Ranges, shares
 from ..errors import ConnectorError
-from ..runtime.arrow import kernels
+from ..runtime.arrow import kernels, windows
 from ..runtime.spark import zsets
 from ..runtime.storage.location import local_directory
 from ..runtime.pipeline import Pipeline
@@ -415,8 +415,8 @@ def _changes(pipe: Pipeline, source: KafkaSource, rows: DataFrame | pa.Table) ->
         return rows.select(columns) if isinstance(rows, pa.Table) else rows.select(*map(zsets.col, columns))
     key, name = list(source.key), engine_name(source.relation)
     if isinstance(rows, pa.Table):
-        ranked = kernels.ranks(rows, key, [("_partition", True, False), ("_offset", True, False)],
-                               [kernels.Ordered("_n", "row_number")])
+        ranked = windows.ranks(rows, key, [("_partition", True, False), ("_offset", True, False)],
+                               [windows.Ordered("_n", "row_number")])
         assert ranked is not None  # ROW_NUMBER alone is always Arrow's
         latest = ranked.filter(pc.equal(ranked.column("_n"), 1))
         replaced = pipe.contents.by_key(name, key, latest.select(key), pipe.pending)

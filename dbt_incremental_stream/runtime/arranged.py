@@ -60,7 +60,7 @@ from ..sql.predicates import conjuncts, key_terms, normalized
 from ..sql.relations import DIALECT
 from ..sql.validate import AGGREGATES
 from ..sql.temporal import CLOCK, CLOCK_COLUMN
-from .arrow import expressions, kernels
+from .arrow import expressions, kernels, windows
 from .spark import zsets
 from .storage.arrangement import Arrangement, RunStore
 
@@ -174,11 +174,11 @@ class Extreme:
 
 @dataclass(frozen=True)
 class Ranking:
-    """A window Arrow computes: functions of ordered rows (:data:`kernels.RANKINGS`,
-    :data:`kernels.VALUES`) ``OVER (PARTITION BY partition ORDER BY order)``, rows kept
+    """A window Arrow computes: functions of ordered rows (:data:`windows.RANKINGS`,
+    :data:`windows.VALUES`) ``OVER (PARTITION BY partition ORDER BY order)``, rows kept
     where ``keep`` holds."""
 
-    funcs: tuple[kernels.Ordered, ...]
+    funcs: tuple[windows.Ordered, ...]
     partition: tuple[str, ...]
     order: tuple[tuple[str, bool, bool], ...]  # (column, descending, nulls first)
     keep: expressions.Compiled | None
@@ -371,9 +371,9 @@ class Plan:
         frames (RANGE frames of offsets, ROWS to UNBOUNDED FOLLOWING) are Spark's to decide
         (or refuse)."""
         found = [(name, sqlglot.parse_one(sql, read=DIALECT)) for name, sql in op.funcs]
-        windows = [(name, w) for name, w in found if isinstance(w, exp.Window) and isinstance(_call(w), exp.Func)]
-        specs = {(tuple(w.args.get("partition_by") or ()), w.args.get("order")) for _, w in windows}
-        if len(windows) != len(found) or len(specs) != 1:
+        calls = [(name, w) for name, w in found if isinstance(w, exp.Window) and isinstance(_call(w), exp.Func)]
+        specs = {(tuple(w.args.get("partition_by") or ()), w.args.get("order")) for _, w in calls}
+        if len(calls) != len(found) or len(specs) != 1:
             return
         types = zsets.arrow_schema(self.schema(op.delta))
         partition, order = next(iter(specs))
@@ -386,28 +386,28 @@ class Plan:
             if keep is None:
                 return
         # per function: over its whole partition (a frame of it all), else the default frame
-        whole = [w.args.get("spec") is not None and _whole_partition(w.args["spec"]) for _, w in windows]
-        framed = [w.args.get("spec") is not None for _, w in windows]
+        whole = [w.args.get("spec") is not None and _whole_partition(w.args["spec"]) for _, w in calls]
+        framed = [w.args.get("spec") is not None for _, w in calls]
         by = tuple(c.name for c in partition)
         order_kind = types.field(terms[0].name).type if len(terms) == 1 else None
-        frames = [_frame(w.args.get("spec"), order_kind) for _, w in windows]
-        if order and all(not f or (all_of and _call(w).sql_name().lower() in kernels.WHOLE)
+        frames = [_frame(w.args.get("spec"), order_kind) for _, w in calls]
+        if order and all(not f or (all_of and _call(w).sql_name().lower() in windows.WHOLE)
                          or type(_call(w)) in AGGREGATES and frame is not None
-                         for f, all_of, frame, (_, w) in zip(framed, whole, frames, windows)):
+                         for f, all_of, frame, (_, w) in zip(framed, whole, frames, calls)):
             out = zsets.arrow_schema(self.schema(op))
             ordered = [_ordered(name, _call(w), types, out.field(name).type, all_of, frame,
                                 isinstance(w.this, exp.IgnoreNulls))
-                       for (name, w), all_of, frame in zip(windows, whole, frames)]
+                       for (name, w), all_of, frame in zip(calls, whole, frames)]
             funcs = tuple(f for f in ordered if f is not None)
             if len(funcs) == len(ordered):
                 self.windows[op.id] = Ranking(funcs, by, tuple(
                     (o.this.name, bool(o.args.get("desc")), bool(o.args.get("nulls_first")))
                     for o in order.expressions), keep)
         elif all(w if order else not f or w for f, w in zip(framed, whole)) and all(
-                type(_call(w)) in AGGREGATES and _column_arg(_call(w), types.names) is not None for _, w in windows):
+                type(_call(w)) in AGGREGATES and _column_arg(_call(w), types.names) is not None for _, w in calls):
             self.windows[op.id] = Totals(tuple(AggCall(name, AGGREGATES[type(_call(w))],
                                                        _column_arg(_call(w), types.names) or None)
-                                               for name, w in windows), by, keep)
+                                               for name, w in calls), by, keep)
 
     def _top(self, op: WindowDiff, side: Side) -> None:
         """A top-k over the whole input (``ORDER BY … LIMIT k``) whose first order term puts
@@ -647,8 +647,8 @@ def _window_text(spec: Ranking | Totals | None) -> str:
     return ", ".join(f"{a.func.upper()}({a.arg or '*'})" for a in spec.aggs) + " of whole partitions in Arrow"
 
 
-def _ordered_text(f: kernels.Ordered) -> str:
-    if f.func not in kernels.RUNNING:
+def _ordered_text(f: windows.Ordered) -> str:
+    if f.func not in windows.RUNNING:
         return f.func.upper() + (" IGNORE NULLS" if f.ignore_nulls else "")
     call = f"{f.func.upper()}({f.arg or '*'})"
     if f.start is None and f.stop is None:
@@ -686,30 +686,30 @@ def _call(window: exp.Expression) -> Any:
 
 
 def _ordered(name: str, func: exp.Func, columns: pa.Schema, kind: pa.DataType, whole: bool,
-             frame: Frame | None = None, ignore_nulls: bool = False) -> kernels.Ordered | None:
+             frame: Frame | None = None, ignore_nulls: bool = False) -> windows.Ordered | None:
     """The kernels' form of a window function over ordered rows, or None: a ranking, a
     value function of a column whose result is that column's type (LAG/LEAD's offset a
     whole number, and their default NULL or a literal that type holds exactly), or an
     aggregate of a column over ``frame`` (:func:`_frame`) whose result is of the type
-    :func:`kernels.running` gives."""
+    :func:`windows.running` gives."""
     f = func.sql_name().lower()
-    if ignore_nulls and f not in kernels.VALUES:
+    if ignore_nulls and f not in windows.VALUES:
         return None
     if f == "ntile":
         buckets = expressions.literal(func.this)
         ok = isinstance(buckets, int) and not isinstance(buckets, bool) and 0 < buckets < 2 ** 31
-        return kernels.Ordered(name, f, offset=buckets) if ok else None  # type: ignore[arg-type]
-    if f in kernels.RANKINGS:
-        return kernels.Ordered(name, f)
+        return windows.Ordered(name, f, offset=buckets) if ok else None  # type: ignore[arg-type]
+    if f in windows.RANKINGS:
+        return windows.Ordered(name, f)
     arg = _column_arg(func, columns.names)
     if type(func) in AGGREGATES:
         agg = AGGREGATES[type(func)]
-        if arg is None or agg not in kernels.RUNNING or kind != _running_type(agg, columns.field(arg).type if arg
+        if arg is None or agg not in windows.RUNNING or kind != _running_type(agg, columns.field(arg).type if arg
                                                                              else None):
             return None
         rows, start, stop, by_value = frame or Frame(False, None, 0)
-        return kernels.Ordered(name, agg, arg or None, rows=rows, start=start, stop=stop, by_value=by_value)
-    if f not in kernels.VALUES or not arg or columns.field(arg).type != kind:
+        return windows.Ordered(name, agg, arg or None, rows=rows, start=start, stop=stop, by_value=by_value)
+    if f not in windows.VALUES or not arg or columns.field(arg).type != kind:
         return None
     offset, default = func.args.get("offset"), func.args.get("default")
     n = 1 if offset is None else expressions.literal(offset)
@@ -726,11 +726,11 @@ def _ordered(name: str, func: exp.Func, columns: pa.Schema, kind: pa.DataType, w
             return None
         if value.as_py() != literal:
             return None
-    return kernels.Ordered(name, f, arg, n, value, whole, ignore_nulls=ignore_nulls)
+    return windows.Ordered(name, f, arg, n, value, whole, ignore_nulls=ignore_nulls)
 
 
 def _running_type(agg: str, arg: pa.DataType | None) -> pa.DataType | None:
-    """The type :func:`kernels.running` gives ``agg`` of a column of type ``arg`` (None:
+    """The type :func:`windows.running` gives ``agg`` of a column of type ``arg`` (None:
     COUNT(*)), as Spark types it; None for an argument it does not aggregate."""
     if agg == "count":
         return pa.int64()
@@ -752,7 +752,7 @@ class Frame(NamedTuple):
     """A frame of ordered rows: a ROWS frame (``rows``) from ``start`` rows past the
     current one to ``stop`` (negative: before it; None: the partition's first, its last
     row); with ``by_value``, a RANGE frame of the rows whose one ORDER BY value is that far
-    from the current row's (in :attr:`kernels.Ordered.by_value`'s units); else RANGE from
+    from the current row's (in :attr:`windows.Ordered.by_value`'s units); else RANGE from
     the partition's first row to the current row's last peer."""
 
     rows: bool
@@ -1261,10 +1261,10 @@ class ArrangedTick:
         spec = self.plan.windows.get(op.id)
         out = None
         if isinstance(spec, Ranking):
-            ranked = kernels.ranks(kernels.expand(rows), spec.partition, spec.order, spec.funcs, ansi=self.ansi)
+            ranked = windows.ranks(kernels.expand(rows), spec.partition, spec.order, spec.funcs, ansi=self.ansi)
             out = None if ranked is None else kernels.inserted(ranked)
         elif isinstance(spec, Totals):
-            out = kernels.totals(rows, spec.partition, spec.aggs, self.arrow_schema(op), ansi=self.ansi)
+            out = windows.totals(rows, spec.partition, spec.aggs, self.arrow_schema(op), ansi=self.ansi)
         if spec is None or out is None:  # no Arrow form, or Spark's semantics decide
             return self._in_spark(op, rows,
                                   lambda df: zsets.window_diff(None, df, None, op.partition, op.funcs, op.keep))

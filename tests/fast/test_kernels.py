@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from dbt_incremental_stream.circuit.operators import COUNT, WEIGHT, AggCall
 from dbt_incremental_stream.runtime.storage import arrangement
-from dbt_incremental_stream.runtime.arrow import kernels
+from dbt_incremental_stream.runtime.arrow import kernels, windows
 from dbt_incremental_stream.runtime.storage.arrangement import Arrangement, RunStore
 
 KEYS = st.one_of(st.none(), st.integers(-3, 3))
@@ -423,8 +423,8 @@ def test_row_number_numbers_each_partition_in_order(rows, partitioned, desc, nul
     rows = [(k, float(v) if floats and v is not None else v, w) for k, v, w in rows]
     t = table(rows, SCHEMA.set(1, pa.field("v", pa.float64())) if floats else SCHEMA)
     part = ["k"] if partitioned else []
-    out = kernels.ranks(kernels.expand(t), part, [("v", desc, nulls_first), ("k", False, True)],
-                        [kernels.Ordered("rn", "row_number")])
+    out = windows.ranks(kernels.expand(t), part, [("v", desc, nulls_first), ("k", False, True)],
+                        [windows.Ordered("rn", "row_number")])
     groups: dict = defaultdict(list)
     for k, v, w in rows:
         groups[k if partitioned else None] += [(k, v)] * w
@@ -443,7 +443,7 @@ def test_row_number_partitions_floats_as_spark(rows):
     t = pa.table({"p": pa.array([p for p, _, _ in rows], pa.float64()),
                   "o": pa.array([o for _, o, _ in rows], pa.int64()),
                   WEIGHT: pa.array([w for _, _, w in rows], pa.int64())})
-    out = kernels.ranks(kernels.expand(t), ["p"], [("o", False, True)], [kernels.Ordered("rn", "row_number")])
+    out = windows.ranks(kernels.expand(t), ["p"], [("o", False, True)], [windows.Ordered("rn", "row_number")])
 
     def part(p):
         return None if p is None else "NaN" if p != p else p + 0.0
@@ -466,9 +466,9 @@ def test_ranks_treat_ties_as_spark(rows, partitioned, desc, nulls_first):
     t = pa.table({"k": pa.array([k for k, _, _ in rows], pa.int32()),
                   "v": pa.array([v for _, v, _ in rows], pa.float64()),
                   WEIGHT: pa.array([w for _, _, w in rows], pa.int64())})
-    funcs = [kernels.Ordered(n, f) for n, f in (("rn", "row_number"), ("r", "rank"), ("dr", "dense_rank"),
+    funcs = [windows.Ordered(n, f) for n, f in (("rn", "row_number"), ("r", "rank"), ("dr", "dense_rank"),
                                                 ("pr", "percent_rank"), ("cd", "cume_dist"))]
-    out = kernels.ranks(kernels.expand(t), ["k"] if partitioned else [], [("v", desc, nulls_first)], funcs)
+    out = windows.ranks(kernels.expand(t), ["k"] if partitioned else [], [("v", desc, nulls_first)], funcs)
     assert [out.schema.field(f.name).type for f in funcs] == [pa.int32()] * 3 + [pa.float64()] * 2
     groups: dict = defaultdict(list)
     for k, v, w in rows:
@@ -510,11 +510,11 @@ def test_value_functions_read_the_row_they_name(rows, offset, whole):
                   "x": pa.array([x for _, _, x, _ in rows], pa.int32()),
                   WEIGHT: pa.array([w for _, _, _, w in rows], pa.int64())})
     nth = max(offset, 1)
-    funcs = [kernels.Ordered("lag", "lag", "x", offset, pa.scalar(-9, pa.int32())),
-             kernels.Ordered("lead", "lead", "x", offset), kernels.Ordered("fv", "first_value", "x", whole=whole),
-             kernels.Ordered("lv", "last_value", "x", whole=whole),
-             kernels.Ordered("nv", "nth_value", "x", nth, whole=whole)]
-    out = kernels.ranks(kernels.expand(t), ["k"], [("o", False, True), ("x", False, True)], funcs)
+    funcs = [windows.Ordered("lag", "lag", "x", offset, pa.scalar(-9, pa.int32())),
+             windows.Ordered("lead", "lead", "x", offset), windows.Ordered("fv", "first_value", "x", whole=whole),
+             windows.Ordered("lv", "last_value", "x", whole=whole),
+             windows.Ordered("nv", "nth_value", "x", nth, whole=whole)]
+    out = windows.ranks(kernels.expand(t), ["k"], [("o", False, True), ("x", False, True)], funcs)
     want = Counter()
     for k, members in _sorted_partitions(rows).items():
         n = len(members)
@@ -554,7 +554,7 @@ _RUNNING_FLOATS = st.one_of(st.none(), st.integers(-5, 5).map(float),
 def test_running_aggregates_sum_their_frame(rows, frame, ansi):
     """COUNT, SUM, AVG, MIN and MAX over a frame of ordered rows — to the last peer, or a
     ROWS frame over a total order (from the partition's first row, or from an offset, to
-    an offset or the partition's last row: ``frame``, as :class:`kernels.Ordered` has
+    an offset or the partition's last row: ``frame``, as :class:`windows.Ordered` has
     it) — against summing each
     row's frame in Python: BIGINT sums exact, a running one wrapped past 2^63 without ANSI,
     with it left to Spark (None) where any row's sum leaves BIGINT, a bounded frame's left
@@ -569,11 +569,11 @@ def test_running_aggregates_sum_their_frame(rows, frame, ansi):
                   "m": pa.array([None if x is None or abs(x) > 5 else Decimal(x).scaleb(-2) for _, _, x, _, _ in rows],
                                 pa.decimal128(10, 2)),
                   WEIGHT: pa.array([w for _, _, _, _, w in rows], pa.int64())})
-    funcs = [kernels.Ordered(n, f, a, rows=by_rows, start=start, stop=stop) for n, f, a in (
+    funcs = [windows.Ordered(n, f, a, rows=by_rows, start=start, stop=stop) for n, f, a in (
         ("n", "count", None), ("nx", "count", "x"), ("sx", "sum", "x"), ("sf", "sum", "f"), ("af", "avg", "f"),
         ("ax", "avg", "x"), ("sm", "sum", "m"), ("am", "avg", "m"), ("mn", "min", "f"), ("mx", "max", "f"))]
     order = [("o", False, True)] + ([("x", False, True), ("f", False, True)] if by_rows else [])
-    out = kernels.ranks(kernels.expand(t), ["k"], order, funcs, ansi=ansi)
+    out = windows.ranks(kernels.expand(t), ["k"], order, funcs, ansi=ansi)
     groups: dict = defaultdict(list)
     for k, o, x, f, w in rows:
         groups[k] += [(o, x, f)] * w
@@ -624,9 +624,9 @@ def test_range_frames_hold_the_rows_whose_values_are_near(rows, offsets, desc):
                   "x": pa.array([x for _, _, x, _, _ in rows], pa.int64()),
                   "f": pa.array([f for _, _, _, f, _ in rows], pa.float64()),
                   WEIGHT: pa.array([w for _, _, _, _, w in rows], pa.int64())})
-    funcs = [kernels.Ordered(n, f, a, rows=True, start=start, stop=stop, by_value=True) for n, f, a in (
+    funcs = [windows.Ordered(n, f, a, rows=True, start=start, stop=stop, by_value=True) for n, f, a in (
         ("n", "count", None), ("sx", "sum", "x"), ("sf", "sum", "f"), ("mn", "min", "f"), ("mx", "max", "f"))]
-    out = kernels.ranks(kernels.expand(t), ["k"], [("o", desc, False)], funcs)
+    out = windows.ranks(kernels.expand(t), ["k"], [("o", desc, False)], funcs)
     assert out is not None
     sign = -1 if desc else 1
     want = Counter()
@@ -657,9 +657,9 @@ def test_running_float_sums_add_each_partition_in_order(sizes):
     part_start = np.zeros(len(values), bool)
     part_start[np.cumsum([0] + sizes[:-1])] = True
     x, idx = pa.chunked_array([pa.array(values)]), np.arange(len(values))
-    got = kernels.running("sum", x, part_start, None, idx, ansi=True).to_numpy()
+    got = windows.running("sum", x, part_start, None, idx, ansi=True).to_numpy()
     first = np.maximum.accumulate(np.where(part_start, idx, 0))
-    sliding = kernels.running("sum", x, part_start, np.maximum(idx - 2, first), idx, ansi=True).to_numpy()
+    sliding = windows.running("sum", x, part_start, np.maximum(idx - 2, first), idx, ansi=True).to_numpy()
     at = 0
     for size in sizes:
         assert np.array_equal(got[at:at + size], np.cumsum(values[at:at + size]))
@@ -689,13 +689,13 @@ def test_ntile_and_values_ignoring_nulls(rows, buckets, whole):
                   "o": pa.array([o for _, o, _, _ in rows], pa.int32()),
                   "x": pa.array([x for _, _, x, _ in rows], pa.int32()),
                   WEIGHT: pa.array([w for _, _, _, w in rows], pa.int64())})
-    funcs = [kernels.Ordered("nt", "ntile", offset=buckets),
-             kernels.Ordered("fv", "first_value", "x", whole=whole, ignore_nulls=True),
-             kernels.Ordered("lv", "last_value", "x", whole=whole, ignore_nulls=True),
-             kernels.Ordered("nv", "nth_value", "x", 2, whole=whole, ignore_nulls=True),
-             kernels.Ordered("lag", "lag", "x", 2, ignore_nulls=True),
-             kernels.Ordered("lead", "lead", "x", 1, pa.scalar(-9, pa.int32()), ignore_nulls=True)]
-    out = kernels.ranks(kernels.expand(t), ["k"], [("o", False, True), ("x", False, True)], funcs)
+    funcs = [windows.Ordered("nt", "ntile", offset=buckets),
+             windows.Ordered("fv", "first_value", "x", whole=whole, ignore_nulls=True),
+             windows.Ordered("lv", "last_value", "x", whole=whole, ignore_nulls=True),
+             windows.Ordered("nv", "nth_value", "x", 2, whole=whole, ignore_nulls=True),
+             windows.Ordered("lag", "lag", "x", 2, ignore_nulls=True),
+             windows.Ordered("lead", "lead", "x", 1, pa.scalar(-9, pa.int32()), ignore_nulls=True)]
+    out = windows.ranks(kernels.expand(t), ["k"], [("o", False, True), ("x", False, True)], funcs)
     want = Counter()
     for k, members in _sorted_partitions(rows).items():
         n = len(members)
@@ -727,7 +727,7 @@ def test_totals_give_each_row_its_partition_s_aggregates(rows):
             AggCall("mn", "min", "v"), AggCall("mx", "max", "v"))
     schema = pa.schema([("n", pa.int64()), ("nv", pa.int64()), ("s", pa.int64()), ("mn", pa.int32()),
                         ("mx", pa.int32())])
-    out = kernels.totals(t, ["p"], aggs, schema, ansi=True)
+    out = windows.totals(t, ["p"], aggs, schema, ansi=True)
     assert out is not None and out.column_names == ["p", "v", "n", "nv", "s", "mn", "mx", WEIGHT]
 
     def part(p):
