@@ -133,12 +133,10 @@ def run(data: st.DataObject, spark, directories: pytest.TempPathFactory, sources
                 twin.step(changes(data, read[-1], names))
             assert twin.ticks == ticks and twin.checks == ticks * len(twin.pipelines) * len(twin.views)
             # a view set aside on a data error is rebuilt from all input once its input
-            # changes: on arrangements, but where that input fails it again by Spark's
-            # evaluator, and so in tasks where the tick deletes the rows it failed on (the
-            # rebuild reads them beside their deletes)
+            # changes: on arrangements, but where that input fails it again, by Spark's evaluator
             failing = {at for at, _ in twin.errors}
             rebuilt = {t for t, (path, _) in enumerate(twin.paths, 1) if any(at < t for at in failing)
-                       and path == "dataframe" and (t in failing or twin.fast == "tasks")}
+                       and path == "dataframe" and t in failing}
             assert twin.arranged == ticks - len(rebuilt), f"{twin.fast}'s paths: {twin.paths}"
             last = twin.pipelines[twin.fast].last_tick
             assert last is not None and (last.path == ARRANGED_PATH[twin.fast] or ticks in rebuilt)

@@ -19,15 +19,16 @@ from __future__ import annotations
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from functools import partial
+from functools import partial, reduce
 from typing import TYPE_CHECKING, AbstractSet, Callable, Mapping, Sequence
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark import inheritable_thread_target
 from pyspark.sql import DataFrame
 from pyspark.sql.types import StructType
 
-from ..circuit.operators import Integral, Operator, walk
+from ..circuit.operators import WEIGHT, Integral, Operator, walk
 from ..process import fan_out, map_all, threads
 from .arrow import kernels
 from .spark import tasks, zsets
@@ -278,8 +279,15 @@ class ArrangedTicks:
             for n in read:
                 parts = ([Batch.open_many(self.spark, spines[n])] if spines[n] else []) + (
                     [df] if not whole and (df := frames.get(n)) is not None else [])
+                # rows this tick deletes leave the retained input before it is computed on
+                # (a view set aside on them is rebuilt as they go): consolidated by Spark
+                deletes = bool(spines[n]) and n in held and bool(pc.any(pc.less(held[n].column(WEIGHT), 0)).as_py())
+                if deletes:
+                    parts.append(self.spark.createDataFrame(self.circuit.conform_arrow(n, held.pop(n))))
                 if parts:
-                    given[n] = parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
+                    given[n] = reduce(DataFrame.unionByName, parts)
+                    if deletes:
+                        given[n] = zsets.consolidate(given[n])
         rows = {n: 0 for n in read}
         for n, t in held.items():
             rows[n] += t.num_rows
