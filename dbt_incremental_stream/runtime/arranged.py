@@ -385,12 +385,12 @@ class Plan:
             keep = expressions.predicate(op.keep, zsets.arrow_schema(self.schema(op)))
             if keep is None:
                 return
-        # per function: over its whole partition (a frame of it all), else the default frame
-        whole = [w.args.get("spec") is not None and _whole_partition(w.args["spec"]) for _, w in calls]
-        framed = [w.args.get("spec") is not None for _, w in calls]
-        by = tuple(c.name for c in partition)
+        # per function: its frame; whether it is one at all, and one of the whole partition
         order_kind = types.field(terms[0].name).type if len(terms) == 1 else None
         frames = [_frame(w.args.get("spec"), order_kind) for _, w in calls]
+        framed = [w.args.get("spec") is not None for _, w in calls]
+        whole = [f and frame == WHOLE_PARTITION for f, frame in zip(framed, frames)]
+        by = tuple(c.name for c in partition)
         if order and all(not f or (all_of and _call(w).sql_name().lower() in windows.WHOLE)
                          or type(_call(w)) in AGGREGATES and frame is not None
                          for f, all_of, frame, (_, w) in zip(framed, whole, frames, calls)):
@@ -761,6 +761,8 @@ class Frame(NamedTuple):
     by_value: bool = False
 
 
+#: a frame of the whole partition (ROWS or RANGE BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)
+WHOLE_PARTITION = Frame(True, None, None)
 #: microseconds of an interval's unit (a RANGE frame's offset over a TIMESTAMP)
 _MICROS = {"DAY": 86_400_000_000, "HOUR": 3_600_000_000, "MINUTE": 60_000_000, "SECOND": 1_000_000}
 
@@ -829,14 +831,6 @@ def _offset(at: Any, side: str, by: pa.DataType | None) -> Any:
         unscaled = Decimal(n).scaleb(by.scale)
         return sign * int(unscaled) if unscaled == unscaled.to_integral_value() else _NO_BOUND
     return _NO_BOUND
-
-
-def _whole_partition(frame: exp.Expression) -> bool:
-    """Whether a window frame is its whole partition (ROWS or RANGE BETWEEN UNBOUNDED
-    PRECEDING AND UNBOUNDED FOLLOWING)."""
-    a = frame.args
-    return (str(a.get("start")).upper(), str(a.get("start_side")).upper(), str(a.get("end")).upper(),
-            str(a.get("end_side")).upper()) == ("UNBOUNDED", "PRECEDING", "UNBOUNDED", "FOLLOWING")
 
 
 def _column_arg(func: exp.Func, columns: Sequence[str]) -> str | None:

@@ -97,15 +97,20 @@ def _column_values(arr: pa.Array) -> tuple[np.ndarray, np.ndarray | None]:
     elif pa.types.is_temporal(t):
         values = _filled(arr.view(pa.int64()), pa.int64(), 0).view(np.uint64)
     elif pa.types.is_decimal(t):
-        a = arr.cast(pa.decimal128(t.precision, t.scale)) if t.bit_width != 128 else arr
-        words = np.frombuffer(a.buffers()[1], np.uint64)[2 * a.offset: 2 * (a.offset + n)].reshape(n, 2)
-        values = _mix(words[:, 0]) ^ words[:, 1]
+        words = decimal_words(arr.cast(pa.decimal128(t.precision, t.scale)) if t.bit_width != 128 else arr)
+        values = np.bitwise_xor(_mix(words[:, 0].view(np.uint64)), words[:, 1].view(np.uint64))
     elif pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) \
             or pa.types.is_large_binary(t) or pa.types.is_string_view(t) or pa.types.is_binary_view(t):
         values = _bytes_hash(arr.cast(pa.large_binary()))
     else:
         raise UnsupportedKey(f"cannot hash a key of type {t}")
     return values, valid
+
+
+def decimal_words(arr: pa.Array) -> np.ndarray:
+    """A decimal128 array's values as their two's complement, an (n, 2) int64 view of
+    Arrow's buffer: the low word, then the high one (NULLs hold whatever is there)."""
+    return np.frombuffer(arr.buffers()[1], np.int64)[2 * arr.offset:2 * (arr.offset + len(arr))].reshape(len(arr), 2)
 
 
 #: :func:`hash_order` finds at most this many ties among the hashes' high bits before it
@@ -965,8 +970,8 @@ def _wrapped(total: pa.ChunkedArray) -> pa.ChunkedArray:
     64 bits, which a decimal128 holds as the first word of its two's complement."""
     exact = total.combine_chunks()
     assert exact.type == _EXACT
-    words = np.frombuffer(exact.buffers()[1], np.int64)[2 * exact.offset:2 * (exact.offset + len(exact)):2]
-    return pa.chunked_array([pa.array(words, pa.int64(), mask=exact.is_null().to_numpy(zero_copy_only=False))])
+    low = decimal_words(exact)[:, 0]
+    return pa.chunked_array([pa.array(low, pa.int64(), mask=exact.is_null().to_numpy(zero_copy_only=False))])
 
 
 def _float_total(finite: pa.ChunkedArray, counts: Sequence[pa.ChunkedArray]) -> pa.ChunkedArray:

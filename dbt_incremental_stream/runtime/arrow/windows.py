@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ...circuit.operators import WEIGHT, AggCall
-from .kernels import data_columns, decimal_average, normal_float, regroup
+from .kernels import data_columns, decimal_average, decimal_words, normal_float, regroup
 
 
 #: the ranking window functions :func:`ranks` computes, and those that read a value of
@@ -206,17 +206,19 @@ def _non_null_row(func: str, valid: np.ndarray, first: np.ndarray, end: np.ndarr
     idx = np.arange(n)
     if func == "last_value":
         return np.maximum.accumulate(np.where(valid, idx, -1))[end] if n else idx
-    rows = np.flatnonzero(valid)
-    if func in ("lag", "lead"):
-        if func == "lag":  # the values before the row, back to the partition's first
-            want = np.searchsorted(rows, idx) - nth
-            return np.where(want >= np.searchsorted(rows, first), rows[np.clip(want, 0, max(len(rows) - 1, 0))]
-                            if len(rows) else -1, -1)
+    rows = np.flatnonzero(valid)  # the rows with a value, in order: the n-th such row is rows[n]
+
+    def nth_row(want: np.ndarray, found: np.ndarray, outside: int) -> np.ndarray:
+        return np.where(found, rows[np.clip(want, 0, len(rows) - 1)], outside) if len(rows) else np.full(n, outside)
+
+    if func == "lag":  # the values before the row, back to the partition's first
+        want = np.searchsorted(rows, idx) - nth
+        return nth_row(want, want >= np.searchsorted(rows, first), -1)
+    if func == "lead":
         want = np.searchsorted(rows, idx, side="right") + nth - 1
-        return np.where(want < len(rows), rows[np.minimum(want, max(len(rows) - 1, 0))] if len(rows) else n, n)
-    before = np.searchsorted(rows, first)  # the values before the partition
-    want = before + (0 if func == "first_value" else nth - 1)
-    return np.where(want < len(rows), rows[np.minimum(want, max(len(rows) - 1, 0))] if len(rows) else n, n)
+    else:  # from the first value in the partition
+        want = np.searchsorted(rows, first) + (0 if func == "first_value" else nth - 1)
+    return nth_row(want, want < len(rows), n)
 
 
 #: a partition longer than this has its running float sum summed alone; shorter ones
@@ -351,9 +353,8 @@ def _unscaled(x: pa.ChunkedArray) -> np.ndarray | None:
         return x.cast(pa.int64()).to_numpy()
     if not isinstance(x.type, pa.Decimal128Type):
         return None
-    arr = x.combine_chunks() if isinstance(x, pa.ChunkedArray) else x
-    words = np.frombuffer(arr.buffers()[1], np.int64)[2 * arr.offset:2 * (arr.offset + len(arr))]
-    low, high = words[0::2], words[1::2]
+    words = decimal_words(x.combine_chunks() if isinstance(x, pa.ChunkedArray) else x)
+    low, high = words[:, 0], words[:, 1]
     if (high == (low >> 63)).all():  # sign-extended: the value is its low word
         return low.copy()
     return np.array([(int(h) << 64) | (int(lo) & 0xFFFFFFFFFFFFFFFF) for lo, h in zip(low, high)], dtype=object)
@@ -410,14 +411,21 @@ def _sliding_extreme_rows(x: pa.ChunkedArray, largest: bool, start: np.ndarray, 
     n = len(start)
     if not n:
         return np.arange(0)
-    rank = pc.rank(x, sort_keys="ascending", tiebreaker="dense").to_numpy().astype(np.int64)
-    rank = np.where(pc.is_valid(x).to_numpy(zero_copy_only=False), rank if largest else -rank, np.iinfo(np.int64).min)
+    rank, valid = _value_ranks(x)
+    rank = np.where(valid, rank if largest else -rank, np.iinfo(np.int64).min)
     best, held = np.zeros(n, np.int64), np.full(n, np.iinfo(np.int64).min)
     for j in range(width):
         at = np.where(start + j <= end, start + j, 0)
         better = (start + j <= end) & (rank[at] > held)  # strictly: the first of equal values stays
         best, held = np.where(better, at, best), np.where(better, rank[at], held)
     return best
+
+
+def _value_ranks(x: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """Each value's dense rank as Spark orders values (NaN above every number, -0.0 with
+    0.0), and whether it is a value (not NULL)."""
+    rank = pc.rank(x, sort_keys="ascending", tiebreaker="dense").to_numpy().astype(np.int64)
+    return rank, pc.is_valid(x).to_numpy(zero_copy_only=False)
 
 
 def _extreme_rows(x: pa.ChunkedArray, largest: bool, part_start: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -428,8 +436,7 @@ def _extreme_rows(x: pa.ChunkedArray, largest: bool, part_start: np.ndarray, end
     idx = np.arange(n)
     if not n:
         return idx
-    rank = pc.rank(x, sort_keys="ascending", tiebreaker="dense").to_numpy().astype(np.int64)  # NaN above numbers
-    valid = pc.is_valid(x).to_numpy(zero_copy_only=False)
+    rank, valid = _value_ranks(x)
     top = int(rank.max()) + 2
     part = np.cumsum(part_start) - 1
     if largest:  # a later partition's codes are above an earlier one's, a NULL below every value
