@@ -80,7 +80,6 @@ VIEW_SETS = {
                    "AS k, MAX(amount) OVER (PARTITION BY cust ORDER BY id) AS top FROM orders",
     },
 }
-VIEWS = VIEW_SETS["rankings"]
 VARIANTS = {  # label → (placement, the arranged plan's window forms on)
     "Arrow, driver": ("auto", True),
     "Spark window, driver (before)": ("auto", False),
@@ -104,12 +103,12 @@ def workload(orders: int, changes: int, ticks: int) -> list[pa.Table]:
             (next(changed) for _ in range(ticks))]
 
 
-def run_variant(spark, work: Path, label: str, orders: int, ticks: list[pa.Table]) -> dict:
+def run_variant(spark, work: Path, label: str, views: dict[str, str], orders: int, ticks: list[pa.Table]) -> dict:
     placement, forms_on = VARIANTS[label]
     with mock.patch.object(arranged.Plan, "_window", arranged.Plan._window if forms_on else lambda self, op: None):
         pipe = Pipeline(spark, str(work / "state"), placement=placement)
         pipe.add_source("orders", ORDERS_DDL)
-        for name, sql in VIEWS.items():
+        for name, sql in views.items():
             pipe.add_view(name, sql)
         configure(spark, TICK_CONF)
         t = time.perf_counter()
@@ -127,22 +126,22 @@ def run_variant(spark, work: Path, label: str, orders: int, ticks: list[pa.Table
             last = pipe.last_tick
             seen.append({"tick": took, "work": spark_work(), "split": last.seconds,
                          "path": last.path if last.path != "dataframe" else f"dataframe ({last.why})"})
-        got = {name: pipe.snapshot(name).toArrow() for name in VIEWS}
+        got = {name: pipe.snapshot(name).toArrow() for name in views}
         final = pipe.snapshot("orders")
     return {"label": label, "load": load, "ticks": seen, "got": got, "final": final, "pipe": pipe}
 
 
-def batch(spark, work: Path, final, runs: int) -> tuple[list[float], dict]:
+def batch(spark, work: Path, views: dict[str, str], final, runs: int) -> tuple[list[float], dict]:
     final.write.mode("overwrite").parquet(str(work / "orders"))
     configure(spark, BATCH_CONF)
     times = []
     for i in range(runs):
         spark.read.parquet(str(work / "orders")).createOrReplaceTempView("orders")
         t = time.perf_counter()
-        for name, sql in VIEWS.items():
+        for name, sql in views.items():
             spark.sql(sql).write.mode("overwrite").parquet(str(work / f"batch{i}_{name}"))
         times.append(time.perf_counter() - t)
-    return times, {name: spark.read.parquet(str(work / f"batch0_{name}")).toArrow() for name in VIEWS}
+    return times, {name: spark.read.parquet(str(work / f"batch0_{name}")).toArrow() for name in views}
 
 
 def main() -> None:
@@ -154,8 +153,7 @@ def main() -> None:
     ap.add_argument("--views", choices=sorted(VIEW_SETS), default="rankings")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
     args = ap.parse_args()
-    global VIEWS
-    VIEWS = VIEW_SETS[args.views]
+    views = VIEW_SETS[args.views]
     sizes = [int(s) for s in args.orders.split(",")]
     spark = session(app_name="windows-bench")
     results = []
@@ -166,21 +164,22 @@ def main() -> None:
         for label in VARIANTS:
             work = Path(tempfile.mkdtemp(prefix="windows-"))
             try:
-                r = run_variant(spark, work, label, orders, ticks)
+                r = run_variant(spark, work, label, views, orders, ticks)
                 if not want:
-                    row["batch"], want = batch(spark, work, r["final"], args.batch_runs)
+                    row["batch"], want = batch(spark, work, views, r["final"], args.batch_runs)
                 r["pipe"].close()
-                problems = [p for name in VIEWS if (p := compare_exact(r["got"][name], want[name])) is not None]
+                problems = [p for name in views if (p := compare_exact(r["got"][name], want[name])) is not None]
                 r["equal"] = not problems
                 row["variants"][label] = r
             finally:
                 shutil.rmtree(work, ignore_errors=True)
             print_variant(orders, label, r["load"], r["ticks"], problems[0] if problems else None)
         results.append(row)
-    report(results, Path(args.out) / ("windows.png" if args.views == "rankings" else f"windows_{args.views}.png"))
+    report(results, list(views), Path(args.out) / ("windows.png" if args.views == "rankings"
+                                                   else f"windows_{args.views}.png"))
 
 
-def report(results: list[dict], plot: Path) -> None:
+def report(results: list[dict], views: list[str], plot: Path) -> None:
     header = ["orders", "variant", "tick (s)", "batch (s)", "batch / tick", "jobs / stages / tasks", "split (s)",
               "load (s)", "equal"]
     rows = []
@@ -208,7 +207,7 @@ def report(results: list[dict], plot: Path) -> None:
               f"in tasks {tick('DataFrame evaluator (before, for tasks)') / tick('Arrow, tasks'):.1f}x")
     lines["batch"] = [statistics.median(r["batch"]) for r in results]
     styles = iter(["o-", "s--", "^-", "v--", "d-"])
-    log_plot(plot, f"window functions per customer ({', '.join(VIEWS)}): a tick of 1,000 changed orders", "orders",
+    log_plot(plot, f"window functions per customer ({', '.join(views)}): a tick of 1,000 changed orders", "orders",
              [r["orders"] for r in results], [(label, next(styles), ys) for label, ys in lines.items()])
 
 
