@@ -365,11 +365,9 @@ class Plan:
         """Arrow's form of a window over one PARTITION BY (and ORDER BY) of columns, kept by
         a predicate Arrow evaluates: functions of ordered rows (:class:`Ranking`; with the
         default frame, or the whole partition for FIRST_VALUE, LAST_VALUE and NTH_VALUE;
-        aggregates of columns over the default frame or a ROWS frame that does not run to
-        the partition's end), or aggregates of columns over whole partitions
-        (:class:`Totals`: without ORDER BY, or with a frame of the whole partition). Other
-        frames (RANGE frames of offsets, ROWS to UNBOUNDED FOLLOWING) are Spark's to decide
-        (or refuse)."""
+        aggregates of columns over any frame :func:`_frame` reads), or aggregates of columns
+        over whole partitions without ORDER BY (:class:`Totals`). Other frames (of months,
+        of expressions) are Spark's to decide (or refuse)."""
         found = [(name, sqlglot.parse_one(sql, read=DIALECT)) for name, sql in op.funcs]
         calls = [(name, w) for name, w in found if isinstance(w, exp.Window) and isinstance(_call(w), exp.Func)]
         specs = {(tuple(w.args.get("partition_by") or ()), w.args.get("order")) for _, w in calls}
@@ -403,7 +401,7 @@ class Plan:
                 self.windows[op.id] = Ranking(funcs, by, tuple(
                     (o.this.name, bool(o.args.get("desc")), bool(o.args.get("nulls_first")))
                     for o in order.expressions), keep)
-        elif all(w if order else not f or w for f, w in zip(framed, whole)) and all(
+        elif not order and all(not f or w for f, w in zip(framed, whole)) and all(
                 type(_call(w)) in AGGREGATES and _column_arg(_call(w), types.names) is not None for _, w in calls):
             self.windows[op.id] = Totals(tuple(AggCall(name, AGGREGATES[type(_call(w))],
                                                        _column_arg(_call(w), types.names) or None)
