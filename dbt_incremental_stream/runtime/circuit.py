@@ -20,15 +20,19 @@ import pyarrow as pa
 from sqlglot import exp
 from pyspark.errors import AnalysisException, ParseException
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.types import DataType, DecimalType, DoubleType, FloatType, StructField, StructType
+from pyspark.sql.types import (DataType, DecimalType, DoubleType, FloatType, StructField, StructType,
+                               _parse_datatype_json_string)
 
 from ..circuit.incremental import Incrementalizer
-from ..circuit.operators import WEIGHT, Delay, Filter, Input, Integral, Map, Operator, Plus, Recompute, quote, walk
+from ..circuit.operators import (WEIGHT, Delay, Filter, Input, Integral, Join, Map, Operator, Plus, Recompute,
+                                 quote, walk)
 from ..errors import CompileError, StreamError
 from ..sql.compile import compile
+from ..sql.join_keys import key_columns
+from .arrow import kernels
 from .spark import zsets
 from .spark.session import empty_frame
-from .arranged import NotArranged
+from .arranged import NotArranged, unquote
 from .spark.evaluate import Tick, empty_tick
 from .ticks import State
 
@@ -178,7 +182,7 @@ class Circuit:
         dupes = [c for c, n in Counter(f.name.lower() for f in schema).items() if n > 1]
         if dupes:
             raise CompileError(f"duplicate output column names {dupes}; alias them", view=name)
-        logical = compile(tree, self.catalog, view=name)
+        logical = key_columns(compile(tree, self.catalog, view=name), self._key_casts)
         if len(logical.columns) != len(schema):
             raise CompileError(f"planned {len(logical.columns)} columns, Spark sees {len(schema)}", view=name)
         out = Map(logical, tuple((f.name, f"CAST({quote(c)} AS {f.dataType.simpleString()})")
@@ -187,6 +191,28 @@ class Circuit:
         self.views[name] = View(name, sql, out, Integral(self._incremental(out)), schema)
         empty_frame(self._analysis, schema).createOrReplaceTempView(name)
         self.changed()
+
+    def _key_casts(self, join: Join) -> list[tuple[str | None, str | None]]:
+        """Per key pair of ``join`` (columns of its sides), the types Spark casts the left
+        and the right key to where the probe's kernels cannot compare them as Spark does
+        (:func:`.kernels.probes_as`: numbers of other types, a DATE and a TIMESTAMP can be):
+        a STRING and a number, say, as Spark's analysis of their equality says (it depends
+        on ANSI mode: BIGINT for a STRING and an INT under ANSI, INT without). A side's
+        types are its delta's."""
+        sides = [self.schema_of(self._incremental(join.left)), self.schema_of(self._incremental(join.right))]
+        casts: list[tuple[str | None, str | None]] = []
+        for pair in join.keys:
+            types = [sides[i][unquote(pair[i])].dataType for i in (0, 1)]
+            arrow = [zsets.arrow_schema(StructType([StructField("k", t)])).types[0] for t in types]
+            if kernels.probes_as(arrow[0], arrow[1]) and kernels.probes_as(arrow[1], arrow[0]):
+                casts.append((None, None))
+                continue
+            both = empty_frame(self.spark, StructType(sides[0].fields + sides[1].fields))
+            equal = both.selectExpr(f"{pair[0]} = {pair[1]}")._jdf.queryExecution().analyzed().projectList().head()
+            common = _parse_datatype_json_string(equal.child().left().dataType().json())
+            casts.append(cast(tuple[str | None, str | None],
+                              tuple(None if t == common else common.simpleString() for t in types)))
+        return casts
 
     def check_new(self, name: str) -> None:
         """A relation may be defined once."""

@@ -8,10 +8,17 @@ the whole state). The cost is that side's rows kept once more, with the key: an 
 
 The key's column is named by the expression's text, so the same expression over the same
 input is one Map (and one state) wherever it occurs. A Map above the join drops the key
-columns again: the join's output is what it was."""
+columns again: the join's output is what it was.
+
+Keys of two types Spark compares by casting (a STRING and a number, a STRING and a DATE)
+are made explicit the same way: ``casts`` (what Spark's analyzer coerces each side to, which
+the SQL front end cannot know: it has no types) wraps a side's key in its ``CAST``, which
+then is that side's computed key column. Spark's comparison and this one then cast the
+same values the same way, with ANSI mode's error or NULL where a string does not cast."""
 from __future__ import annotations
 
 import hashlib
+from typing import Callable, Sequence
 
 import sqlglot
 from sqlglot import exp
@@ -21,15 +28,22 @@ from .predicates import key_terms
 from .relations import DIALECT
 
 
-def key_columns(root: Operator) -> Operator:
+#: per key pair of a join, the SQL types Spark casts its left and its right key to (None: as it is)
+Casts = Callable[[Join], Sequence[tuple[str | None, str | None]]]
+
+
+def key_columns(root: Operator, casts: Casts | None = None) -> Operator:
     """``root`` with every join on an expression key joining on a computed column instead
-    (a :class:`~..circuit.operators.Temporal` filter stays: its keys are the clock's)."""
+    (a :class:`~..circuit.operators.Temporal` filter stays: its keys are the clock's), and
+    with ``casts``, every key Spark casts to compare it joining on its cast."""
     done: dict[str, Operator] = {}
 
     def visit(op: Operator) -> Operator:
         if op.id not in done:
             new = with_inputs(op, tuple(visit(i) for i in op.inputs))
-            done[op.id] = _keyed(new) if type(new) is Join and new.keys else new
+            if type(new) is Join and new.keys:
+                new = _keyed(new, casts(new) if casts else ())
+            done[op.id] = new
         return done[op.id]
 
     return visit(root)
@@ -39,14 +53,17 @@ def _parsed(text: str) -> exp.Expr:
     return sqlglot.parse_one(text, read=DIALECT).unnest()
 
 
-def _keyed(join: Join) -> Operator:
+def _keyed(join: Join, casts: Sequence[tuple[str | None, str | None]]) -> Operator:
     sides = [join.left, join.right]
     pairs = [list(p) for p in join.keys]
     added = False
     for i in (0, 1):
         computed: dict[str, str] = {}  # expression's SQL → its column
-        for pair in pairs:
+        for j, pair in enumerate(pairs):
             node = _parsed(pair[i])
+            to = casts[j][i] if j < len(casts) else None
+            if to is not None:
+                node = exp.Cast(this=node, to=exp.DataType.build(to, dialect=DIALECT))
             if isinstance(node, exp.Column) and not node.table:
                 pair[i] = quote(node.name)  # (`a`) is `a`
                 continue

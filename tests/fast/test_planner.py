@@ -5,10 +5,11 @@ import pytest
 
 from dbt_incremental_stream.circuit.incremental import Incrementalizer
 from dbt_incremental_stream.circuit.operators import (
-    Filter, GroupDiff, Input, Integral, Join, Pad, Partials, Window, explain, walk,
+    Filter, GroupDiff, Input, Integral, Join, Map, Pad, Partials, Window, explain, walk,
 )
 from dbt_incremental_stream.errors import CompileError, UnsupportedSqlError
 from dbt_incremental_stream.sql.compile import compile
+from dbt_incremental_stream.sql.join_keys import key_columns
 
 CATALOG = {
     "orders": Input("orders", ("id", "cust", "amount", "status")),
@@ -155,3 +156,29 @@ def test_renamed_relations_keep_the_model_s_lines():
         compile(renamed, catalog, view="m")
     assert err.value.line == 5  # ROLLUP where the model has it
     assert "Join" in explain(compile(renamed.rsplit("\n", 1)[0], catalog, view="m"))
+
+
+def test_keys_spark_casts_to_compare_join_on_their_casts():
+    """The casts Spark's analysis makes of two keys' types (given by the runtime: the
+    front end has no types) become each side's computed key column, and ON follows; a
+    pair given no casts keeps its key, and a plan already keyed so is left as it is."""
+    plan = compile("SELECT o.id, c.name FROM orders o JOIN customers c ON o.status = c.id AND o.cust = c.region",
+                   CATALOG, view="v")
+    join = next(op for op in walk(plan) if type(op) is Join)
+    asked: list[tuple[tuple[str, str], ...]] = []
+
+    def casts(j: Join) -> list[tuple[str | None, str | None]]:
+        asked.append(j.keys)
+        return [("BIGINT", "BIGINT") if "status" in a else (None, None) for a, _ in j.keys]
+
+    cast = key_columns(plan, casts)
+    joined = next(op for op in walk(cast) if type(op) is Join)
+    sides = [op for op in joined.inputs if isinstance(op, Map)]
+    assert asked == [join.keys] and len(sides) == 2
+    texts = [dict((n, e) for n, e in side.exprs) for side in sides]
+    assert any("CAST(`o__status` AS BIGINT)" in e for e in texts[0].values())
+    assert any("CAST(`c__id` AS BIGINT)" in e for e in texts[1].values())
+    assert len(joined.keys) == 2 and ("`o__cust`", "`c__region`") in joined.keys
+    assert "`o__status`" not in joined.on and "`o__cust` = `c__region`" in joined.on
+    assert cast.columns == plan.columns
+    assert explain(key_columns(cast, lambda j: [(None, None)] * len(j.keys))) == explain(cast)
