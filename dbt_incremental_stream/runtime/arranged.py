@@ -63,6 +63,7 @@ from ..sql.temporal import CLOCK, CLOCK_COLUMN
 from .arrow import expressions, kernels, windows
 from .spark import zsets
 from .storage.arrangement import Arrangement, RunStore
+from .ticks import NodeFailed, data_error
 
 _CAST = re.compile(r"^CAST\((`(?:[^`]|``)+`) AS (.+)\)$", re.S)
 
@@ -896,8 +897,17 @@ class ArrangedTick:
         self._memo.update(values)
 
     def value(self, op: Operator) -> pa.Table | None:
+        """A node's delta; a data error met computing it (a Spark pass's, a kernel's) is
+        raised as :class:`.NodeFailed`, naming the node."""
         if op.id not in self._memo:
-            self._memo[op.id] = self._eval(op)
+            try:
+                self._memo[op.id] = self._eval(op)
+            except NodeFailed:
+                raise
+            except Exception as e:
+                if (why := data_error(e)) is None:
+                    raise
+                raise NodeFailed(op.id, why) from e
         return self._memo[op.id]
 
     def _conform(self, op: Operator, table: pa.Table) -> pa.Table:

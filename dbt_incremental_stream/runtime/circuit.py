@@ -264,6 +264,10 @@ class Circuit:
         others = states([self.views[n].state for n in keep] + [self.source_state(s) for s in self.sources])
         return states([self.views[n].state for n in names]) - others
 
+    def reading(self, node: str) -> list[str]:
+        """The views whose circuit holds ``node``, in the order added."""
+        return [v.name for v in self.views.values() if any(op.id == node for op in walk(v.state))]
+
     def with_readers(self, failed: Mapping[str, str]) -> dict[str, str]:
         """``failed`` and every view that reads one of them, directly or through others."""
         out = dict(failed)

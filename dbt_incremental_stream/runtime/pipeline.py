@@ -49,7 +49,7 @@ from .expiry import Retention
 from .on_arrangements import ArrangedTicks, merge_arrow
 from .on_dataframes import DataFrameTicks, merge
 from .storage.state import Batch, StateStore
-from .ticks import Changes, Clock, State, TickStats, ViewsFailed, data_error
+from .ticks import Changes, Clock, NodeFailed, State, TickStats, ViewsFailed, data_error
 
 PLACEMENTS = frozenset({"auto", "dataframe", "tasks"})
 
@@ -192,9 +192,10 @@ class Pipeline:
                     if set(e.failed) <= set(skip):
                         raise StreamError(f"views {sorted(e.failed)} failed on their input although they were "
                                           f"set aside: {e.failed}") from e
-                    self.store.restore(rebuilt)  # the failed views keep their last contents
-                    rebuilt = {}
                     skip = self.circuit.with_readers({**skip, **e.failed})
+                    # the failed views keep their last contents; the other retried ones are still rebuilt
+                    aside = self.circuit.own_states(set(skip))
+                    self.store.restore({n: rebuilt.pop(n) for n in list(rebuilt) if n in aside})
         except BaseException:
             self.store.restore(rebuilt)  # a tick that did not commit changes nothing
             raise
@@ -223,6 +224,12 @@ class Pipeline:
                                                     skip, built)
                 return self._arranged.in_tasks(plan, arranged, inputs, arrow, fetched, clock, before_commit,
                                                started, aside, skip, built)
+            except NodeFailed as e:  # the views computing that node fail (or read one that does)
+                holding = [n for n in self.circuit.reading(e.node) if n not in skip]
+                if not holding:
+                    raise
+                raise ViewsFailed(self.circuit.with_readers(
+                    {n: e.why for n in holding if not set(self.circuit.upstream(n)) & set(holding)})) from e
             except Exception as e:  # the DataFrame path computes it, with Spark's own errors
                 if not isinstance(e, _DECLINES) and data_error(e) is None and whole:
                     raise

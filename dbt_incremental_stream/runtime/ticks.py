@@ -88,6 +88,17 @@ class ViewsFailed(Exception):
         self.failed = failed
 
 
+class NodeFailed(Exception):
+    """A data error (:func:`data_error`, ``why``) met computing one node of a tick on
+    arrangements: each view whose circuit holds that node fails with it, as it would
+    computed alone in Spark, and the others go on."""
+
+    def __init__(self, node: str, why: str):
+        super().__init__(f"node {node}: {why}")
+        self.node = node
+        self.why = why
+
+
 def instant(t: datetime) -> datetime:
     """A time as an instant in UTC: a naive datetime is UTC (a tick's time in the state,
     whatever the process's local time)."""

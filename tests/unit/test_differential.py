@@ -18,6 +18,7 @@ from dbt_incremental_stream.differential import ARRANGED_PATH, Differential
 from dbt_incremental_stream.errors import StreamError
 from dbt_incremental_stream.runtime.pipeline import Pipeline
 from dbt_incremental_stream.runtime.spark.tasks import PHASES
+from tests.twin import spark_conf
 from tests.workload import SOURCES, run
 
 # each example runs Spark jobs: few examples, no shrinking (a failure prints its first example);
@@ -631,6 +632,36 @@ def test_a_view_failing_on_the_first_tick_is_set_aside_on_arrangements(spark, tm
         assert diff.pipeline.last_tick.path == path, diff.pipeline.last_tick.why
     finally:
         diff.close()
+
+
+def test_a_data_error_on_arrangements_sets_aside_the_views_computing_it(spark, tmp_path):
+    """A data error met by a tick on arrangements (a division by zero in a Map Spark
+    computes, a cast of a malformed string in a join key) names its node: the views whose
+    circuit holds it, and the views reading them, are set aside with Spark's error, and
+    the tick runs again on arrangements for the others. The DataFrame evaluator never
+    runs (it computed such a tick whole to find the failing views)."""
+    views = {"ratio": "SELECT id, a / b AS r FROM t", "doubled": "SELECT id, r * 2 AS r2 FROM ratio",
+             "total": "SELECT SUM(a) AS s, COUNT(*) AS n FROM t",
+             "keyed": "SELECT t.id, u.w FROM t JOIN u ON t.code = u.k"}
+    with spark_conf(spark, {"spark.sql.ansi.enabled": "true"}):
+        diff = Differential(spark, str(tmp_path), {"t": "id INT, a INT, b INT, code STRING", "u": "k INT, w INT"},
+                            views)
+        evaluated: list[str | None] = []
+        run = diff.pipeline._dataframes.run
+        diff.pipeline._dataframes.run = lambda *a: evaluated.append(a[-1]) or run(*a)  # type: ignore[method-assign]
+        try:
+            diff.step({"t": [((1, 10, 2, "1"), 1), ((2, 20, 4, "2"), 1)], "u": [((1, 5), 1), ((2, 6), 1)]})
+            diff.step({"t": [((3, 30, 0, "1"), 1), ((4, 1, 1, "x"), 1)]}, check=False)
+            assert diff.pipeline.failed.keys() == {"ratio", "doubled", "keyed"}, diff.pipeline.failed
+            assert diff.pipeline.failed["ratio"].startswith("DIVIDE_BY_ZERO")
+            assert diff.pipeline.failed["keyed"].startswith("CAST_INVALID_INPUT")
+            assert diff.pipeline.last_tick.path == "arranged", diff.pipeline.last_tick.why
+            diff.check(["total"])
+            diff.step({"t": [((3, 30, 0, "1"), -1), ((4, 1, 1, "x"), -1), ((5, 7, 7, "2"), 1)]})
+            assert diff.pipeline.failed == {} and diff.pipeline.last_tick.path == "arranged"
+            assert evaluated == [], evaluated
+        finally:
+            diff.close()
 
 
 def test_rows_are_taken_as_create_dataframe_takes_them(spark, tmp_path):
