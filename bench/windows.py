@@ -57,7 +57,7 @@ from bench.join_aggregate import (BATCH_CONF, SparkWork, configure, log_plot, or
                                   print_table, print_variant)
 from dbt_incremental_stream import Pipeline  # noqa: E402
 from dbt_incremental_stream.differential import compare_exact  # noqa: E402
-from dbt_incremental_stream.runtime import arranged  # noqa: E402
+from dbt_incremental_stream.runtime import plan  # noqa: E402
 from dbt_incremental_stream.runtime.spark.session import TICK_CONF, session  # noqa: E402
 
 CUSTOMERS = 100_000
@@ -105,7 +105,7 @@ def workload(orders: int, changes: int, ticks: int) -> list[pa.Table]:
 
 def run_variant(spark, work: Path, label: str, views: dict[str, str], orders: int, ticks: list[pa.Table]) -> dict:
     placement, forms_on = VARIANTS[label]
-    with mock.patch.object(arranged.Plan, "_window", arranged.Plan._window if forms_on else lambda self, op: None):
+    with mock.patch.object(plan.Plan, "_window", plan.Plan._window if forms_on else lambda self, op: None):
         pipe = Pipeline(spark, str(work / "state"), placement=placement)
         pipe.add_source("orders", ORDERS_DDL)
         for name, sql in views.items():

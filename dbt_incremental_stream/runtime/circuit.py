@@ -32,7 +32,7 @@ from ..sql.join_keys import key_columns
 from .arrow import kernels
 from .spark import zsets
 from .spark.session import empty_frame
-from .arranged import NotArranged, unquote
+from .plan import NotArranged, unquote
 from .spark.evaluate import Tick, empty_tick
 from .ticks import State
 

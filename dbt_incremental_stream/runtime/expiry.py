@@ -22,7 +22,7 @@ from ..circuit.operators import WEIGHT, Input, Operator, walk
 from ..errors import StreamError
 from .arrow import kernels
 from .spark import zsets
-from .arranged import Expiry, Plan
+from .plan import Expiry, Plan
 from .storage.state import StateStore
 
 

@@ -32,7 +32,8 @@ from ..circuit.operators import WEIGHT, Integral, Operator, walk
 from ..process import fan_out, map_all, threads
 from .arrow import kernels
 from .spark import tasks, zsets
-from .arranged import ArrangedTick, NotArranged, Plan, Spec
+from .arranged import ArrangedTick
+from .plan import NotArranged, Plan, Spec
 from .storage.arrangement import BUILT_DDL, Arrangement, Run, buckets_for
 from .storage.arrangement import build as build_runs
 from .circuit import View

@@ -18,7 +18,7 @@ from pyspark.sql import DataFrame, SparkSession
 from ..circuit.operators import Integral, Partials, Recompute
 from .spark import zsets
 from .spark.session import empty_frame
-from .arranged import Plan
+from .plan import Plan
 from .circuit import View
 from .spark.evaluate import Tick
 from .storage.state import Batch

@@ -41,7 +41,7 @@ from ..sql.rewrites.clock import uses_clock
 from ..sql.rewrites.constant import ONE, ONE_COLUMN, uses_one
 from ..sql.temporal import CLOCK, CLOCK_COLUMN
 from .arrow import kernels
-from .arranged import NotArranged
+from .plan import NotArranged
 from .storage.contents import Contents
 from .storage.arrangement import Arrangement
 from .circuit import Circuit, Rows, parse_schema

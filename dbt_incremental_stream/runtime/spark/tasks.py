@@ -60,7 +60,8 @@ from ...circuit.operators import (
 )
 from ..arrow import kernels
 from . import zsets
-from ..arranged import ArrangedTick, NotArranged, Plan, group_keys, unquote
+from ..arranged import ArrangedTick
+from ..plan import NotArranged, Plan, group_keys, unquote
 from ..storage.arrangement import Arrangement, RunStore
 from ..expiry import kept
 from ..storage.state import batch_column, write_batch_file
