@@ -213,12 +213,17 @@ class Temporal(Join):
         return f"Temporal filter {self.on}"
 
 
+#: variances and standard deviations, as Spark's central-moment aggregates compute them
+#: (of the values as DOUBLE; DOUBLE; NULL over no values, a sample's NULL over one)
+MOMENTS = frozenset({"stddev_samp", "stddev_pop", "var_samp", "var_pop"})
+
+
 @dataclass(frozen=True)
 class AggCall:
     """One aggregate: ``func(arg)``; ``arg`` is an input column, None for COUNT(*)."""
 
     name: str
-    func: str  # count | sum | avg | min | max
+    func: str  # count | sum | avg | min | max | stddev_samp | stddev_pop | var_samp | var_pop
     arg: str | None
     distinct: bool = False
 

@@ -17,6 +17,11 @@ AGGREGATES: dict[type[exp.Expr], str] = {
     exp.Avg: "avg",
     exp.Min: "min",
     exp.Max: "max",
+    exp.Stddev: "stddev_samp",
+    exp.StddevSamp: "stddev_samp",
+    exp.StddevPop: "stddev_pop",
+    exp.Variance: "var_samp",
+    exp.VariancePop: "var_pop",
 }
 
 #: functions whose value is not a function of the input rows

@@ -874,3 +874,53 @@ def test_join_of_runs_is_the_join_of_bags(delta_rows, state_rows, runs, null_saf
                 if not keys or (dk == k and (dk is not None or null_safe)):
                     want[(dk, k)] += dw * w
         assert bag(got) == Counter({r: w for r, w in want.items() if w})
+
+
+def _central(values: list[float], func: str) -> float | None:
+    """Spark's variance or standard deviation of ``values`` (a row per unit of weight),
+    from Python's exact fractions: Welford's update is exact up to rounding."""
+    from fractions import Fraction
+    n = len(values)
+    sample = func.endswith("_samp")
+    if n == 0 or sample and n == 1:
+        return None
+    if any(math.isnan(v) or math.isinf(v) for v in values):
+        return math.nan
+    exact = [Fraction(v) for v in values]
+    mean = sum(exact) / n
+    var = float(sum((v - mean) ** 2 for v in exact) / (n - 1 if sample else n))
+    return math.sqrt(var) if func.startswith("stddev") else var
+
+
+@given(st.lists(st.tuples(st.integers(0, 3), st.one_of(st.none(), st.sampled_from(
+    [0.0, -0.0, 1.5, -2.25, 1e15, 1e15 + 2, 0.1, 1e-300, math.nan, math.inf, -math.inf])), st.integers(1, 3)),
+    max_size=30), st.booleans())
+def test_variances_and_deviations_of_each_group_are_spark_s(rows, keyed):
+    """VAR_SAMP, VAR_POP, STDDEV_SAMP and STDDEV_POP per group (or of all rows, without
+    keys) of a Z-set whose rows count their weight: the exact central moment rounded
+    (to 1e-12 relative: Spark's own update rounds at each row), exactly 0 for one value
+    repeated, NaN with a NaN or an infinity, NULL over no values and a sample's over one,
+    against exact fractions in Python."""
+    t = kernels.consolidate(pa.table({"g": pa.array([g for g, _, _ in rows], pa.int64()),
+                                      "x": pa.array([x for _, x, _ in rows], pa.float64()),
+                                      WEIGHT: pa.array([w for _, _, w in rows], pa.int64())}))
+    funcs = ("var_samp", "var_pop", "stddev_samp", "stddev_pop")
+    aggs = tuple(AggCall(f, f, "x") for f in funcs)
+    keys = ["g"] if keyed else []
+    schema = pa.schema([("g", pa.int64())] * keyed + [(f, pa.float64()) for f in funcs] + [(WEIGHT, pa.int64())])
+    out = kernels.regroup(t, keys, aggs, schema, ansi=True)
+    groups: dict = defaultdict(list)
+    if not keyed:
+        groups[0] = []  # without keys, one group even of no rows
+    for r in t.to_pylist():
+        groups[r["g"] if keyed else 0] += [r["x"]] * r[WEIGHT] if r["x"] is not None else []
+    got = {(r["g"] if keyed else 0): r for r in out.to_pylist()}
+    assert set(got) == set(groups)
+    for g, values in groups.items():
+        for f in funcs:
+            want, have = _central(values, f), got[g][f]
+            if want is None or have is None or math.isnan(want):
+                assert want is have or math.isnan(want) and math.isnan(have), (g, f, values, have)
+            else:
+                assert math.isclose(have, want, rel_tol=1e-12, abs_tol=0.0) or want == have == 0.0, (g, f, values, have)
+                assert (want == 0.0) == (have == 0.0), (g, f, values, have)

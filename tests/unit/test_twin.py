@@ -86,6 +86,14 @@ NUMERIC_SHAPES: dict[str, dict[str, str]] = {
                          "MAX(d) OVER (PARTITION BY i) AS mx, COUNT(f) OVER (PARTITION BY i) AS nf FROM a",
         "window_totals_by_double": "SELECT id, d, COUNT(*) OVER (PARTITION BY d) AS n, MAX(f) OVER (PARTITION BY d) "
                                    "AS mf, SUM(k) OVER (PARTITION BY d) AS sk FROM a",
+        # variances and standard deviations (of doubles whose squares stay finite: past
+        # that Spark's own answer is inf or NaN by its partitions' order), of decimals as
+        # the doubles nearest them, of BIGINT limits; per group, of all rows, per partition
+        "moments": "SELECT i, STDDEV(d) AS sd, VAR_POP(d) AS vp, VARIANCE(b) AS vb, STDDEV_POP(m) AS sm, "
+                   f"VAR_SAMP(x) AS vx, STDDEV_SAMP(k) AS sk, COUNT(*) AS n FROM a WHERE {_moderate('d')} GROUP BY i",
+        "moments_all": "SELECT VAR_SAMP(b) AS vb, STDDEV(m) AS sm, VAR_POP(z) AS vz FROM a",
+        "moments_window": "SELECT id, i, STDDEV_POP(d) OVER (PARTITION BY i) AS sd, VARIANCE(m) OVER (PARTITION BY i) "
+                          f"AS vm FROM a WHERE {_moderate('d')}",
         # read from the ends of ordered arrangements (type limits, NULLs, all rows deleted)
         "global_extremes": "SELECT MIN(b) AS mb, MAX(b) AS xb, MIN(t) AS mt, MAX(s) AS xs, MAX(m) AS xm, "
                            "MIN(k) AS mk FROM a",

@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ...circuit.operators import COUNT, WEIGHT, AggCall, nonfinite_columns, partial_columns
+from ...circuit.operators import COUNT, MOMENTS, WEIGHT, AggCall, nonfinite_columns, partial_columns
 from ...process import map_all
 
 HASH = "_h"
@@ -996,7 +996,8 @@ def regroup(rows: pa.Table, keys: Sequence[str], aggs: Sequence[AggCall], schema
     finished from their partial sums as :func:`finish` does; MIN, MAX and
     COUNT(DISTINCT) are Arrow's hash aggregates; MAX of floats is NaN where the group has
     one, as Spark orders NaN above every number (Arrow skips NaN unless all are: its MIN
-    is Spark's). None when Spark's own semantics decide: SUM/AVG(DISTINCT), an AVG of a
+    is Spark's); variances and standard deviations by :func:`_moments` over each group's
+    values. None when Spark's own semantics decide: SUM/AVG(DISTINCT), an AVG of a
     DECIMAL out of range with ANSI on."""
     live = rows.filter(pc.greater(rows.column(WEIGHT), 0))
     linear = [a for a in aggs if a.linear]
@@ -1008,6 +1009,11 @@ def regroup(rows: pa.Table, keys: Sequence[str], aggs: Sequence[AggCall], schema
             continue
         assert a.arg is not None
         x = live.column(a.arg)
+        if a.func in MOMENTS:  # each group's values as a list (its weights' list beside, in the same order)
+            cols[a.name] = as_double(x)
+            if keys:
+                specs.append((a.name, "list"))
+            continue
         if a.func not in _HASH_AGG:
             return None
         cols[a.name] = x
@@ -1016,18 +1022,84 @@ def regroup(rows: pa.Table, keys: Sequence[str], aggs: Sequence[AggCall], schema
         if a.func == "max" and pa.types.is_floating(x.type):
             cols[_nan(a.name)] = pc.fill_null(pc.is_nan(x), False)
             specs.append((_nan(a.name), "any"))
+    if any(a.func in MOMENTS for a in aggs) and keys:
+        cols[_WEIGHTS] = live.column(WEIGHT)
+        specs.append((_WEIGHTS, "list"))
     out = _derive(aggregate(normal_keys(pa.table(cols), [a.name for a in aggs if a.func == "count" and not a.linear]),
                             keys, specs), derived)
     done = finish(out, keys, linear, live.schema, ansi=ansi)
     if done is None:
         return None
-    values = {a.name: (done.column(a.name) if a.linear else out.column(a.name)) for a in aggs}
+    def listed(column: str) -> pa.ChunkedArray:  # a group's values as a list (without keys, the one group's)
+        if keys:
+            return out.column(column)
+        values = cols[column] if column in cols else live.column(WEIGHT)
+        return pa.chunked_array([pa.ListArray.from_arrays(pa.array([0, len(values)], pa.int32()),
+                                                          values.combine_chunks())])
+
+    values = {a.name: (done.column(a.name) if a.linear else _moments(listed(a.name), listed(_WEIGHTS), a.func)
+                       if a.func in MOMENTS else out.column(a.name)) for a in aggs}
     for name in values:
         if _nan(name) in out.column_names:
             column = values[name]
             values[name] = pc.if_else(out.column(_nan(name)), pa.scalar(math.nan, column.type), column)
     table = pa.table({k: done.column(k) for k in keys} | values | {WEIGHT: done.column(WEIGHT)})
     return table.cast(schema)
+
+
+def as_double(values: pa.ChunkedArray) -> pa.ChunkedArray:
+    """Values as DOUBLE as Spark casts them: a DECIMAL to the double nearest its value
+    (Java's ``BigDecimal.doubleValue``; Arrow's cast multiplies by an inexact power of
+    ten and is an ulp off for about one value in eight): its unscaled integer, exact in
+    a double below 2^53, divided by the exact power of ten (one rounding, IEEE's), and
+    a wider one by Python's own correctly rounded conversion. Integers round to nearest."""
+    kind = values.type
+    if not isinstance(kind, pa.Decimal128Type):
+        return pc.cast(values, pa.float64(), safe=False)
+    arr = values.combine_chunks()
+    words = decimal_words(arr)
+    low, high = words[:, 0], words[:, 1]
+    small = (high == (low >> 63)) & (np.abs(low) < (1 << 53))
+    out = low.astype(np.float64) / 10.0 ** kind.scale if kind.scale <= 22 else np.zeros(len(arr))
+    wide = np.flatnonzero(~small | (kind.scale > 22))
+    if len(wide):
+        out[wide] = [float(v) if v is not None else 0.0 for v in arr.take(pa.array(wide)).to_pylist()]
+    return pa.chunked_array([pa.array(out, pa.float64(), mask=arr.is_null().to_numpy(zero_copy_only=False))])
+
+
+#: the column of each group's weights beside its values' lists (:func:`_moments`)
+_WEIGHTS = "__weights"
+
+
+def _moments(values: pa.ChunkedArray, weights: pa.ChunkedArray, func: str) -> pa.Array:
+    """Per group (a list of DOUBLE values, NULLs skipped, and their weights) one of
+    Spark's central-moment aggregates: the variance of the sample (``var_samp``) or the
+    population (``var_pop``), or its square root. The central moment is summed in two
+    passes, about the group's mean (Spark updates it a row at a time: equal up to
+    rounding, and both exactly 0 for a group of one finite value repeated); NaN or an
+    infinity among the values gives NaN, as in Spark. NULL over no values, and a
+    sample's over one (Spark's default, without ``spark.sql.legacy.statisticalAggregate``)."""
+    lists, weight_lists = values.combine_chunks(), weights.combine_chunks()
+    groups = len(lists)
+    ids = pc.list_parent_indices(lists).to_numpy()
+    flat = pc.list_flatten(lists)
+    valid = flat.is_valid().to_numpy(zero_copy_only=False)
+    x = np.where(valid, flat.fill_null(0.0).to_numpy(zero_copy_only=False), 0.0)
+    w = np.where(valid, pc.list_flatten(weight_lists).to_numpy(zero_copy_only=False), 0).astype(np.float64)
+    n = np.bincount(ids, weights=w, minlength=groups)
+    with np.errstate(all="ignore"):
+        mean = np.bincount(ids, weights=np.where(valid, w * x, 0.0), minlength=groups) / n
+        d = x - mean[ids]
+        m2 = np.bincount(ids, weights=np.where(valid, w * d * d, 0.0), minlength=groups)
+        starts = lists.offsets.to_numpy()[:-1]
+        # (every list holds a row but the one group of no rows, without keys)
+        low = np.minimum.reduceat(np.where(valid, x, np.inf), starts) if len(x) else np.full(groups, np.inf)
+        high = np.maximum.reduceat(np.where(valid, x, -np.inf), starts) if len(x) else np.full(groups, -np.inf)
+        m2 = np.where((low == high) & np.isfinite(low), 0.0, m2)
+        sample = func.endswith("_samp")
+        var = m2 / (n - 1 if sample else n)
+    out = np.sqrt(var) if func.startswith("stddev") else var
+    return pa.array(out, pa.float64(), mask=n <= (1 if sample else 0))
 
 
 def _nan(name: str) -> str:

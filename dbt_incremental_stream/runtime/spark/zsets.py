@@ -32,7 +32,7 @@ from pyspark.sql.types import (ByteType, DataType, DateType, DecimalType, Double
                                ShortType, StructField, StructType, TimestampType)
 from pyspark.util import _load_from_socket
 
-from ...circuit.operators import COUNT, WEIGHT, AggCall, nonfinite_columns, partial_columns, quote
+from ...circuit.operators import COUNT, MOMENTS, WEIGHT, AggCall, nonfinite_columns, partial_columns, quote
 from ..arrow import kernels
 from ..arrow.expressions import UTC_ZONES
 
@@ -530,9 +530,10 @@ def _product_exact(kind: DecimalType) -> bool:
 
 
 def unit_weights_needed(aggs: Sequence[AggCall], types: Mapping[str, DataType]) -> bool:
-    """Whether a SUM or AVG of ``aggs`` is of a decimal whose x·w Spark would round."""
-    return any(a.arg is not None and a.func in ("sum", "avg") and isinstance(kind := types[a.arg], DecimalType)
-               and not _product_exact(kind) for a in aggs)
+    """Whether a SUM or AVG of ``aggs`` is of a decimal whose x·w Spark would round, or
+    one of them is a variance or a standard deviation (Spark's own, over each row once)."""
+    return any(a.func in MOMENTS or a.arg is not None and a.func in ("sum", "avg")
+               and isinstance(kind := types[a.arg], DecimalType) and not _product_exact(kind) for a in aggs)
 
 
 def unit_weights(df: DataFrame) -> DataFrame:
