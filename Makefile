@@ -65,6 +65,9 @@ bench-all: bench-nexmark
 	$(PY) bench/clock_load.py
 	$(PY) bench/computed_keys.py
 	$(PY) bench/windows.py
+	$(PY) bench/windows.py --views running
+	$(PY) bench/windows.py --views moving
+	$(PY) bench/windows.py --views moments
 
 clean:
 	rm -rf $(VENV) .venv-pydbsp $(LINT_VENV) *.egg-info .pytest_cache .hypothesis spark-warehouse metastore_db

@@ -1,7 +1,7 @@
 """Window functions per customer: small ticks on Arrow kernels against Spark's window.
 
     python bench/windows.py [--orders 1000000,4000000] [--changes 1000] [--ticks 4] [--batch-runs 2]
-                            [--views rankings|running]
+                            [--views rankings|running|moving|moments]
 
 State: ``orders`` (N rows; 100,000 customers, so about N / 100,000 orders each) and views
 over it, ticked together. ``--views rankings`` (the default):
@@ -16,6 +16,9 @@ BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW``, ``MAX(amount)``). ``--views movin
 ``moving``, a moving average over the customer's last 7 orders (``ROWS BETWEEN 6 PRECEDING
 AND CURRENT ROW``), a sum over the orders whose id is within 500,000 before (``RANGE
 BETWEEN 500000 PRECEDING AND CURRENT ROW``) and the smallest of 5 orders around each.
+``--views moments``: ``spread``, each customer's ``STDDEV``, ``VAR_POP`` and ``COUNT`` of
+its amounts (``GROUP BY cust``), and ``spread_each``, each order with its customer's
+``STDDEV_POP(amount) OVER (PARTITION BY cust)``.
 
 Four variants over the same data and ticks:
 
@@ -24,7 +27,8 @@ Four variants over the same data and ticks:
   ``windows.totals``);
 - ``Spark window, driver (before)``: the same, but the windows computed as before, by a
   Spark job over the touched customers' orders (the arranged plan's window forms turned
-  off in this process);
+  off in this process; for ``moments``, the variances and deviations too: Spark's own
+  aggregate over the touched groups' rows);
 - ``Arrow, tasks``: ``placement='tasks'``, every tick one Spark job whose tasks run the
   same kernels;
 - ``DataFrame evaluator (before, for tasks)``: ``placement='dataframe'``, where a tick in
@@ -58,6 +62,7 @@ from bench.join_aggregate import (BATCH_CONF, SparkWork, configure, log_plot, or
 from dbt_incremental_stream import Pipeline  # noqa: E402
 from dbt_incremental_stream.differential import compare_exact  # noqa: E402
 from dbt_incremental_stream.runtime import plan  # noqa: E402
+from dbt_incremental_stream.runtime.arrow import kernels  # noqa: E402
 from dbt_incremental_stream.runtime.spark.session import TICK_CONF, session  # noqa: E402
 
 CUSTOMERS = 100_000
@@ -73,6 +78,10 @@ VIEW_SETS = {
                   "CURRENT ROW) AS week, SUM(amount) OVER (PARTITION BY cust ORDER BY id RANGE BETWEEN 500000 "
                   "PRECEDING AND CURRENT ROW) AS near, MIN(amount) OVER (PARTITION BY cust ORDER BY id ROWS BETWEEN "
                   "2 PRECEDING AND 2 FOLLOWING) AS low FROM orders",
+    },
+    "moments": {
+        "spread": "SELECT cust, STDDEV(amount) AS sd, VAR_POP(amount) AS vp, COUNT(*) AS n FROM orders GROUP BY cust",
+        "spread_each": "SELECT id, cust, STDDEV_POP(amount) OVER (PARTITION BY cust) AS sd FROM orders",
     },
     "running": {
         "running": "SELECT id, cust, SUM(amount) OVER (PARTITION BY cust ORDER BY id) AS total, "
@@ -105,7 +114,8 @@ def workload(orders: int, changes: int, ticks: int) -> list[pa.Table]:
 
 def run_variant(spark, work: Path, label: str, views: dict[str, str], orders: int, ticks: list[pa.Table]) -> dict:
     placement, forms_on = VARIANTS[label]
-    with mock.patch.object(plan.Plan, "_window", plan.Plan._window if forms_on else lambda self, op: None):
+    with mock.patch.object(plan.Plan, "_window", plan.Plan._window if forms_on else lambda self, op: None), \
+            mock.patch.object(kernels, "MOMENTS", kernels.MOMENTS if forms_on else frozenset()):
         pipe = Pipeline(spark, str(work / "state"), placement=placement)
         pipe.add_source("orders", ORDERS_DDL)
         for name, sql in views.items():

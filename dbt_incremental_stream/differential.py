@@ -546,7 +546,9 @@ def _bag_difference(got: list[Row], want: list[Row]) -> tuple[list[Row], list[Ro
     for j, w in enumerate(rest_want):
         alike.setdefault(_shape_key(w), []).append(j)
     candidates = [alike.get(_shape_key(g), []) for g in rest_got]
-    if sum(map(len, candidates)) > 250_000:  # too many to pair: shown as they are
+    # a row alike only one other is checked against it alone; rows alike many others pair by
+    # a matching, whose edges are checked each: too many of those are shown as they are
+    if sum(len(c) for c in candidates if len(c) > 1) > 250_000:
         return rest_got, rest_want
     edges = [[j for j in js if all(map(_value_equal, g, rest_want[j]))] for g, js in zip(rest_got, candidates)]
     partner: dict[int, int] = {}  # want index → got index (augmenting paths: at most len(rest_got) deep)
