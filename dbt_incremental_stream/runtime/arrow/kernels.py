@@ -1091,7 +1091,8 @@ def _moments(values: pa.ChunkedArray, weights: pa.ChunkedArray, func: str) -> pa
         mean = np.bincount(ids, weights=np.where(valid, w * x, 0.0), minlength=groups) / n
         d = x - mean[ids]
         m2 = np.bincount(ids, weights=np.where(valid, w * d * d, 0.0), minlength=groups)
-        starts = lists.offsets.to_numpy()[:-1]
+        offsets = lists.offsets.to_numpy()
+        starts = offsets[:-1] - offsets[0]  # into the flattened values (a sliced list array's start at 0)
         # (every list holds a row but the one group of no rows, without keys)
         low = np.minimum.reduceat(np.where(valid, x, np.inf), starts) if len(x) else np.full(groups, np.inf)
         high = np.maximum.reduceat(np.where(valid, x, -np.inf), starts) if len(x) else np.full(groups, -np.inf)
