@@ -1074,9 +1074,10 @@ _WEIGHTS = "__weights"
 def _moments(values: pa.ChunkedArray, weights: pa.ChunkedArray, func: str) -> pa.Array:
     """Per group (a list of DOUBLE values, NULLs skipped, and their weights) one of
     Spark's central-moment aggregates: the variance of the sample (``var_samp``) or the
-    population (``var_pop``), or its square root. The central moment is summed in two
-    passes, about the group's mean (Spark updates it a row at a time: equal up to
-    rounding, and both exactly 0 for a group of one finite value repeated); NaN or an
+    population (``var_pop``), or its square root. The central moment is the corrected
+    two-pass sum about the group's mean (Chan, Golub and LeVeque; Spark updates it a row
+    at a time: equal up to rounding, and both exactly 0 for a group of one finite value
+    repeated); NaN or an
     infinity among the values gives NaN, as in Spark. NULL over no values, and a
     sample's over one (Spark's default, without ``spark.sql.legacy.statisticalAggregate``)."""
     lists, weight_lists = values.combine_chunks(), weights.combine_chunks()
@@ -1090,7 +1091,10 @@ def _moments(values: pa.ChunkedArray, weights: pa.ChunkedArray, func: str) -> pa
     with np.errstate(all="ignore"):
         mean = np.bincount(ids, weights=np.where(valid, w * x, 0.0), minlength=groups) / n
         d = x - mean[ids]
-        m2 = np.bincount(ids, weights=np.where(valid, w * d * d, 0.0), minlength=groups)
+        # the corrected two-pass sum: less the square of the deviations' own sum, the error
+        # of a mean rounded to a double (1e15, 1e15, 1e15 + 2: 8/3, not 2.67)
+        off = np.bincount(ids, weights=np.where(valid, w * d, 0.0), minlength=groups)
+        m2 = np.bincount(ids, weights=np.where(valid, w * d * d, 0.0), minlength=groups) - off * off / n
         offsets = lists.offsets.to_numpy()
         starts = offsets[:-1] - offsets[0]  # into the flattened values (a sliced list array's start at 0)
         # (every list holds a row but the one group of no rows, without keys)
