@@ -133,7 +133,8 @@ def run(data: st.DataObject, spark, directories: pytest.TempPathFactory, sources
                 twin.step(changes(data, read[-1], names))
             assert twin.ticks == ticks and twin.checks == ticks * len(twin.pipelines) * len(twin.views)
             # a view set aside on a data error is rebuilt from all input once its input
-            # changes: on arrangements, but where that input fails it again, by Spark's evaluator
+            # changes: on arrangements, but where that input fails it again in tasks, by Spark's
+            # evaluator (in the driver the failing node names the views: on arrangements)
             failing = {at for at, _ in twin.errors}
             rebuilt = {t for t, (path, _) in enumerate(twin.paths, 1) if any(at < t for at in failing)
                        and path == "dataframe" and t in failing}

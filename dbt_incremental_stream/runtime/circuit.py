@@ -200,18 +200,22 @@ class Circuit:
         on ANSI mode: BIGINT for a STRING and an INT under ANSI, INT without). A side's
         types are its delta's."""
         sides = [self.schema_of(self._incremental(join.left)), self.schema_of(self._incremental(join.right))]
+        arrow = [zsets.arrow_schema(side) for side in sides]
+        both: DataFrame | None = None  # no rows of both sides' columns, made for the first pair asked of
         casts: list[tuple[str | None, str | None]] = []
         for pair in join.keys:
-            types = [sides[i][unquote(pair[i])].dataType for i in (0, 1)]
-            arrow = [zsets.arrow_schema(StructType([StructField("k", t)])).types[0] for t in types]
-            if kernels.probes_as(arrow[0], arrow[1]) and kernels.probes_as(arrow[1], arrow[0]):
+            left, right = (unquote(key) for key in pair)
+            if kernels.probes_as(arrow[0].field(left).type, arrow[1].field(right).type) and \
+                    kernels.probes_as(arrow[1].field(right).type, arrow[0].field(left).type):
                 casts.append((None, None))
                 continue
-            both = empty_frame(self.spark, StructType(sides[0].fields + sides[1].fields))
+            if both is None:
+                both = empty_frame(self.spark, StructType(sides[0].fields + sides[1].fields))
             equal = both.selectExpr(f"{pair[0]} = {pair[1]}")._jdf.queryExecution().analyzed().projectList().head()
             common = _parse_datatype_json_string(equal.child().left().dataType().json())
-            casts.append(cast(tuple[str | None, str | None],
-                              tuple(None if t == common else common.simpleString() for t in types)))
+            to = common.simpleString()
+            casts.append((None if sides[0][left].dataType == common else to,
+                          None if sides[1][right].dataType == common else to))
         return casts
 
     def check_new(self, name: str) -> None:

@@ -1022,9 +1022,10 @@ def regroup(rows: pa.Table, keys: Sequence[str], aggs: Sequence[AggCall], schema
         if a.func == "max" and pa.types.is_floating(x.type):
             cols[_nan(a.name)] = pc.fill_null(pc.is_nan(x), False)
             specs.append((_nan(a.name), "any"))
-    if any(a.func in MOMENTS for a in aggs) and keys:
+    if any(a.func in MOMENTS for a in aggs):
         cols[_WEIGHTS] = live.column(WEIGHT)
-        specs.append((_WEIGHTS, "list"))
+        if keys:
+            specs.append((_WEIGHTS, "list"))
     out = _derive(aggregate(normal_keys(pa.table(cols), [a.name for a in aggs if a.func == "count" and not a.linear]),
                             keys, specs), derived)
     done = finish(out, keys, linear, live.schema, ansi=ansi)
@@ -1033,9 +1034,8 @@ def regroup(rows: pa.Table, keys: Sequence[str], aggs: Sequence[AggCall], schema
     def listed(column: str) -> pa.ChunkedArray:  # a group's values as a list (without keys, the one group's)
         if keys:
             return out.column(column)
-        values = cols[column] if column in cols else live.column(WEIGHT)
-        return pa.chunked_array([pa.ListArray.from_arrays(pa.array([0, len(values)], pa.int32()),
-                                                          values.combine_chunks())])
+        return pa.chunked_array([pa.ListArray.from_arrays(pa.array([0, len(cols[column])], pa.int32()),
+                                                          cols[column].combine_chunks())])
 
     values = {a.name: (done.column(a.name) if a.linear else _moments(listed(a.name), listed(_WEIGHTS), a.func)
                        if a.func in MOMENTS else out.column(a.name)) for a in aggs}
@@ -1077,9 +1077,9 @@ def _moments(values: pa.ChunkedArray, weights: pa.ChunkedArray, func: str) -> pa
     population (``var_pop``), or its square root. The central moment is the corrected
     two-pass sum about the group's mean (Chan, Golub and LeVeque; Spark updates it a row
     at a time: equal up to rounding, and both exactly 0 for a group of one finite value
-    repeated); NaN or an
-    infinity among the values gives NaN, as in Spark. NULL over no values, and a
-    sample's over one (Spark's default, without ``spark.sql.legacy.statisticalAggregate``)."""
+    repeated); NaN or an infinity among the values gives NaN, as in Spark. NULL over no
+    values, and a sample's over one (Spark's default, without
+    ``spark.sql.legacy.statisticalAggregate``)."""
     lists, weight_lists = values.combine_chunks(), weights.combine_chunks()
     groups = len(lists)
     ids = pc.list_parent_indices(lists).to_numpy()
