@@ -51,9 +51,8 @@ from .arrow import expressions, kernels, windows
 from .spark import zsets
 from .storage.arrangement import Arrangement, RunStore
 from .ticks import NodeFailed, data_error
-
-from .plan import (Extreme, NotArranged, Plan, Ranking, Side, TemporalPlan, TopPlan, Totals, group_keys,
-                   unquote)
+from .plan import (Extreme, NeedsSpark, NotArranged, Plan, Ranking, Side, TemporalPlan, TopPlan, Totals,
+                   group_keys, unquote)
 
 _ARROW_DECLINES = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError)  # Spark decides instead
 ROW = "__row"  # the probe row of each matched state row, carried through a side's chain
@@ -117,12 +116,14 @@ class ArrangedTick:
             table = table.cast(schema)
         return table if row is None else table.append_column(ROW, row)
 
-    def _spark_pass(self, table: pa.Table, f: Callable[[DataFrame], DataFrame], what: str = "an expression"
-                    ) -> pa.Table:
+    def _spark_pass(self, table: pa.Table, f: Callable[[DataFrame], DataFrame], what: str = "an expression",
+                    node: str | None = None) -> pa.Table:
         """``f`` applied by Spark to ``table`` (a local relation: the delta only), timed.
-        ``what`` needs it (named when a tick without Spark declines)."""
+        ``what`` needs it (named when a tick without Spark declines; ``node``: a Map or
+        Filter that Spark can compute between stages instead, :class:`.NeedsSpark`)."""
         if self._spark is None:
-            raise NotArranged(f"{what} needs Spark: Arrow does not compute it exactly")
+            why = f"{what} needs Spark: Arrow does not compute it exactly"
+            raise NotArranged(why) if node is None else NeedsSpark(node, why)
         started = time.perf_counter()
         out = zsets.collect_arrow(f(self._spark.createDataFrame(table)))
         self.spark_seconds += time.perf_counter() - started
@@ -130,7 +131,8 @@ class ArrangedTick:
 
     def _in_spark(self, op: Operator, table: pa.Table, f: Callable[[DataFrame], DataFrame]) -> pa.Table:
         """``op``'s rows from ``f`` applied by Spark to ``table``."""
-        return self._conform(op, self._spark_pass(table, f, op.label()))
+        return self._conform(op, self._spark_pass(table, f, op.label(),
+                                                  op.id if isinstance(op, (Map, Filter)) else None))
 
     def row_wise(self, op: Operator, t: pa.Table) -> pa.Table:
         """A Map or Filter applied to ``t``, keeping a carried ``ROW`` column."""

@@ -39,7 +39,7 @@ from .storage.arrangement import build as build_runs
 from .circuit import View
 from .on_dataframes import change
 from .storage.state import Batch, batch_column, batch_dir
-from .ticks import Changes, State, TickStats
+from .ticks import Changes, NodeFailed, State, TickStats, data_error
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -509,35 +509,56 @@ class ArrangedTicks:
         batches and arrangement runs it wrote (not committed), and its tasks' seconds per
         phase. ``cuts``: per node, the rows of its delta not stored (:func:`.expiry.kept`);
         ``gone``: per node, rows the driver adds to its delta. A job that fails leaves
-        files no manifest names."""
+        files no manifest names; one that fails on a data error names the node that met it
+        (:class:`.NodeFailed`). A Map or Filter that Arrow declines on the tick's rows
+        (:class:`.NeedsSpark`) is Spark's between stages, and the job runs again."""
         given = {n: df for n, df in frames.items() if df is not None}
         assert self.store.runs is not None
         ported, ops = tasks.portable(plan, live)
-        layout = tasks.layout(plan, live)
-        self._rehearse(plan, arrangements, live, given, {**(sampled or {}), **held}, [ops[n] for n in layout.spark])
         directory = batch_dir(tick)
         width = self.spark.sparkContext.defaultParallelism
         if width not in self._task_parts:
             self._task_parts[width] = tasks.spark_parts(self.spark, width)
         c = self.circuit
-        ctx = tasks.Context(ported, layout, ops, dict(arrangements), self.store.runs.root, tick, directory,
-                            {c.catalog[n].id: zsets.arrow_schema(zsets.with_weight(c.sources[n])) for n in c.sources},
-                            self._task_parts[width], zsets.ansi(self.spark), tasks.frame_schema(plan, layout, ops),
-                            first, dict(cuts or {}))
-        try:
-            files, seconds = tasks.run(ctx, self.spark, {c.catalog[n].id: df for n, df in given.items()},
-                                       {c.catalog[n].id: t for n, t in held.items() if t.num_rows}, width)
-            for node, table in (gone or {}).items():
-                files += tasks.write(ctx, self.store.runs, node, table)
-        except BaseException as e:
-            self.store.fs.delete(self.store.fs.path(directory))
-            self.store.collect_garbage()
-            why = tasks.declined(e)
-            if why is not None:  # an operator a task cannot run: so for every later tick too
-                if not first:  # (a first tick declines for its own reasons too)
-                    self._not_in_tasks = why
-                raise NotArranged(why) from None
-            raise
+        sources = {c.catalog[n].id: df for n, df in given.items()}
+        tables = {c.catalog[n].id: t for n, t in held.items() if t.num_rows}
+        schemas = {c.catalog[n].id: zsets.arrow_schema(zsets.with_weight(c.sources[n])) for n in c.sources}
+        by_spark: set[str] = set()  # Maps and Filters Arrow declined on this tick's rows
+        while True:
+            layout = tasks.layout(plan, live, by_spark)
+            ctx = tasks.Context(ported, layout, ops, dict(arrangements), self.store.runs.root, tick, directory,
+                                schemas, self._task_parts[width], zsets.ansi(self.spark),
+                                tasks.frame_schema(plan, layout, ops), first, dict(cuts or {}))
+            try:
+                self._rehearse(plan, arrangements, live, given, {**(sampled or {}), **held},
+                               [ops[n] for n in layout.spark])
+                files, seconds = tasks.run(ctx, self.spark, sources, tables, width)
+                for node, table in (gone or {}).items():
+                    files += tasks.write(ctx, self.store.runs, node, table)
+                break
+            except BaseException as e:
+                failure: BaseException = e
+                if isinstance(e, Exception) and data_error(e) is not None and layout.spark:
+                    try:  # which of the nodes Spark computes between stages met it
+                        found = tasks.failing(ctx, self.spark, sources, tables, width)
+                        if found is not None:
+                            failure = NodeFailed(*found)
+                    except Exception as probe:  # a node Arrow declines met first
+                        failure = probe
+                self.store.fs.delete(self.store.fs.path(directory))
+                self.store.collect_garbage()
+                rows_of = tasks.needs_spark(failure)  # a node Arrow declined on this tick's rows
+                if rows_of is not None and rows_of not in by_spark:
+                    by_spark.add(rows_of)
+                    continue
+                if failure is not e:
+                    raise failure from e
+                why = tasks.declined(e)
+                if why is not None:  # an operator a task cannot run: so for every later tick too
+                    if not first and rows_of is None:  # (not a first tick's, nor one of its rows')
+                        self._not_in_tasks = why
+                    raise NotArranged(why) from None
+                raise
         sizes: dict[str, int] = {}
         new: dict[str, dict[tuple[str, ...], dict[int, list[Run]]]] = {}
         for f in files:
@@ -568,7 +589,12 @@ class ArrangedTicks:
         spark = ArrangedTick(plan, {}, arrangements, self.store.runs, self.spark, ansi=ansi)
         for op in between:
             value = run.value(op.input)  # type: ignore[attr-defined]
-            run.given({op.id: None if value is None else spark.row_wise(op, value)})
+            try:
+                run.given({op.id: None if value is None else spark.row_wise(op, value)})
+            except Exception as e:
+                if (why := data_error(e)) is None:
+                    raise
+                raise NodeFailed(op.id, why) from e
         for s in live:
             run.state_delta(s)
 

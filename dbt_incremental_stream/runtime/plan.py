@@ -58,6 +58,17 @@ class NotArranged(Exception):
     """Why a circuit (or a tick) takes the DataFrame path."""
 
 
+class NeedsSpark(NotArranged):
+    """A Map's columns or a Filter's predicate that Arrow declines on a tick's rows (an
+    overflow, a division by zero, a string that does not cast) where Spark is not at hand
+    (in a task): the tick runs again with Spark computing that node between stages
+    (:func:`.tasks.layout`), so its answer, or its error, is Spark's."""
+
+    def __init__(self, node: str, why: str):
+        super().__init__(f"{why} [node {node}]")
+        self.node = node
+
+
 def unquote(identifier: str) -> str:
     return identifier[1:-1].replace("``", "`")
 

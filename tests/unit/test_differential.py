@@ -634,18 +634,26 @@ def test_a_view_failing_on_the_first_tick_is_set_aside_on_arrangements(spark, tm
         diff.close()
 
 
-def test_a_data_error_on_arrangements_sets_aside_the_views_computing_it(spark, tmp_path):
-    """A data error met by a tick on arrangements (a division by zero in a Map Spark
-    computes, a cast of a malformed string in a join key) names its node: the views whose
+@pytest.mark.parametrize("placement, path, rehearsed", [("auto", "arranged", 1000), ("tasks", "tasks", 1000),
+                                                      ("tasks", "tasks", 0)])
+def test_a_data_error_on_arrangements_sets_aside_the_views_computing_it(spark, tmp_path, monkeypatch, placement,
+                                                                        path, rehearsed):
+    """A data error met by a tick on arrangements (a division by zero in a Map, a cast of
+    a malformed string in a join key), in the driver or in Spark tasks (met by the
+    rehearsal of a job's first rows, or by the job), names its node: the views whose
     circuit holds it, and the views reading them, are set aside with Spark's error, and
-    the tick runs again on arrangements for the others. The DataFrame evaluator never
-    runs (it computed such a tick whole to find the failing views)."""
+    the tick runs again on arrangements for the others; later ticks run where they ran.
+    The DataFrame evaluator never runs (it computed such a tick whole to find the failing
+    views)."""
+    from dbt_incremental_stream.runtime import on_arrangements
+
+    monkeypatch.setattr(on_arrangements, "REHEARSAL_ROWS", rehearsed)
     views = {"ratio": "SELECT id, a / b AS r FROM t", "doubled": "SELECT id, r * 2 AS r2 FROM ratio",
              "total": "SELECT SUM(a) AS s, COUNT(*) AS n FROM t",
              "keyed": "SELECT t.id, u.w FROM t JOIN u ON t.code = u.k"}
     with spark_conf(spark, {"spark.sql.ansi.enabled": "true"}):
         diff = Differential(spark, str(tmp_path), {"t": "id INT, a INT, b INT, code STRING", "u": "k INT, w INT"},
-                            views)
+                            views, placement=placement)
         evaluated: list[str | None] = []
         run = diff.pipeline._dataframes.run
         diff.pipeline._dataframes.run = lambda *a: evaluated.append(a[-1]) or run(*a)  # type: ignore[method-assign]
@@ -655,10 +663,39 @@ def test_a_data_error_on_arrangements_sets_aside_the_views_computing_it(spark, t
             assert diff.pipeline.failed.keys() == {"ratio", "doubled", "keyed"}, diff.pipeline.failed
             assert diff.pipeline.failed["ratio"].startswith("DIVIDE_BY_ZERO")
             assert diff.pipeline.failed["keyed"].startswith("CAST_INVALID_INPUT")
-            assert diff.pipeline.last_tick.path == "arranged", diff.pipeline.last_tick.why
+            assert diff.pipeline.last_tick.path == path, diff.pipeline.last_tick.why
             diff.check(["total"])
             diff.step({"t": [((3, 30, 0, "1"), -1), ((4, 1, 1, "x"), -1), ((5, 7, 7, "2"), 1)]})
-            assert diff.pipeline.failed == {} and diff.pipeline.last_tick.path == "arranged"
+            assert diff.pipeline.failed == {} and diff.pipeline.last_tick.path == path
+            assert evaluated == [], evaluated
+        finally:
+            diff.close()
+
+
+@pytest.mark.parametrize("ansi", ["false", "true"])
+def test_values_arrow_declines_on_a_tick_s_rows_are_spark_s_between_stages_in_tasks(spark, tmp_path, ansi):
+    """A Map or Filter Arrow computes but declines on a tick's rows in a task (a division
+    by zero, an integer overflow: Spark decides what they give) is computed by Spark
+    between stages for that tick: its NULL (ANSI off) or its error (on, the view set
+    aside) is Spark's; the tick and the later ones stay in tasks."""
+    views = {"ratio": "SELECT id, a / b AS r FROM t", "picky": "SELECT id FROM t WHERE 100 / b > 1",
+             "total": "SELECT SUM(a) AS s FROM t"}
+    if ansi == "true":  # (DuckDB, the oracle here, has no wrapping INT)
+        views["product"] = "SELECT id, a * 100000 AS p FROM t"
+    with spark_conf(spark, {"spark.sql.ansi.enabled": ansi}):
+        diff = Differential(spark, str(tmp_path), {"t": "id INT, a INT, b INT"}, views, placement="tasks")
+        evaluated: list[str | None] = []
+        run = diff.pipeline._dataframes.run
+        diff.pipeline._dataframes.run = lambda *a: evaluated.append(a[-1]) or run(*a)  # type: ignore[method-assign]
+        try:
+            diff.step({"t": [((1, 10, 2), 1), ((2, 20, 4), 1)]})
+            diff.step({"t": [((3, 30, 0), 1), ((4, 40000, 1), 1)]}, check=ansi == "false")
+            assert diff.pipeline.last_tick.path == "tasks", diff.pipeline.last_tick.why
+            if ansi == "true":
+                assert diff.pipeline.failed.keys() == {"ratio", "picky", "product"}, diff.pipeline.failed
+                diff.check(["total"])
+            diff.step({"t": [((3, 30, 0), -1), ((4, 40000, 1), -1), ((5, 7, 7), 1)]})
+            assert diff.pipeline.failed == {} and diff.pipeline.last_tick.path == "tasks"
             assert evaluated == [], evaluated
         finally:
             diff.close()

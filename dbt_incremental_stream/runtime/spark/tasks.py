@@ -18,7 +18,11 @@ in the driver is split there), every later stage a ``mapInArrow`` after a
 typed rows (a struct column of the stage rows, ``in_<node>``), Spark's projection (or
 filter) runs on them in the same task, and the next stage reads its value from the
 result (``out_<node>``; a Filter's rows that passed), so the tick stays one job and
-Spark decides those values as it does in batch. A task writes its part of
+Spark decides those values as it does in batch. A Map or Filter Arrow computes but
+declines on some rows (an overflow, a division by zero: :class:`.NeedsSpark`) is Spark's
+between stages for that tick, the job run again. A data error (:func:`.ticks.data_error`)
+in Spark's projection names its node (:func:`failing`), so only the views computing it
+are set aside, as in the driver. A task writes its part of
 every state delta its stage computes: a Parquet file in the tick's batch directory
 (:mod:`.state`'s layout) and one run per touched bucket of each arrangement
 (:mod:`.arrangement`), and returns their names. The driver commits the tick as any
@@ -33,7 +37,7 @@ import time
 import uuid
 from dataclasses import dataclass, field, replace
 from functools import cached_property, partial
-from typing import Any, Iterable, Iterator, Mapping, Sequence, TypeVar
+from typing import AbstractSet, Any, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -61,7 +65,8 @@ from ...circuit.operators import (
 from ..arrow import kernels
 from . import zsets
 from ..arranged import ArrangedTick
-from ..plan import NotArranged, Plan, group_keys, unquote
+from ..plan import NeedsSpark, NotArranged, Plan, group_keys, unquote
+from ..ticks import data_error
 from ..storage.arrangement import Arrangement, RunStore
 from ..expiry import kept
 from ..storage.state import batch_column, write_batch_file
@@ -237,10 +242,12 @@ def _wishes(plan: Plan, states: Sequence[Operator]) -> dict[str, list[Hash]]:
     return wishes
 
 
-def layout(plan: Plan, states: Sequence[Operator]) -> Layout:
+def layout(plan: Plan, states: Sequence[Operator], by_spark: AbstractSet[str] = frozenset()) -> Layout:
     """Cut the circuit computing ``states``' deltas into stages (see the module's doc):
     each node as early as its inputs allow, one stage later where an input is not split
-    as it needs (and then shipped to it split so)."""
+    as it needs (and then shipped to it split so). Spark computes between stages the Maps
+    and Filters Arrow does not compute (:meth:`.Plan.by_spark`) and those ``by_spark``
+    (Arrow declined them on this tick's rows: :class:`.NeedsSpark`)."""
     out = Layout()
     wishes = _wishes(plan, states)
 
@@ -253,7 +260,7 @@ def layout(plan: Plan, states: Sequence[Operator]) -> Layout:
     def place(op: Operator) -> None:
         if op.id in out.stage:
             return
-        if plan.by_spark(op):
+        if plan.by_spark(op) or op.id in by_spark:
             place_by_spark(op)
             return
         reads = _reads(plan, op)
@@ -531,6 +538,42 @@ def run(ctx: Context, spark: SparkSession, sources: Mapping[str, DataFrame], tab
     Arrow (``tables``) runs here in the driver: its rows are split into blobs at once
     (through Spark, 1M rows cost seconds of conversion to rows and back to Arrow), and
     the blobs are the job's input beside the DataFrame sources' stage 0 tasks."""
+    frame = _sources(ctx, spark, sources, tables)
+    for s in range(1, ctx.layout.stages):
+        for node in _between(ctx, s):
+            frame = _through_spark(frame, node, ctx.ops[node])
+        frame = _stage(ctx, frame, s, tasks)
+    docs = [json.loads(r["node"]) for r in frame.where(f"dest = {WROTE}").select("node").collect()]
+    seconds = {phase: sum(d["task"][phase] for d in docs if "task" in d) for phase in PHASES}
+    return [d for d in docs if "task" not in d], seconds
+
+
+def failing(ctx: Context, spark: SparkSession, sources: Mapping[str, DataFrame], tables: Mapping[str, pa.Table],
+            tasks: int) -> tuple[str, str] | None:
+    """After the tick's job failed on a data error (:func:`.ticks.data_error`): the first
+    node Spark computes between stages whose projection fails on its own rows, with the
+    error; None when none does. Each such node, in the order of the stages, is its own
+    job over the stages before it (writing nothing): a tick's work again per node, paid
+    only when a tick fails."""
+    quiet = replace(ctx, layout=replace(ctx.layout, writes={}))
+    frame = _sources(quiet, spark, sources, tables)
+    for s in range(1, ctx.layout.stages):
+        for node in _between(ctx, s):
+            try:
+                _through_spark(frame.where(F.col("node") == F.lit(node)), node, ctx.ops[node]
+                               ).write.format("noop").mode("overwrite").save()
+            except Exception as e:
+                if (why := data_error(e)) is None:
+                    raise
+                return node, why
+            frame = _through_spark(frame, node, ctx.ops[node])
+        frame = _stage(quiet, frame, s, tasks)
+    return None
+
+
+def _sources(ctx: Context, spark: SparkSession, sources: Mapping[str, DataFrame], tables: Mapping[str, pa.Table]
+             ) -> DataFrame:
+    """Stage 0's rows: the DataFrame sources' tasks, and the blobs of those held in Arrow."""
     frames = [df.mapInArrow(partial(run_stage, ctx, 0, node), ctx.frame) for node, df in sources.items()]
     blobs = [b for node, t in tables.items() for b in run_stage(ctx, 0, node, iter(t.to_batches()))]
     blobs += _keyless(ctx)
@@ -539,13 +582,16 @@ def run(ctx: Context, spark: SparkSession, sources: Mapping[str, DataFrame], tab
     frame = frames[0]
     for other in frames[1:]:
         frame = frame.unionByName(other)
-    for s in range(1, ctx.layout.stages):
-        for node in sorted(n for n in ctx.layout.spark if ctx.layout.stage[n] == s):
-            frame = _through_spark(frame, node, ctx.ops[node])
-        frame = frame.repartition(tasks, "part").mapInArrow(partial(run_stage, ctx, s, None), ctx.frame)
-    docs = [json.loads(r["node"]) for r in frame.where(f"dest = {WROTE}").select("node").collect()]
-    seconds = {phase: sum(d["task"][phase] for d in docs if "task" in d) for phase in PHASES}
-    return [d for d in docs if "task" not in d], seconds
+    return frame
+
+
+def _between(ctx: Context, s: int) -> list[str]:
+    """The nodes Spark computes before stage ``s``, in the order it computes them."""
+    return sorted(n for n in ctx.layout.spark if ctx.layout.stage[n] == s)
+
+
+def _stage(ctx: Context, frame: DataFrame, s: int, tasks: int) -> DataFrame:
+    return frame.repartition(tasks, "part").mapInArrow(partial(run_stage, ctx, s, None), ctx.frame)
 
 
 def _through_spark(frame: DataFrame, node: str, op: Operator) -> DataFrame:
@@ -570,8 +616,17 @@ def _by_spark_column(op: Operator) -> str:
 
 def declined(e: BaseException) -> str | None:
     """Why a task declined the tick (:class:`NotArranged` raised in it), if it did."""
-    found = re.search(r"NotArranged: (.+)", str(e))
+    found = re.search(r"(?:NotArranged|NeedsSpark): (.+)", str(e))
     return found.group(1).strip() if found else None
+
+
+def needs_spark(e: BaseException) -> str | None:
+    """The node a task (or the rehearsal) declined for Spark to compute between stages
+    (:class:`.NeedsSpark`), if it did."""
+    if isinstance(e, NeedsSpark):
+        return e.node
+    found = re.search(r"NeedsSpark: .*\[node ([^\]\s]+)\]", str(e))
+    return found.group(1) if found else None
 
 
 def portable(plan: Plan, states: Sequence[Operator]) -> tuple[Plan, dict[str, Operator]]:
