@@ -24,6 +24,7 @@ from pyspark.sql.types import DataType, StructType, TimestampNTZType, TimestampT
 from sqlglot import exp
 
 from ..circuit.operators import (
+    MOMENTS,
     WEIGHT,
     AggCall,
     Delay,
@@ -728,6 +729,9 @@ def _running_type(agg: str, arg: pa.DataType | None) -> pa.DataType | None:
     if agg == "count":
         return pa.int64()
     assert arg is not None
+    if agg in MOMENTS:
+        numeric = pa.types.is_integer(arg) or pa.types.is_floating(arg) or pa.types.is_decimal(arg)
+        return pa.float64() if numeric else None
     if agg in ("min", "max"):
         return None if pa.types.is_nested(arg) or pa.types.is_dictionary(arg) else arg
     if pa.types.is_floating(arg) or agg == "avg" and pa.types.is_integer(arg):

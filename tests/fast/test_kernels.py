@@ -9,6 +9,7 @@ from unittest import mock
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -609,6 +610,148 @@ def test_running_aggregates_sum_their_frame(rows, frame, ansi):
     got = Counter(tuple(_same(r[c]) for c in ("k", "o", "x", "f", "n", "nx", "sx", "sf", "af", "ax", "sm", "am", "mn",
                                                "mx")) for r in out.to_pylist())
     assert got == want
+
+
+def _welford(values: list) -> tuple[float, float]:
+    """Spark's ``CentralMomentAgg`` buffer after its values (NULLs skipped), one at a time:
+    (count, central moment)."""
+    n = avg = m2 = 0.0
+    for v in values:
+        if v is not None:
+            grown = n + 1.0
+            delta = v - avg
+            step = delta / grown
+            n, avg, m2 = grown, avg + step, m2 + delta * (delta - step)
+    return n, m2
+
+
+_MOMENT_FLOATS = st.one_of(st.none(), st.floats(-1e6, 1e6), st.sampled_from([1e15, 1e15 + 2, 0.1, math.nan, math.inf]))
+
+
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(-2, 2), _MOMENT_FLOATS,
+                          st.one_of(st.none(), st.integers(-10**6, 10**6)), st.integers(1, 2)), max_size=30),
+       st.sampled_from([(False, None, 0), (True, None, 0), (True, -2, 0), (True, -1, 1), (True, 1, 3),
+                        (True, -3, -2), (True, 0, None), (True, None, None)]))
+def test_running_moments_update_a_row_at_a_time_as_spark(rows, frame):
+    """VAR_SAMP, VAR_POP, STDDEV_SAMP and STDDEV_POP over a frame of ordered rows (to the
+    last peer, or a ROWS frame) against Spark's update a row at a time over each row's
+    frame, to the bit: of doubles (NaN and infinities included), of BIGINTs and of
+    DECIMAL(12, 3) as Spark casts them to DOUBLE; NULL over no values, a sample's over
+    one."""
+    by_rows, start, stop = frame
+    t = pa.table({"k": pa.array([k for k, _, _, _, _ in rows], pa.int32()),
+                  "o": pa.array([o for _, o, _, _, _ in rows], pa.int32()),
+                  "f": pa.array([f for _, _, f, _, _ in rows], pa.float64()),
+                  "x": pa.array([x for _, _, _, x, _ in rows], pa.int64()),
+                  "d": pa.array([None if x is None else Decimal(x).scaleb(-3) for _, _, _, x, _ in rows],
+                                pa.decimal128(12, 3)),
+                  WEIGHT: pa.array([w for _, _, _, _, w in rows], pa.int64())})
+    funcs = [windows.Ordered(f"{f}_{a}", f, a, rows=by_rows, start=start, stop=stop)
+             for f in ("var_samp", "var_pop", "stddev_samp", "stddev_pop") for a in ("f", "x", "d")]
+    order = [("o", False, True)] + ([("f", False, True), ("x", False, True)] if by_rows else [])
+    out = windows.ranks(kernels.expand(t), ["k"], order, funcs)
+    assert out is not None
+    groups: dict = defaultdict(list)
+    for k, o, f, x, w in rows:
+        groups[k] += [(o, f, x)] * w
+
+    def key(r):
+        return tuple(_ordered(v, False, True) for v in (r if by_rows else r[:1]))
+
+    def moment(func: str, values: list) -> float | None:
+        n, m2 = _welford(values)
+        if n == 0 or n == 1 and func.endswith("_samp"):
+            return None
+        var = m2 / (n - 1 if func.endswith("_samp") else n)
+        return math.sqrt(var) if func.startswith("stddev") else var
+
+    want = Counter()
+    for k, members in groups.items():
+        members.sort(key=key)
+        for i, (o, f, x) in enumerate(members):
+            end = (len(members) - 1 if stop is None else i + stop) if by_rows else max(
+                j for j in range(len(members)) if key(members[j]) == key(members[i]))
+            frame_rows = members[max(0, i + start) if by_rows and start is not None else 0:max(0, end + 1)]
+            columns = {"f": [m[1] for m in frame_rows],
+                       "x": [None if m[2] is None else float(m[2]) for m in frame_rows],
+                       "d": [None if m[2] is None else float(Decimal(m[2]).scaleb(-3)) for m in frame_rows]}
+            want[(k, _same(o), _same(f), x, *(_same(moment(fn.func, columns[fn.arg])) for fn in funcs))] += 1
+    got = Counter((r["k"], _same(r["o"]), _same(r["f"]), r["x"], *(_same(r[fn.name]) for fn in funcs))
+                  for r in out.to_pylist())
+    assert got == want
+
+
+def test_moments_whose_deviations_square_past_a_double_are_infinite():
+    """Values of 1e300 an ulp or a few apart: their deviations' squares overflow, and the
+    variance is infinite as Spark's update makes it in any order (not NaN, inf - inf); one
+    value repeated is still exactly 0."""
+    ulps = [1e300]
+    for _ in range(3):
+        ulps.append(float(np.nextafter(ulps[-1], np.inf)))
+    groups = {1: [0, 1], 2: [0, 1, 1], 3: [0, 3, 3, 3], 4: [2, 2]}
+    t = pa.table({"g": pa.array([g for g, at in groups.items() for _ in at], pa.int64()),
+                  "x": pa.array([ulps[i] for at in groups.values() for i in at], pa.float64()),
+                  WEIGHT: pa.array([1] * sum(map(len, groups.values())), pa.int64())})
+    aggs = (AggCall("vs", "var_samp", "x"), AggCall("sp", "stddev_pop", "x"))
+    schema = pa.schema([("g", pa.int64()), ("vs", pa.float64()), ("sp", pa.float64()), (WEIGHT, pa.int64())])
+    got = {r["g"]: (r["vs"], r["sp"]) for r in kernels.regroup(t, ["g"], aggs, schema, ansi=True).to_pylist()}
+    want = {}
+    for g, at in groups.items():
+        n, m2 = _welford([ulps[i] for i in at])
+        want[g] = (m2 / (n - 1), math.sqrt(m2 / n))
+    assert got == want and want[1] == (math.inf, math.inf) and want[4] == (0.0, 0.0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 1), _RUNNING_FLOATS), min_size=1, max_size=400),
+       st.sampled_from([(-300, 0), (-150, 150), (1, 200), (-500, -130), (130, None), (-200, None)]))
+def test_min_and_max_over_wide_frames_keep_the_first_extreme(rows, frame):
+    """MIN and MAX over ROWS frames wider than the sliding sums' limit: the first row of
+    each frame holding its smallest (largest) value as Spark orders them (NaN above every
+    number, -0.0 equal to 0.0 and the first of them kept), NULL for a frame of no value."""
+    start, stop = frame
+    t = pa.table({"k": pa.array([k for k, _ in rows], pa.int32()), "o": pa.array(range(len(rows)), pa.int64()),
+                  "f": pa.array([f for _, f in rows], pa.float64()), WEIGHT: pa.array([1] * len(rows), pa.int64())})
+    funcs = [windows.Ordered(n, n, "f", rows=True, start=start, stop=stop) for n in ("min", "max")]
+    out = windows.ranks(t, ["k"], [("o", False, True)], funcs)
+    assert out is not None
+    want = Counter()
+    for k in (0, 1):
+        members = [(o, f) for o, (g, f) in enumerate(rows) if g == k]
+        for i, (o, f) in enumerate(members):
+            values = [m[1] for m in members[max(0, i + start):len(members) if stop is None else max(0, i + stop + 1)]]
+            want[(o, _same(_spark_max(values, False)), _same(_spark_max(values, True)))] += 1
+    assert Counter((r["o"], _same(r["min"]), _same(r["max"])) for r in out.to_pylist()) == want
+
+
+def test_running_moments_of_a_long_partition_update_as_spark():
+    """A partition longer than the side-by-side update's (updated alone, in Python floats)
+    beside short ones: each row's running VAR_SAMP and STDDEV_POP equal Spark's update to
+    the bit."""
+    rng = np.random.default_rng(5)
+    keys = np.concatenate([np.zeros(900, np.int32), np.arange(1, 41, dtype=np.int32).repeat(3)])
+    values = rng.normal(1e9, 3.0, len(keys))
+    values[[950, 1000]] = np.nan, np.inf  # in two short partitions
+    t = pa.table({"k": keys, "o": np.arange(len(keys), dtype=np.int64),
+                  "v": pa.array(values, pa.float64(), mask=rng.random(len(keys)) < 0.05),
+                  WEIGHT: np.ones(len(keys), np.int64)})
+    funcs = [windows.Ordered("vs", "var_samp", "v"), windows.Ordered("sp", "stddev_pop", "v")]
+    out = windows.ranks(t, ["k"], [("o", False, True)], funcs)
+    assert out is not None
+    out = out.sort_by("o")
+    want_vs, want_sp = [], []
+    for k in np.unique(keys):
+        n = avg = m2 = 0.0
+        for v in t.filter(pc.equal(t["k"], k)).column("v").to_pylist():
+            if v is not None:
+                grown = n + 1.0
+                delta = v - avg
+                step = delta / grown
+                n, avg, m2 = grown, avg + step, m2 + delta * (delta - step)
+            want_vs.append(None if n < 2 else m2 / (n - 1))
+            want_sp.append(None if n < 1 else math.sqrt(m2 / n))
+    assert [_same(v) for v in out.column("vs").to_pylist()] == [_same(v) for v in want_vs]
+    assert [_same(v) for v in out.column("sp").to_pylist()] == [_same(v) for v in want_sp]
 
 
 @given(st.lists(st.tuples(st.integers(0, 2), st.integers(-6, 6), st.one_of(st.none(), st.integers(-5, 5)),

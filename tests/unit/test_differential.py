@@ -634,10 +634,11 @@ def test_a_view_failing_on_the_first_tick_is_set_aside_on_arrangements(spark, tm
         diff.close()
 
 
-@pytest.mark.parametrize("placement, path, rehearsed", [("auto", "arranged", 1000), ("tasks", "tasks", 1000),
-                                                      ("tasks", "tasks", 0)])
+@pytest.mark.parametrize("placement, path, rehearsed, form", [
+    ("auto", "arranged", 1000, "rows"), ("tasks", "tasks", 1000, "rows"), ("tasks", "tasks", 0, "rows"),
+    ("auto", "arranged", 1000, "dataframe"), ("tasks", "tasks", 1000, "dataframe")])
 def test_a_data_error_on_arrangements_sets_aside_the_views_computing_it(spark, tmp_path, monkeypatch, placement,
-                                                                        path, rehearsed):
+                                                                        path, rehearsed, form):
     """A data error met by a tick on arrangements (a division by zero in a Map, a cast of
     a malformed string in a join key), in the driver or in Spark tasks (met by the
     rehearsal of a job's first rows, or by the job), names its node: the views whose
@@ -653,7 +654,7 @@ def test_a_data_error_on_arrangements_sets_aside_the_views_computing_it(spark, t
              "keyed": "SELECT t.id, u.w FROM t JOIN u ON t.code = u.k"}
     with spark_conf(spark, {"spark.sql.ansi.enabled": "true"}):
         diff = Differential(spark, str(tmp_path), {"t": "id INT, a INT, b INT, code STRING", "u": "k INT, w INT"},
-                            views, placement=placement)
+                            views, placement=placement, form=form)
         evaluated: list[str | None] = []
         run = diff.pipeline._dataframes.run
         diff.pipeline._dataframes.run = lambda *a: evaluated.append(a[-1]) or run(*a)  # type: ignore[method-assign]

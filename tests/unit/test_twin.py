@@ -157,6 +157,12 @@ NUMERIC_SHAPES: dict[str, dict[str, str]] = {
                             f"rest, MAX(d) OVER ({_ALL} ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING) AS later, "
                             f"SUM(d) OVER ({_ALL} ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS total, "
                             f"COUNT(*) OVER ({_ALL} ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING) AS ahead FROM a",
+        # variances and deviations over frames, updated a row at a time as Spark's buffer
+        # (to the last peer of equal doubles; to the row and sliding, over a total order)
+        "peer_moments": f"SELECT id, i, STDDEV(d) {_PEERS} AS sp, VAR_POP(d) {_PEERS} AS vp FROM a "
+                        f"WHERE {_moderate('d')}",
+        "running_moments": f"SELECT id, i, VAR_POP(d) {_ROWS} AS vr, VARIANCE(m) {_ROWS} AS vm, "
+                           f"STDDEV_POP(b) {_SLIDE} AS sb, VAR_SAMP(k) {_SLIDE} AS vk FROM a WHERE {_moderate('d')}",
         # RANGE frames of offsets: the rows whose ORDER BY value is near the row's own
         "range_frames": "SELECT id, i, COUNT(*) OVER (PARTITION BY str ORDER BY i RANGE BETWEEN 2 PRECEDING AND "
                         "CURRENT ROW) AS n, SUM(k) OVER (PARTITION BY str ORDER BY i RANGE BETWEEN 2 PRECEDING AND "

@@ -1094,7 +1094,9 @@ def _moments(values: pa.ChunkedArray, weights: pa.ChunkedArray, func: str) -> pa
         # the corrected two-pass sum: less the square of the deviations' own sum, the error
         # of a mean rounded to a double (1e15, 1e15, 1e15 + 2: 8/3, not 2.67)
         off = np.bincount(ids, weights=np.where(valid, w * d, 0.0), minlength=groups)
-        m2 = np.bincount(ids, weights=np.where(valid, w * d * d, 0.0), minlength=groups) - off * off / n
+        squares = np.bincount(ids, weights=np.where(valid, w * d * d, 0.0), minlength=groups)
+        # deviations whose squares overflow: the moment is infinite, as Spark's (not inf - inf)
+        m2 = np.where(np.isinf(squares), squares, squares - off * off / n)
         offsets = lists.offsets.to_numpy()
         starts = offsets[:-1] - offsets[0]  # into the flattened values (a sliced list array's start at 0)
         # (every list holds a row but the one group of no rows, without keys)

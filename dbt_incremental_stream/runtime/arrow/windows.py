@@ -18,8 +18,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ...circuit.operators import WEIGHT, AggCall
-from .kernels import data_columns, decimal_average, decimal_words, normal_float, regroup
+from ...circuit.operators import MOMENTS, WEIGHT, AggCall
+from .kernels import as_double, data_columns, decimal_average, decimal_words, normal_float, regroup
 
 
 #: the ranking window functions :func:`ranks` computes, and those that read a value of
@@ -29,9 +29,9 @@ VALUES = frozenset({"lag", "lead", "first_value", "last_value", "nth_value"})
 WHOLE = frozenset({"first_value", "last_value", "nth_value"})  # also over a frame of the whole partition
 #: the aggregates :func:`ranks` computes over a frame of ordered rows: the partition up to
 #: the current row's last peer (the default frame with ORDER BY), or a ROWS frame
-RUNNING = frozenset({"sum", "count", "avg", "min", "max"})
-#: the widest bounded ROWS frame whose float sums, MIN and MAX :func:`running` computes
-#: (one pass over the rows per row of the frame); Spark computes wider ones
+RUNNING = frozenset({"sum", "count", "avg", "min", "max"}) | MOMENTS
+#: the widest bounded ROWS frame whose float sums and moments :func:`running` computes
+#: (one pass over the rows per row of the frame, as Spark adds them); Spark computes wider ones
 SLIDING_WIDTH = 128
 
 
@@ -241,11 +241,14 @@ def running(func: str, x: pa.ChunkedArray | None, part_start: np.ndarray, start:
     not fix either; a bounded frame's from its first row, as Spark sums each frame anew);
     AVG of a DECIMAL as :func:`decimal_average` finishes it; MIN and MAX the first row of
     the frame holding the smallest (largest) value as Spark orders values (NaN above every
-    number, -0.0 equal to 0.0), of the argument's type. NULLs are skipped; a frame without
-    a value is NULL (COUNT 0). None where Spark's semantics decide: a sum that leaves its
-    type at any row (an error under ANSI, a wrap or a NULL without; for a bounded frame, a
-    sum whose values' magnitudes could), a bounded frame wider than
-    :data:`SLIDING_WIDTH` for float sums, MIN and MAX, a type not handled here."""
+    number, -0.0 equal to 0.0), of the argument's type; the variances and deviations
+    (:data:`.MOMENTS`) of the values as DOUBLE (:func:`.as_double`) by Welford's update a
+    row at a time, as Spark's buffer updates it (:func:`_welford`: the same bits). NULLs
+    are skipped; a frame without a value is NULL (COUNT 0), a sample's of one value too.
+    None where Spark's semantics decide: a sum that leaves its type at any row (an error
+    under ANSI, a wrap or a NULL without; for a bounded frame, a sum whose values'
+    magnitudes could), a bounded frame wider than :data:`SLIDING_WIDTH` for float sums
+    and moments, a type not handled here."""
     n = len(part_start)
     idx = np.arange(n)
     first = np.maximum.accumulate(np.where(part_start, idx, 0)) if n else idx
@@ -260,14 +263,28 @@ def running(func: str, x: pa.ChunkedArray | None, part_start: np.ndarray, start:
     none = pa.array(seen == 0)
     kind = x.type
     width = None if start is None or not n else int((end - start).max()) + 1
-    if width is not None and width > SLIDING_WIDTH and (func in ("min", "max") or pa.types.is_floating(kind)
+    if width is not None and width > SLIDING_WIDTH and (pa.types.is_floating(kind) and func not in ("min", "max")
+                                                        or func in MOMENTS
                                                         or func == "avg" and pa.types.is_integer(kind)):
         return None
+    if func in MOMENTS:
+        if not (pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_decimal(kind)):
+            return None
+        values = pc.fill_null(as_double(x), 0.0).to_numpy(zero_copy_only=False)
+        if start is None:
+            _, m2 = (a[end] for a in _welford(values, valid, part_start))
+        else:
+            _, m2 = _sliding_welford(values, valid, start, end, width or 0)
+        sample = func.endswith("_samp")
+        with np.errstate(invalid="ignore", divide="ignore"):
+            var = m2 / np.maximum(seen - 1 if sample else seen, 1)
+            out = np.sqrt(var) if func.startswith("stddev") else var
+        return pa.array(out, pa.float64(), mask=seen <= (1 if sample else 0))
     if func in ("min", "max"):
         if pa.types.is_nested(kind) or pa.types.is_dictionary(kind):
             return None
         rows = (_extreme_rows(x, func == "max", part_start, end) if start is None
-                else _sliding_extreme_rows(x, func == "max", start, end, width or 0))
+                else _sliding_extreme_rows(x, func == "max", start, end))
         return pc.if_else(none, pa.scalar(None, kind), x.take(pa.array(np.maximum(rows, 0))))
     if pa.types.is_floating(kind) or func == "avg" and pa.types.is_integer(kind):
         values = pc.fill_null(x.cast(pa.float64(), safe=False), 0.0).to_numpy(zero_copy_only=False)
@@ -403,22 +420,92 @@ def _sliding_sums(values: np.ndarray, start: np.ndarray, end: np.ndarray, width:
     return total
 
 
-def _sliding_extreme_rows(x: pa.ChunkedArray, largest: bool, start: np.ndarray, end: np.ndarray, width: int
-                          ) -> np.ndarray:
-    """Per row, the first row from ``start`` to ``end`` (at most ``width`` rows) whose value
-    of ``x`` is the largest (``largest``) or smallest as Spark orders values; any row where
-    the frame has no value."""
+def _welford_step(n: np.ndarray, avg: np.ndarray, m2: np.ndarray, v: np.ndarray, ok: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One value added to central-moment buffers where ``ok``, as Spark's
+    ``CentralMomentAgg`` updates one: ``delta = v - avg``, ``avg += delta / (n + 1)``,
+    ``m2 += delta * (delta - delta / (n + 1))``."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        grown = n + 1.0
+        delta = v - avg
+        step = delta / grown
+        return (np.where(ok, grown, n), np.where(ok, avg + step, avg),
+                np.where(ok, m2 + delta * (delta - step), m2))
+
+
+def _welford(values: np.ndarray, valid: np.ndarray, part_start: np.ndarray
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, the count and central moment of its partition's values up to it (those
+    ``valid``), each added a row at a time (:func:`_welford_step`). A long partition is
+    updated alone in Python floats (IEEE's, as Java's), the short ones side by side:
+    one numpy step per row of the longest of them."""
+    count, m2 = np.zeros(len(values)), np.zeros(len(values))
+    starts = np.flatnonzero(part_start)
+    lengths = np.diff(np.append(starts, len(values)))
+    long = lengths > _LONG_PARTITION
+    for s, size in zip(starts[long], lengths[long]):
+        n = avg = m = 0.0
+        xs, oks = values[s:s + size].tolist(), valid[s:s + size].tolist()
+        ns, ms = [0.0] * size, [0.0] * size
+        for j in range(size):
+            if oks[j]:
+                grown = n + 1.0
+                delta = xs[j] - avg
+                step = delta / grown
+                n, avg, m = grown, avg + step, m + delta * (delta - step)
+            ns[j], ms[j] = n, m
+        count[s:s + size], m2[s:s + size] = ns, ms
+    order = np.argsort(-lengths[~long], kind="stable")
+    short, sizes = starts[~long][order], lengths[~long][order]
+    n_, avg_, m_ = np.zeros(len(short)), np.zeros(len(short)), np.zeros(len(short))
+    for j in range(int(sizes[0]) if len(sizes) else 0):
+        k = int(np.searchsorted(-sizes, -j, side="left"))  # the partitions longer than j
+        at = short[:k] + j
+        n_[:k], avg_[:k], m_[:k] = _welford_step(n_[:k], avg_[:k], m_[:k], values[at], valid[at])
+        count[at], m2[at] = n_[:k], m_[:k]
+    return count, m2
+
+
+def _sliding_welford(values: np.ndarray, valid: np.ndarray, start: np.ndarray, end: np.ndarray, width: int
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, the count and central moment of the values from row ``start`` to row
+    ``end`` (at most ``width`` rows), updated from empty buffers in order, as Spark
+    computes a bounded frame anew for each row."""
+    n, avg, m2 = np.zeros(len(values)), np.zeros(len(values)), np.zeros(len(values))
+    for j in range(width):
+        at = start + j
+        inside = at <= end
+        safe = np.where(inside, at, 0)
+        n, avg, m2 = _welford_step(n, avg, m2, values[safe], inside & valid[safe])
+    return n, m2
+
+
+def _sliding_extreme_rows(x: pa.ChunkedArray, largest: bool, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Per row, the first row from ``start`` to ``end`` whose value of ``x`` is the largest
+    (``largest``) or smallest as Spark orders values; any row where the frame has no value.
+    A sparse table of range maxima (each level the best of two halves of the one below)
+    answers every frame by two overlapping windows of a power of two, exact at any width."""
     n = len(start)
     if not n:
         return np.arange(0)
     rank, valid = _value_ranks(x)
-    rank = np.where(valid, rank if largest else -rank, np.iinfo(np.int64).min)
-    best, held = np.zeros(n, np.int64), np.full(n, np.iinfo(np.int64).min)
-    for j in range(width):
-        at = np.where(start + j <= end, start + j, 0)
-        better = (start + j <= end) & (rank[at] > held)  # strictly: the first of equal values stays
-        best, held = np.where(better, at, best), np.where(better, rank[at], held)
-    return best
+    # one code per row: the better value first, then the earlier row; NULL below every value
+    idx = np.arange(n, dtype=np.int64)
+    code = np.where(valid, (rank if largest else int(rank.max()) + 1 - rank) + 1, 0) * (n + 1) + (n - idx)
+    levels = [code]
+    span = int(np.max(end - start, initial=0)) + 1
+    while 1 << len(levels) <= span:
+        below, half = levels[-1], 1 << (len(levels) - 1)
+        levels.append(np.maximum(below, np.append(below[half:], np.zeros(half, np.int64))))
+    lo = np.minimum(start, n - 1)
+    width = np.maximum(end - start + 1, 1)
+    k = np.floor(np.log2(width)).astype(np.int64)
+    k = np.where(np.left_shift(1, k + 1) <= width, k + 1, np.where(np.left_shift(1, k) > width, k - 1, k))
+    best = np.zeros(n, np.int64)
+    for j, level in enumerate(levels):  # each frame by the level of the largest power of two in it
+        at = np.flatnonzero(k == j)
+        best[at] = np.maximum(level[lo[at]], level[np.clip(end[at] - (1 << j) + 1, 0, n - 1)])
+    return n - best % (n + 1)
 
 
 def _value_ranks(x: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
