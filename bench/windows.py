@@ -1,7 +1,7 @@
 """Window functions per customer: small ticks on Arrow kernels against Spark's window.
 
     python bench/windows.py [--orders 1000000,4000000] [--changes 1000] [--ticks 4] [--batch-runs 2]
-                            [--views rankings|running|moving|moments]
+                            [--views rankings|running|moving|moments|running_moments]
 
 State: ``orders`` (N rows; 100,000 customers, so about N / 100,000 orders each) and views
 over it, ticked together. ``--views rankings`` (the default):
@@ -18,7 +18,9 @@ AND CURRENT ROW``), a sum over the orders whose id is within 500,000 before (``R
 BETWEEN 500000 PRECEDING AND CURRENT ROW``) and the smallest of 5 orders around each.
 ``--views moments``: ``spread``, each customer's ``STDDEV``, ``VAR_POP`` and ``COUNT`` of
 its amounts (``GROUP BY cust``), and ``spread_each``, each order with its customer's
-``STDDEV_POP(amount) OVER (PARTITION BY cust)``.
+``STDDEV_POP(amount) OVER (PARTITION BY cust)``. ``--views running_moments``: ``drift``,
+each customer's running ``STDDEV`` of its amounts by order id and the ``VAR_POP`` of its
+last 7 orders (``ROWS BETWEEN 6 PRECEDING AND CURRENT ROW``).
 
 Four variants over the same data and ticks:
 
@@ -82,6 +84,10 @@ VIEW_SETS = {
     "moments": {
         "spread": "SELECT cust, STDDEV(amount) AS sd, VAR_POP(amount) AS vp, COUNT(*) AS n FROM orders GROUP BY cust",
         "spread_each": "SELECT id, cust, STDDEV_POP(amount) OVER (PARTITION BY cust) AS sd FROM orders",
+    },
+    "running_moments": {
+        "drift": "SELECT id, cust, STDDEV(amount) OVER (PARTITION BY cust ORDER BY id) AS sd, VAR_POP(amount) "
+                 "OVER (PARTITION BY cust ORDER BY id ROWS BETWEEN 6 PRECEDING AND CURRENT ROW) AS week FROM orders",
     },
     "running": {
         "running": "SELECT id, cust, SUM(amount) OVER (PARTITION BY cust ORDER BY id) AS total, "

@@ -52,10 +52,11 @@ from .spark import zsets
 from .storage.arrangement import Arrangement, RunStore
 from .ticks import NodeFailed, data_error
 from .plan import (Extreme, NeedsSpark, NotArranged, Plan, Ranking, Side, TemporalPlan, TopPlan, Totals,
-                   group_keys, unquote)
+                   Windows, group_keys, unquote)
 
 _ARROW_DECLINES = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError)  # Spark decides instead
 ROW = "__row"  # the probe row of each matched state row, carried through a side's chain
+NUMBER = "__number"  # each row's place among a window's rows, where several specifications compute on them
 PROBE_ROWS = 2_000_000  # more state rows than this in one probe (a cross join, the time moving): Spark's job
 
 
@@ -459,17 +460,40 @@ class ArrangedTick:
             return None
         spec = self.plan.windows.get(op.id)
         out = None
-        if isinstance(spec, Ranking):
-            ranked = windows.ranks(kernels.expand(rows), spec.partition, spec.order, spec.funcs, ansi=self.ansi)
-            out = None if ranked is None else kernels.inserted(ranked)
-        elif isinstance(spec, Totals):
-            out = windows.totals(rows, spec.partition, spec.aggs, self.arrow_schema(op), ansi=self.ansi)
+        if isinstance(spec, Windows):
+            out = self._parts(op, spec.parts, rows)
+        elif spec is not None:
+            out = self._part(op, spec, rows)
         if spec is None or out is None:  # no Arrow form, or Spark's semantics decide
             return self._in_spark(op, rows,
                                   lambda df: zsets.window_diff(None, df, None, op.partition, op.funcs, op.keep))
         if spec.keep is not None:
             out = out.filter(expressions.as_column(spec.keep(out), out.num_rows))
         return self._conform(op, kernels.consolidate(out))
+
+    def _part(self, op: WindowDiff, spec: Ranking | Totals, rows: pa.Table) -> pa.Table | None:
+        """The rows of the Z-set ``rows`` with the columns of one window specification's
+        functions (None: Spark's semantics decide)."""
+        if isinstance(spec, Ranking):
+            ranked = windows.ranks(kernels.expand(rows), spec.partition, spec.order, spec.funcs, ansi=self.ansi)
+            return None if ranked is None else kernels.inserted(ranked)
+        return windows.totals(rows, spec.partition, spec.aggs, self.arrow_schema(op), ansi=self.ansi)
+
+    def _parts(self, op: WindowDiff, parts: Sequence[Ranking | Totals], rows: pa.Table) -> pa.Table | None:
+        """The rows of ``rows`` with the columns of every part, each over the same rows:
+        numbered, so that each part's columns (its rows in its own order) line up."""
+        bag = kernels.expand(rows)
+        numbered = kernels.inserted(bag.append_column(NUMBER, pa.array(np.arange(bag.num_rows))))
+        columns: dict[str, pa.ChunkedArray] = {}
+        for part in parts:
+            out = self._part(op, part, numbered)
+            if out is None:
+                return None
+            out = out.take(pc.sort_indices(out.column(NUMBER)))
+            columns |= {n: out.column(n) for n in out.column_names if n not in numbered.column_names}
+        names = [n for n, _ in op.funcs]
+        return pa.table({c: bag.column(c) for c in bag.column_names} | {n: columns[n] for n in names}
+                        | {WEIGHT: kernels.ones(bag.num_rows)})
 
     def _regroup(self, op: GroupDiff, rows: pa.Table) -> pa.Table:
         new = kernels.regroup(rows, op.keys, op.aggs, self.arrow_schema(op), ansi=self.ansi)

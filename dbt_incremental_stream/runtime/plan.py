@@ -192,6 +192,16 @@ class Totals:
 
 
 @dataclass(frozen=True)
+class Windows:
+    """A window Arrow computes whose functions have several specifications (a running
+    total by date and a rank by amount in one SELECT): each part over the same touched
+    partitions' rows, their columns side by side, rows kept where ``keep`` holds."""
+
+    parts: tuple[Ranking | Totals, ...]
+    keep: expressions.Compiled | None
+
+
+@dataclass(frozen=True)
 class Spec:
     """An arrangement a circuit needs: state node ``node`` by ``key``."""
 
@@ -217,7 +227,7 @@ class Plan:
         self.renames: dict[str, list[tuple[str, str]] | None] = {}
         self.predicates: dict[str, expressions.Compiled] = {}  # filters and join conditions Arrow evaluates
         self.values: dict[str, list[tuple[str, expressions.Compiled]]] = {}  # Maps Arrow computes
-        self.windows: dict[str, Ranking | Totals] = {}  # windows Arrow computes
+        self.windows: dict[str, Ranking | Totals | Windows] = {}  # windows Arrow computes
         self.join_keys: dict[str, list[expressions.Compiled]] = {}  # a join's computed delta keys Arrow computes
         self.temporal: dict[str, TemporalPlan] = {}  # temporal filters read by ranges of their state
         self.tops: dict[str, TopPlan] = {}  # top-k without partitions read from an ordered end
@@ -358,27 +368,40 @@ class Plan:
             self.predicates[op.id] = compiled
 
     def _window(self, op: WindowDiff) -> None:
-        """Arrow's form of a window over one PARTITION BY (and ORDER BY) of columns, kept by
-        a predicate Arrow evaluates: functions of ordered rows (:class:`Ranking`; with the
-        default frame, or the whole partition for FIRST_VALUE, LAST_VALUE and NTH_VALUE;
-        aggregates of columns over any frame :func:`_frame` reads), or aggregates of columns
-        over whole partitions without ORDER BY (:class:`Totals`). Other frames (of months,
-        of expressions) are Spark's to decide (or refuse)."""
+        """Arrow's form of a window over PARTITION BY (and ORDER BY) of columns, kept by a
+        predicate Arrow evaluates: per window specification of its functions (each one
+        part, :class:`Windows` when there are several), functions of ordered rows
+        (:class:`Ranking`; with the default frame, or the whole partition for FIRST_VALUE,
+        LAST_VALUE and NTH_VALUE; aggregates of columns over any frame :func:`_frame`
+        reads), or aggregates of columns over whole partitions without ORDER BY
+        (:class:`Totals`). Other frames (of months, of expressions) are Spark's to decide
+        (or refuse), and with one of them the whole window."""
         found = [(name, sqlglot.parse_one(sql, read=DIALECT)) for name, sql in op.funcs]
         calls = [(name, w) for name, w in found if isinstance(w, exp.Window) and isinstance(_call(w), exp.Func)]
-        specs = {(tuple(w.args.get("partition_by") or ()), w.args.get("order")) for _, w in calls}
-        if len(calls) != len(found) or len(specs) != 1:
+        if len(calls) != len(found):
             return
         types = zsets.arrow_schema(self.schema(op.delta))
-        partition, order = next(iter(specs))
-        terms = [o.this for o in order.expressions] if order else []
-        if not all(isinstance(c, exp.Column) and c.name in types.names for c in (*partition, *terms)):
-            return
         keep = None
         if op.keep:
             keep = expressions.predicate(op.keep, zsets.arrow_schema(self.schema(op)))
             if keep is None:
                 return
+        by_spec: dict[Any, list[tuple[str, exp.Window]]] = {}
+        for name, w in calls:
+            by_spec.setdefault((tuple(w.args.get("partition_by") or ()), w.args.get("order")), []).append((name, w))
+        found_parts = [self._window_part(types, partition, order, members, self.schema(op))
+                       for (partition, order), members in by_spec.items()]
+        parts = [p for p in found_parts if p is not None]
+        if len(parts) == len(found_parts):
+            self.windows[op.id] = replace(parts[0], keep=keep) if len(parts) == 1 else Windows(tuple(parts), keep)
+
+    def _window_part(self, types: pa.Schema, partition: tuple[exp.Expr, ...], order: exp.Order | None,
+                     calls: list[tuple[str, exp.Window]], schema: StructType) -> Ranking | Totals | None:
+        """The functions ``calls`` of one window specification as Arrow computes them (kept
+        by no predicate), or None."""
+        terms = [o.this for o in order.expressions] if order else []
+        if not all(isinstance(c, exp.Column) and c.name in types.names for c in (*partition, *terms)):
+            return None
         # per function: its frame; whether it is one at all, and one of the whole partition
         order_kind = types.field(terms[0].name).type if len(terms) == 1 else None
         frames = [_frame(w.args.get("spec"), order_kind) for _, w in calls]
@@ -388,20 +411,21 @@ class Plan:
         if order and all(not f or (all_of and _call(w).sql_name().lower() in windows.WHOLE)
                          or type(_call(w)) in AGGREGATES and frame is not None
                          for f, all_of, frame, (_, w) in zip(framed, whole, frames, calls)):
-            out = zsets.arrow_schema(self.schema(op))
+            out = zsets.arrow_schema(schema)
             ordered = [_ordered(name, _call(w), types, out.field(name).type, all_of, frame,
                                 isinstance(w.this, exp.IgnoreNulls))
                        for (name, w), all_of, frame in zip(calls, whole, frames)]
             funcs = tuple(f for f in ordered if f is not None)
-            if len(funcs) == len(ordered):
-                self.windows[op.id] = Ranking(funcs, by, tuple(
-                    (o.this.name, bool(o.args.get("desc")), bool(o.args.get("nulls_first")))
-                    for o in order.expressions), keep)
-        elif not order and all(not f or w for f, w in zip(framed, whole)) and all(
+            if len(funcs) != len(ordered):
+                return None
+            assert order is not None
+            return Ranking(funcs, by, tuple((o.this.name, bool(o.args.get("desc")), bool(o.args.get("nulls_first")))
+                                            for o in order.expressions), None)
+        if not order and all(not f or w for f, w in zip(framed, whole)) and all(
                 type(_call(w)) in AGGREGATES and _column_arg(_call(w), types.names) is not None for _, w in calls):
-            self.windows[op.id] = Totals(tuple(AggCall(name, AGGREGATES[type(_call(w))],
-                                                       _column_arg(_call(w), types.names) or None)
-                                               for name, w in calls), by, keep)
+            return Totals(tuple(AggCall(name, AGGREGATES[type(_call(w))], _column_arg(_call(w), types.names) or None)
+                                for name, w in calls), by, None)
+        return None
 
     def _top(self, op: WindowDiff, side: Side) -> None:
         """A top-k over the whole input (``ORDER BY … LIMIT k``) whose first order term puts
@@ -633,9 +657,11 @@ class Plan:
         return plan
 
 
-def _window_text(spec: Ranking | Totals | None) -> str:
+def _window_text(spec: Ranking | Totals | Windows | None) -> str:
     if spec is None:
         return "the window by Spark"
+    if isinstance(spec, Windows):
+        return "; ".join(_window_text(p) for p in spec.parts)
     if isinstance(spec, Ranking):
         return ", ".join(_ordered_text(f) for f in spec.funcs) + " in Arrow"
     return ", ".join(f"{a.func.upper()}({a.arg or '*'})" for a in spec.aggs) + " of whole partitions in Arrow"

@@ -163,6 +163,11 @@ NUMERIC_SHAPES: dict[str, dict[str, str]] = {
                         f"WHERE {_moderate('d')}",
         "running_moments": f"SELECT id, i, VAR_POP(d) {_ROWS} AS vr, VARIANCE(m) {_ROWS} AS vm, "
                            f"STDDEV_POP(b) {_SLIDE} AS sb, VAR_SAMP(k) {_SLIDE} AS vk FROM a WHERE {_moderate('d')}",
+        # functions of several window specifications in one SELECT: each computed over the
+        # touched partitions' rows, side by side
+        "mixed_windows": f"SELECT id, i, ROW_NUMBER() {_TOTAL} AS rn, SUM(b) OVER (PARTITION BY i) AS s, "
+                         f"COUNT(*) {_PEERS} AS n, SUM(k) {_ROWS} AS sk, MAX(str) OVER (PARTITION BY i, t) AS xs "
+                         "FROM a",
         # RANGE frames of offsets: the rows whose ORDER BY value is near the row's own
         "range_frames": "SELECT id, i, COUNT(*) OVER (PARTITION BY str ORDER BY i RANGE BETWEEN 2 PRECEDING AND "
                         "CURRENT ROW) AS n, SUM(k) OVER (PARTITION BY str ORDER BY i RANGE BETWEEN 2 PRECEDING AND "
