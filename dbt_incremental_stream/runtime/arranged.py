@@ -66,11 +66,12 @@ class ArrangedTick:
     def __init__(self, plan: Plan, inputs: Mapping[str, pa.Table | None],
                  arrangements: Mapping[str, dict[tuple[str, ...], Arrangement]],
                  runs: RunStore, spark: SparkSession | None, ansi: bool | None = None, first: bool = False,
-                 probe_rows: int | None = PROBE_ROWS):
+                 bounded: bool = True):
         self.plan = plan
-        #: the most state rows one probe may match (bounds the driver's memory; None in a
-        #: task, whose delta is a part of a large one and matches in proportion)
-        self.probe_rows = probe_rows
+        #: the most state rows one probe may match (bounds the driver's memory: past it the
+        #: tick runs in tasks; unbounded in a task, whose delta is a part of a large one and
+        #: matches in proportion)
+        self.probe_rows = PROBE_ROWS if bounded else None
         #: the state nodes start empty (a pipeline's first tick, a new view's build): a keyless
         #: aggregate over no rows gives its one row (in tasks, only the task its rows go to)
         self.first = first

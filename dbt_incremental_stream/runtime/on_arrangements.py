@@ -585,7 +585,7 @@ class ArrangedTicks:
                    for n, df in frames.items() if n not in held}
         assert self.store.runs is not None
         ansi = zsets.ansi(self.spark)
-        run = ArrangedTick(plan, sample, arrangements, self.store.runs, None, ansi=ansi, probe_rows=None)
+        run = ArrangedTick(plan, sample, arrangements, self.store.runs, None, ansi=ansi, bounded=False)
         spark = ArrangedTick(plan, {}, arrangements, self.store.runs, self.spark, ansi=ansi)
         for op in between:
             value = run.value(op.input)  # type: ignore[attr-defined]

@@ -220,8 +220,12 @@ class Pipeline:
                     plan, self._arranged.arrangements(plan, fetched if whole else None, inputs, arrow), aside,
                     inputs, arrow, fetched, whole, clock)
                 if whole:
-                    return self._arranged.in_driver(plan, arranged, fetched, clock, before_commit, started, aside,
-                                                    skip, built)
+                    try:
+                        return self._arranged.in_driver(plan, arranged, fetched, clock, before_commit, started,
+                                                        aside, skip, built)
+                    except NotArranged:  # more than the driver holds (a probe's matches): the same in tasks
+                        arrow |= fetched
+                        inputs = {n: None for n in inputs}
                 return self._arranged.in_tasks(plan, arranged, inputs, arrow, fetched, clock, before_commit,
                                                started, aside, skip, built)
             except NodeFailed as e:  # the views computing that node fail (or read one that does)

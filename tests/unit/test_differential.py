@@ -702,6 +702,31 @@ def test_values_arrow_declines_on_a_tick_s_rows_are_spark_s_between_stages_in_ta
             diff.close()
 
 
+def test_a_probe_past_what_the_driver_holds_runs_in_tasks(spark, tmp_path, monkeypatch):
+    """A small tick whose probe matches more state rows than the driver holds (a join on
+    a key most rows share, a cross join) runs the same operators in Spark tasks, not on
+    the DataFrame evaluator; the next small tick is the driver's again."""
+    from dbt_incremental_stream.runtime import arranged
+
+    monkeypatch.setattr(arranged, "PROBE_ROWS", 5)
+    views = {"pairs": "SELECT t.id, u.id AS uid FROM t JOIN u ON t.k = u.k",
+             "crossed": "SELECT t.id, u.w FROM t CROSS JOIN u"}
+    diff = Differential(spark, str(tmp_path), {"t": "id INT, k INT", "u": "id INT, k INT, w INT"}, views)
+    evaluated: list[str | None] = []
+    run = diff.pipeline._dataframes.run
+    diff.pipeline._dataframes.run = lambda *a: evaluated.append(a[-1]) or run(*a)  # type: ignore[method-assign]
+    try:
+        diff.step({"u": [((i, 1, i * 10), 1) for i in range(8)] + [((9, 2, 0), 1)], "t": [((1, 2), 1)]})
+        diff.step({"t": [((2, 1), 1)]})  # matches 8 rows of u: past the bound
+        assert diff.pipeline.last_tick.path == "tasks", diff.pipeline.last_tick.why
+        monkeypatch.setattr(arranged, "PROBE_ROWS", 100)
+        diff.step({"t": [((3, 1), 1), ((1, 2), -1)]})
+        assert diff.pipeline.last_tick.path == "arranged", diff.pipeline.last_tick.why
+        assert evaluated == [], evaluated
+    finally:
+        diff.close()
+
+
 def test_rows_are_taken_as_create_dataframe_takes_them(spark, tmp_path):
     """Rows handed to ``Pipeline.step`` are read as Spark reads them: an int for a
     DOUBLE, a float for a DECIMAL, lists, a float weight; a NULL weight is refused."""

@@ -469,7 +469,7 @@ def run_stage(ctx: Context, s: int, source: str | None, batches: Iterator[pa.Rec
     start = time.perf_counter()
     store = RunStore(ctx.root)
     tick = ArrangedTick(ctx.plan, {}, ctx.arrangements, store, None, ansi=ctx.ansi, first=keyless,
-                        probe_rows=None)
+                        bounded=False)
     shipped = list(ctx.layout.ships.get(s, {})) if s else [source]
     tick.given({n: _combined(ctx.ops[n], given.get(n, [])) for n in shipped if n is not None})
     tick.given({n: _by_spark(ctx, n, given.get(n, [])) for n in ctx.layout.spark if ctx.layout.stage[n] == s})
