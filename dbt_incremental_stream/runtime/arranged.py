@@ -51,7 +51,7 @@ from .arrow import expressions, kernels, windows
 from .spark import zsets
 from .storage.arrangement import Arrangement, RunStore
 from .ticks import NodeFailed, data_error
-from .plan import (Extreme, NeedsSpark, NotArranged, Plan, Ranking, Side, TemporalPlan, TopPlan, Totals,
+from .plan import (DeclinedRows, Extreme, NeedsSpark, NotArranged, Plan, Ranking, Side, TemporalPlan, TopPlan, Totals,
                    Windows, group_keys, unquote)
 
 _ARROW_DECLINES = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError)  # Spark decides instead
@@ -119,22 +119,27 @@ class ArrangedTick:
         return table if row is None else table.append_column(ROW, row)
 
     def _spark_pass(self, table: pa.Table, f: Callable[[DataFrame], DataFrame], what: str = "an expression",
-                    node: str | None = None) -> pa.Table:
+                    node: str | None = None, rows: bool = False) -> pa.Table:
         """``f`` applied by Spark to ``table`` (a local relation: the delta only), timed.
         ``what`` needs it (named when a tick without Spark declines; ``node``: a Map or
-        Filter that Spark can compute between stages instead, :class:`.NeedsSpark`)."""
+        Filter that Spark can compute between stages instead, :class:`.NeedsSpark`;
+        ``rows``: Arrow declined these rows, not the operator, :class:`.DeclinedRows`)."""
         if self._spark is None:
             why = f"{what} needs Spark: Arrow does not compute it exactly"
-            raise NotArranged(why) if node is None else NeedsSpark(node, why)
+            if node is not None:
+                raise NeedsSpark(node, why)
+            raise DeclinedRows(why) if rows else NotArranged(why)
         started = time.perf_counter()
         out = zsets.collect_arrow(f(self._spark.createDataFrame(table)))
         self.spark_seconds += time.perf_counter() - started
         return out
 
-    def _in_spark(self, op: Operator, table: pa.Table, f: Callable[[DataFrame], DataFrame]) -> pa.Table:
-        """``op``'s rows from ``f`` applied by Spark to ``table``."""
+    def _in_spark(self, op: Operator, table: pa.Table, f: Callable[[DataFrame], DataFrame], rows: bool = False
+                  ) -> pa.Table:
+        """``op``'s rows from ``f`` applied by Spark to ``table`` (``rows``: Arrow computes
+        ``op`` but declined these rows)."""
         return self._conform(op, self._spark_pass(table, f, op.label(),
-                                                  op.id if isinstance(op, (Map, Filter)) else None))
+                                                  op.id if isinstance(op, (Map, Filter)) else None, rows))
 
     def row_wise(self, op: Operator, t: pa.Table) -> pa.Table:
         """A Map or Filter applied to ``t``, keeping a carried ``ROW`` column."""
@@ -394,7 +399,7 @@ class ArrangedTick:
         new = kernels.finish(groups, keys, op.aggs, zsets.arrow_schema(rows), ansi=self.ansi)
         if new is None:
             types = zsets.arg_types(rows, op.aggs)
-            new = self._in_spark(op, groups, lambda df: zsets.finish(df, keys, op.aggs, types)).select(
+            new = self._in_spark(op, groups, lambda df: zsets.finish(df, keys, op.aggs, types), rows=True).select(
                 list(op.columns) + [WEIGHT])
         return self._conform(op, new)
 
@@ -465,9 +470,10 @@ class ArrangedTick:
             out = self._parts(op, spec.parts, rows)
         elif spec is not None:
             out = self._part(op, spec, rows)
-        if spec is None or out is None:  # no Arrow form, or Spark's semantics decide
+        if spec is None or out is None:  # no Arrow form, or Spark's semantics decide on these rows
             return self._in_spark(op, rows,
-                                  lambda df: zsets.window_diff(None, df, None, op.partition, op.funcs, op.keep))
+                                  lambda df: zsets.window_diff(None, df, None, op.partition, op.funcs, op.keep),
+                                  rows=spec is not None)
         if spec.keep is not None:
             out = out.filter(expressions.as_column(spec.keep(out), out.num_rows))
         return self._conform(op, kernels.consolidate(out))
@@ -501,7 +507,7 @@ class ArrangedTick:
         if new is None:
             types = zsets.arg_types(self.plan.schema(op.delta), op.aggs)
             new = self._in_spark(op, rows, lambda df: zsets.group_diff(None, df, None, op.keys, op.aggs, False,
-                                                                       types))
+                                                                       types), rows=kernels.regroups(op.aggs))
         return new
 
     def _recompute(self, op: GroupDiff | WindowDiff, compute: Callable[[pa.Table], pa.Table | None]

@@ -555,7 +555,7 @@ class ArrangedTicks:
                     raise failure from e
                 why = tasks.declined(e)
                 if why is not None:  # an operator a task cannot run: so for every later tick too
-                    if not first and rows_of is None:  # (not a first tick's, nor one of its rows')
+                    if not first and not tasks.of_rows(e):  # (not a first tick's, nor one of its rows')
                         self._not_in_tasks = why
                     raise NotArranged(why) from None
                 raise

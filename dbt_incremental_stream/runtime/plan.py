@@ -59,7 +59,13 @@ class NotArranged(Exception):
     """Why a circuit (or a tick) takes the DataFrame path."""
 
 
-class NeedsSpark(NotArranged):
+class DeclinedRows(NotArranged):
+    """A decline of one tick's rows, not of the circuit (an aggregate or window whose
+    values Spark decides: an overflow, a RANGE frame over NULLs) where Spark is not at hand
+    (in a task): that tick goes elsewhere, the next one is tried in tasks again."""
+
+
+class NeedsSpark(DeclinedRows):
     """A Map's columns or a Filter's predicate that Arrow declines on a tick's rows (an
     overflow, a division by zero, a string that does not cast) where Spark is not at hand
     (in a task): the tick runs again with Spark computing that node between stages

@@ -989,6 +989,12 @@ def _float_total(finite: pa.ChunkedArray, counts: Sequence[pa.ChunkedArray]) -> 
 _HASH_AGG = {"min": "min", "max": "max", "count": "count_distinct"}
 
 
+def regroups(aggs: Sequence[AggCall]) -> bool:
+    """Whether :func:`regroup` computes ``aggs`` (then a None of it is of the rows'
+    values: Spark decides an overflow)."""
+    return all(a.linear or a.func in MOMENTS or a.func in _HASH_AGG for a in aggs)
+
+
 def regroup(rows: pa.Table, keys: Sequence[str], aggs: Sequence[AggCall], schema: pa.Schema, *,
             ansi: bool) -> pa.Table | None:
     """The aggregate row (weight 1) of every group in ``rows``, a consolidated Z-set in

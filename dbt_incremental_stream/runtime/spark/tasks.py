@@ -65,7 +65,7 @@ from ...circuit.operators import (
 from ..arrow import kernels
 from . import zsets
 from ..arranged import ArrangedTick
-from ..plan import NeedsSpark, NotArranged, Plan, group_keys, unquote
+from ..plan import DeclinedRows, NeedsSpark, NotArranged, Plan, group_keys, unquote
 from ..ticks import data_error
 from ..storage.arrangement import Arrangement, RunStore
 from ..expiry import kept
@@ -616,8 +616,14 @@ def _by_spark_column(op: Operator) -> str:
 
 def declined(e: BaseException) -> str | None:
     """Why a task declined the tick (:class:`NotArranged` raised in it), if it did."""
-    found = re.search(r"(?:NotArranged|NeedsSpark): (.+)", str(e))
+    found = re.search(r"(?:NotArranged|DeclinedRows|NeedsSpark): (.+)", str(e))
     return found.group(1).strip() if found else None
+
+
+def of_rows(e: BaseException) -> bool:
+    """Whether a task (or the rehearsal) declined the tick's rows, not its operators
+    (:class:`.DeclinedRows`): then a later tick is tried in tasks again."""
+    return isinstance(e, DeclinedRows) or re.search(r"(?:DeclinedRows|NeedsSpark): ", str(e)) is not None
 
 
 def needs_spark(e: BaseException) -> str | None:
