@@ -705,14 +705,15 @@ def test_moments_whose_deviations_square_past_a_double_are_infinite():
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 1), _RUNNING_FLOATS), min_size=1, max_size=400),
        st.sampled_from([(-300, 0), (-150, 150), (1, 200), (-500, -130), (130, None), (-200, None)]))
-def test_min_and_max_over_wide_frames_keep_the_first_extreme(rows, frame):
-    """MIN and MAX over ROWS frames wider than the sliding sums' limit: the first row of
-    each frame holding its smallest (largest) value as Spark orders them (NaN above every
-    number, -0.0 equal to 0.0 and the first of them kept), NULL for a frame of no value."""
+def test_wide_frames_keep_the_first_extreme_and_sum_each_frame_anew(rows, frame):
+    """MIN and MAX over ROWS frames wider than 128 rows: the first row of each frame
+    holding its smallest (largest) value as Spark orders them (NaN above every number,
+    -0.0 equal to 0.0 and the first of them kept), NULL for a frame of no value; a float
+    SUM and VAR_POP of each frame from its first row, as Spark computes each anew."""
     start, stop = frame
     t = pa.table({"k": pa.array([k for k, _ in rows], pa.int32()), "o": pa.array(range(len(rows)), pa.int64()),
                   "f": pa.array([f for _, f in rows], pa.float64()), WEIGHT: pa.array([1] * len(rows), pa.int64())})
-    funcs = [windows.Ordered(n, n, "f", rows=True, start=start, stop=stop) for n in ("min", "max")]
+    funcs = [windows.Ordered(n, n, "f", rows=True, start=start, stop=stop) for n in ("min", "max", "sum", "var_pop")]
     out = windows.ranks(t, ["k"], [("o", False, True)], funcs)
     assert out is not None
     want = Counter()
@@ -720,8 +721,26 @@ def test_min_and_max_over_wide_frames_keep_the_first_extreme(rows, frame):
         members = [(o, f) for o, (g, f) in enumerate(rows) if g == k]
         for i, (o, f) in enumerate(members):
             values = [m[1] for m in members[max(0, i + start):len(members) if stop is None else max(0, i + stop + 1)]]
-            want[(o, _same(_spark_max(values, False)), _same(_spark_max(values, True)))] += 1
-    assert Counter((r["o"], _same(r["min"]), _same(r["max"])) for r in out.to_pylist()) == want
+            kept = [v for v in values if v is not None]
+            n, m2 = _welford(kept)
+            want[(o, _same(_spark_max(values, False)), _same(_spark_max(values, True)),
+                  _same(sum(kept, 0.0) + 0.0 if kept else None), _same(m2 / n if n else None))] += 1
+    assert Counter((r["o"], _same(r["min"]), _same(r["max"]), _same(r["sum"]), _same(r["var_pop"]))
+                   for r in out.to_pylist()) == want
+
+
+def test_a_wide_float_frame_past_its_work_is_spark_s():
+    """A float sum over a 301-row frame is computed while its rows times width stay
+    within ``SLIDING_WORK``, and past it left to Spark (None); MIN and MAX at any width."""
+    t = pa.table({"k": pa.array([0] * 400, pa.int32()), "o": pa.array(range(400), pa.int64()),
+                  "f": pa.array([float(i % 7) for i in range(400)]), WEIGHT: pa.array([1] * 400, pa.int64())})
+    order = [("o", False, True)]
+    summed = [windows.Ordered("s", "sum", "f", rows=True, start=-300, stop=0)]
+    extreme = [windows.Ordered("m", "max", "f", rows=True, start=-300, stop=0)]
+    assert windows.ranks(t, ["k"], order, summed) is not None
+    with mock.patch.object(windows, "SLIDING_WORK", 400 * 300):
+        assert windows.ranks(t, ["k"], order, summed) is None
+        assert windows.ranks(t, ["k"], order, extreme) is not None
 
 
 def test_running_moments_of_a_long_partition_update_as_spark():

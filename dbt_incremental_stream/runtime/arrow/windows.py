@@ -30,9 +30,12 @@ WHOLE = frozenset({"first_value", "last_value", "nth_value"})  # also over a fra
 #: the aggregates :func:`ranks` computes over a frame of ordered rows: the partition up to
 #: the current row's last peer (the default frame with ORDER BY), or a ROWS frame
 RUNNING = frozenset({"sum", "count", "avg", "min", "max"}) | MOMENTS
-#: the widest bounded ROWS frame whose float sums and moments :func:`running` computes
-#: (one pass over the rows per row of the frame, as Spark adds them); Spark computes wider ones
+#: float sums and moments over a bounded frame are one pass over the rows per row of the
+#: frame (each frame summed anew, as Spark sums it): :func:`running` computes them for
+#: frames of up to ``SLIDING_WIDTH`` rows, and wider ones while rows times width stays
+#: within ``SLIDING_WORK`` (about a second of numpy); Spark computes the rest
 SLIDING_WIDTH = 128
+SLIDING_WORK = 1 << 28
 
 
 @dataclass(frozen=True)
@@ -247,8 +250,8 @@ def running(func: str, x: pa.ChunkedArray | None, part_start: np.ndarray, start:
     are skipped; a frame without a value is NULL (COUNT 0), a sample's of one value too.
     None where Spark's semantics decide: a sum that leaves its type at any row (an error
     under ANSI, a wrap or a NULL without; for a bounded frame, a sum whose values'
-    magnitudes could), a bounded frame wider than :data:`SLIDING_WIDTH` for float sums
-    and moments, a type not handled here."""
+    magnitudes could), a bounded frame wider than :data:`SLIDING_WIDTH` whose rows times
+    width pass :data:`SLIDING_WORK` for float sums and moments, a type not handled here."""
     n = len(part_start)
     idx = np.arange(n)
     first = np.maximum.accumulate(np.where(part_start, idx, 0)) if n else idx
@@ -263,9 +266,9 @@ def running(func: str, x: pa.ChunkedArray | None, part_start: np.ndarray, start:
     none = pa.array(seen == 0)
     kind = x.type
     width = None if start is None or not n else int((end - start).max()) + 1
-    if width is not None and width > SLIDING_WIDTH and (pa.types.is_floating(kind) and func not in ("min", "max")
-                                                        or func in MOMENTS
-                                                        or func == "avg" and pa.types.is_integer(kind)):
+    summed = pa.types.is_floating(kind) and func not in ("min", "max") or func in MOMENTS or (
+        func == "avg" and pa.types.is_integer(kind))
+    if summed and width is not None and width > SLIDING_WIDTH and n * width > SLIDING_WORK:
         return None
     if func in MOMENTS:
         if not (pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_decimal(kind)):
