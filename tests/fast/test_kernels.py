@@ -729,6 +729,40 @@ def test_wide_frames_keep_the_first_extreme_and_sum_each_frame_anew(rows, frame)
                    for r in out.to_pylist()) == want
 
 
+@given(st.lists(st.tuples(st.integers(0, 1), _RUNNING_FLOATS, st.one_of(st.none(), st.integers(-5, 5))),
+                max_size=30),
+       st.sampled_from([(-1.5, 0.5), (None, 1.0), (-2.0, None), (0.0, 0.0), (1.0, 3.0), (-3.0, -1.0)]),
+       st.booleans(), st.booleans())
+def test_range_frames_over_nulls_and_nans_as_spark_bounds_them(rows, offsets, desc, nulls_first):
+    """COUNT and SUM over a RANGE frame of offsets of a DOUBLE order holding NULLs, NaNs,
+    infinities and both zeros, against Spark's definition: the rows between the current
+    row's value plus each offset, compared by the order (NULLs first or last, NaN above
+    every number, -0.0 equal to 0.0); a NULL or NaN plus an offset is itself."""
+    start, stop = offsets
+    t = pa.table({"k": pa.array([k for k, _, _ in rows], pa.int32()), "d": pa.array([d for _, d, _ in rows], pa.float64()),
+                  "x": pa.array([x for _, _, x in rows], pa.int64()), WEIGHT: pa.array([1] * len(rows), pa.int64())})
+    funcs = [windows.Ordered("n", "count", None, rows=True, start=start, stop=stop, by_value=True),
+             windows.Ordered("s", "sum", "x", rows=True, start=start, stop=stop, by_value=True)]
+    out = windows.ranks(t, ["k"], [("d", desc, nulls_first)], funcs)
+    assert out is not None
+    way = -1 if desc else 1
+
+    def key(d, offset=0.0):
+        if d is None:
+            return (0,) if nulls_first else (2,)
+        if math.isnan(d):
+            return (1, way)
+        return (1, 0, way * d + offset)
+
+    want = Counter()
+    for k, d, x in rows:
+        frame = [m for m in rows if m[0] == k and (start is None or key(d, start) <= key(m[1]))
+                 and (stop is None or key(m[1]) <= key(d, stop))]
+        xs = [m[2] for m in frame if m[2] is not None]
+        want[(k, _same(d), x, len(frame), sum(xs) if xs else None)] += 1
+    assert Counter((r["k"], _same(r["d"]), r["x"], r["n"], r["s"]) for r in out.to_pylist()) == want
+
+
 def test_a_wide_float_frame_past_its_work_is_spark_s():
     """A float sum over a 301-row frame is computed while its rows times width stay
     within ``SLIDING_WORK``, and past it left to Spark (None); MIN and MAX at any width."""

@@ -173,6 +173,11 @@ NUMERIC_SHAPES: dict[str, dict[str, str]] = {
                         "CURRENT ROW) AS n, SUM(k) OVER (PARTITION BY str ORDER BY i RANGE BETWEEN 2 PRECEDING AND "
                         "1 FOLLOWING) AS sk, MAX(x) OVER (PARTITION BY str ORDER BY i RANGE BETWEEN CURRENT ROW AND "
                         "UNBOUNDED FOLLOWING) AS xx FROM a WHERE i BETWEEN -1000 AND 1000",
+        # ... over doubles with NULLs, NaNs, infinities and both zeros (a NULL or NaN plus an
+        # offset is itself: its peers), both directions, NULLs first and last
+        "range_over_doubles": "SELECT id, i, COUNT(*) OVER (PARTITION BY i ORDER BY d RANGE BETWEEN 1.5 PRECEDING "
+                              "AND 0.5 FOLLOWING) AS n, SUM(k) OVER (PARTITION BY i ORDER BY d DESC NULLS LAST RANGE "
+                              "BETWEEN UNBOUNDED PRECEDING AND 1 FOLLOWING) AS sk FROM a",
         "range_desc": "SELECT id, m, SUM(i) OVER (PARTITION BY b ORDER BY m DESC RANGE BETWEEN 1.5 PRECEDING AND "
                       "0.25 FOLLOWING) AS si, MIN(str) OVER (PARTITION BY b ORDER BY m DESC RANGE BETWEEN UNBOUNDED "
                       "PRECEDING AND 1 PRECEDING) AS ms FROM a WHERE m BETWEEN -1000000 AND 1000000",

@@ -150,28 +150,43 @@ def _value_frame(column: pa.ChunkedArray, desc: bool, start: int | float | None,
     ``column`` within each partition (``first``, ``last``): the rows whose value is from
     ``start`` to ``stop`` past the row's own in the order's direction (None: the
     partition's first, its last row), as Spark's range bounds add the offset to the
-    current row's value. The first is None for a frame from the partition's first row.
-    None where Spark decides: a NULL or NaN value, a bound past the values' type."""
-    if column.null_count:
-        return None
+    current row's value and compare rows with them by the order. A NULL or NaN plus an
+    offset is itself, so such a row's bounded side ends at its own block (its peers), and
+    a number's bounded side never reaches a NULL or a NaN (they sort apart from every
+    number). The first is None for a frame from the partition's first row. None where
+    Spark decides: a bound past the values' type."""
     kind = column.type
+    valid = pc.is_valid(column).to_numpy(zero_copy_only=False)
     if pa.types.is_floating(kind):
-        v = column.to_numpy().astype(np.float64)
-        if np.isnan(v).any():
-            return None
+        v = pc.fill_null(column, 0.0).to_numpy().astype(np.float64)
+        special = ~valid | np.isnan(v)
+        v = np.where(special, 0.0, v)
     else:
-        raw = (_unscaled(column) if pa.types.is_decimal(kind)
-               else column.cast(pa.int32()).to_numpy().astype(np.int64) if pa.types.is_date32(kind)
-               else column.cast(pa.int64()).to_numpy() if pa.types.is_integer(kind) or pa.types.is_timestamp(kind)
+        filled = pc.fill_null(column, pa.scalar(0, kind) if not pa.types.is_decimal(kind) else
+                              pa.scalar(Decimal(0), kind)) if column.null_count else column
+        raw = (_unscaled(filled) if pa.types.is_decimal(kind)
+               else filled.cast(pa.int32()).to_numpy().astype(np.int64) if pa.types.is_date32(kind)
+               else filled.cast(pa.int64()).to_numpy() if pa.types.is_integer(kind) or pa.types.is_timestamp(kind)
                else None)
         if raw is None or raw.dtype == object:
             return None
         if len(raw) and float(np.abs(raw.astype(np.float64)).max()) + max(abs(start or 0), abs(stop or 0)) >= 2.0 ** 62:
             return None
+        special = ~valid
         v = raw
-    w = -v if desc else v  # increasing within a partition, in the order's direction
-    begin = None if start is None else _search(w, w + start, first, last + 1, right=False)
-    end = last if stop is None else _search(w, w + stop, first, last + 1, right=True) - 1
+    n = len(v)
+    idx = np.arange(n)
+    # runs of one kind (numbers, NULLs, NaNs) within each partition: each contiguous in the order
+    kind_of = np.where(~valid, 1, np.where(special, 2, 0))
+    run_start = np.ones(n, bool)
+    run_start[1:] = (kind_of[1:] != kind_of[:-1]) | (first[1:] == idx[1:])
+    run_first = np.maximum.accumulate(np.where(run_start, idx, 0)) if n else idx
+    run_last = (np.flatnonzero(np.append(run_start[1:], True))[np.cumsum(run_start) - 1]) if n else idx
+    w = -v if desc else v  # increasing within a run of numbers, in the order's direction
+    begin = None if start is None else np.where(
+        special, run_first, _search(w, w + start, run_first, run_last + 1, right=False))
+    end = last if stop is None else np.where(
+        special, run_last, _search(w, w + stop, run_first, run_last + 1, right=True) - 1)
     return begin, end
 
 
