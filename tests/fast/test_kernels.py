@@ -739,7 +739,8 @@ def test_range_frames_over_nulls_and_nans_as_spark_bounds_them(rows, offsets, de
     row's value plus each offset, compared by the order (NULLs first or last, NaN above
     every number, -0.0 equal to 0.0); a NULL or NaN plus an offset is itself."""
     start, stop = offsets
-    t = pa.table({"k": pa.array([k for k, _, _ in rows], pa.int32()), "d": pa.array([d for _, d, _ in rows], pa.float64()),
+    t = pa.table({"k": pa.array([k for k, _, _ in rows], pa.int32()),
+                  "d": pa.array([d for _, d, _ in rows], pa.float64()),
                   "x": pa.array([x for _, _, x in rows], pa.int64()), WEIGHT: pa.array([1] * len(rows), pa.int64())})
     funcs = [windows.Ordered("n", "count", None, rows=True, start=start, stop=stop, by_value=True),
              windows.Ordered("s", "sum", "x", rows=True, start=start, stop=stop, by_value=True)]
