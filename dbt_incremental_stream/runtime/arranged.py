@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 
 from ..circuit.operators import (
+    MOMENTS,
     WEIGHT,
     Delay,
     Filter,
@@ -66,7 +67,7 @@ class ArrangedTick:
     def __init__(self, plan: Plan, inputs: Mapping[str, pa.Table | None],
                  arrangements: Mapping[str, dict[tuple[str, ...], Arrangement]],
                  runs: RunStore, spark: SparkSession | None, ansi: bool | None = None, first: bool = False,
-                 bounded: bool = True):
+                 bounded: bool = True, legacy_stats: bool | None = None):
         self.plan = plan
         #: the most state rows one probe may match (bounds the driver's memory: past it the
         #: tick runs in tasks; unbounded in a task, whose delta is a part of a large one and
@@ -81,6 +82,10 @@ class ArrangedTick:
         self._spark = spark  # None inside a Spark task: what needs Spark declines the tick
         #: the session's ``spark.sql.ansi.enabled``, which decides what an overflow gives
         self.ansi = ansi if ansi is not None else spark is None or zsets.ansi(spark)
+        #: the session's ``spark.sql.legacy.statisticalAggregate``: with it, Spark decides
+        #: the variances and deviations (a sample's of one value NaN)
+        self.legacy_stats = legacy_stats if legacy_stats is not None else (
+            spark is not None and zsets.legacy_stats(spark))
         self._memo: dict[str, pa.Table | None] = {}
         self.spark_seconds = 0.0  # spent in Spark passes
         self.rows_read = 0  # rows of state that joins and temporal filters read
@@ -481,6 +486,9 @@ class ArrangedTick:
     def _part(self, op: WindowDiff, spec: Ranking | Totals, rows: pa.Table) -> pa.Table | None:
         """The rows of the Z-set ``rows`` with the columns of one window specification's
         functions (None: Spark's semantics decide)."""
+        if self.legacy_stats and any(f.func in MOMENTS for f in (spec.funcs if isinstance(spec, Ranking)
+                                                                 else spec.aggs)):
+            return None
         if isinstance(spec, Ranking):
             ranked = windows.ranks(kernels.expand(rows), spec.partition, spec.order, spec.funcs, ansi=self.ansi)
             return None if ranked is None else kernels.inserted(ranked)
@@ -503,7 +511,8 @@ class ArrangedTick:
                         | {WEIGHT: kernels.ones(bag.num_rows)})
 
     def _regroup(self, op: GroupDiff, rows: pa.Table) -> pa.Table:
-        new = kernels.regroup(rows, op.keys, op.aggs, self.arrow_schema(op), ansi=self.ansi)
+        new = None if self.legacy_stats and any(a.func in MOMENTS for a in op.aggs) else kernels.regroup(
+            rows, op.keys, op.aggs, self.arrow_schema(op), ansi=self.ansi)
         if new is None:
             types = zsets.arg_types(self.plan.schema(op.delta), op.aggs)
             new = self._in_spark(op, rows, lambda df: zsets.group_diff(None, df, None, op.keys, op.aggs, False,

@@ -528,7 +528,8 @@ class ArrangedTicks:
             layout = tasks.layout(plan, live, by_spark)
             ctx = tasks.Context(ported, layout, ops, dict(arrangements), self.store.runs.root, tick, directory,
                                 schemas, self._task_parts[width], zsets.ansi(self.spark),
-                                tasks.frame_schema(plan, layout, ops), first, dict(cuts or {}))
+                                tasks.frame_schema(plan, layout, ops), first, dict(cuts or {}),
+                                zsets.legacy_stats(self.spark))
             try:
                 self._rehearse(plan, arrangements, live, given, {**(sampled or {}), **held},
                                [ops[n] for n in layout.spark])
@@ -585,7 +586,8 @@ class ArrangedTicks:
                    for n, df in frames.items() if n not in held}
         assert self.store.runs is not None
         ansi = zsets.ansi(self.spark)
-        run = ArrangedTick(plan, sample, arrangements, self.store.runs, None, ansi=ansi, bounded=False)
+        run = ArrangedTick(plan, sample, arrangements, self.store.runs, None, ansi=ansi, bounded=False,
+                           legacy_stats=zsets.legacy_stats(self.spark))
         spark = ArrangedTick(plan, {}, arrangements, self.store.runs, self.spark, ansi=ansi)
         for op in between:
             value = run.value(op.input)  # type: ignore[attr-defined]

@@ -329,6 +329,7 @@ class Context:
     #: per state node rows leave as the time moves: (column, threshold) below which a row
     #: of its delta is not stored (:func:`.expiry.kept`)
     cuts: dict[str, tuple[str, pa.Scalar]] = field(default_factory=dict)
+    legacy_stats: bool = False  # see :attr:`.ArrangedTick.legacy_stats`
 
     @cached_property
     def arrow_frame(self) -> pa.Schema:
@@ -469,7 +470,7 @@ def run_stage(ctx: Context, s: int, source: str | None, batches: Iterator[pa.Rec
     start = time.perf_counter()
     store = RunStore(ctx.root)
     tick = ArrangedTick(ctx.plan, {}, ctx.arrangements, store, None, ansi=ctx.ansi, first=keyless,
-                        bounded=False)
+                        bounded=False, legacy_stats=ctx.legacy_stats)
     shipped = list(ctx.layout.ships.get(s, {})) if s else [source]
     tick.given({n: _combined(ctx.ops[n], given.get(n, [])) for n in shipped if n is not None})
     tick.given({n: _by_spark(ctx, n, given.get(n, [])) for n in ctx.layout.spark if ctx.layout.stage[n] == s})

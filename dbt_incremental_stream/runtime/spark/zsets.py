@@ -76,6 +76,12 @@ def ansi(spark: SparkSession) -> bool:
     return (spark.conf.get("spark.sql.ansi.enabled") or "true").lower() == "true"
 
 
+def legacy_stats(spark: SparkSession) -> bool:
+    """The session's ``spark.sql.legacy.statisticalAggregate`` (off unless set on): a
+    sample's variance or deviation of one value is then NaN, not NULL."""
+    return (spark.conf.get("spark.sql.legacy.statisticalAggregate") or "false").lower() == "true"
+
+
 def utc_clock() -> bool:
     """Whether this process's local time is UTC (``TZ`` may change it while it runs):
     then a naive datetime, which Spark's Python conversions read as local time, is UTC."""
