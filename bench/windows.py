@@ -1,7 +1,7 @@
 """Window functions per customer: small ticks on Arrow kernels against Spark's window.
 
     python bench/windows.py [--orders 1000000,4000000] [--changes 1000] [--ticks 4] [--batch-runs 2]
-                            [--views rankings|running|moving|moments|running_moments]
+                            [--views rankings|running|moving|moments|running_moments|mixed]
 
 State: ``orders`` (N rows; 100,000 customers, so about N / 100,000 orders each) and views
 over it, ticked together. ``--views rankings`` (the default):
@@ -20,7 +20,9 @@ BETWEEN 500000 PRECEDING AND CURRENT ROW``) and the smallest of 5 orders around 
 its amounts (``GROUP BY cust``), and ``spread_each``, each order with its customer's
 ``STDDEV_POP(amount) OVER (PARTITION BY cust)``. ``--views running_moments``: ``drift``,
 each customer's running ``STDDEV`` of its amounts by order id and the ``VAR_POP`` of its
-last 7 orders (``ROWS BETWEEN 6 PRECEDING AND CURRENT ROW``).
+last 7 orders (``ROWS BETWEEN 6 PRECEDING AND CURRENT ROW``). ``--views mixed``: ``mixed``,
+functions of three window specifications in one SELECT: each order's ``RANK()`` by amount,
+its customer's running total by order id and its customer's order count.
 
 Four variants over the same data and ticks:
 
@@ -88,6 +90,10 @@ VIEW_SETS = {
     "running_moments": {
         "drift": "SELECT id, cust, STDDEV(amount) OVER (PARTITION BY cust ORDER BY id) AS sd, VAR_POP(amount) "
                  "OVER (PARTITION BY cust ORDER BY id ROWS BETWEEN 6 PRECEDING AND CURRENT ROW) AS week FROM orders",
+    },
+    "mixed": {
+        "mixed": "SELECT id, cust, RANK() OVER (PARTITION BY cust ORDER BY amount DESC) AS r, SUM(amount) OVER "
+                 "(PARTITION BY cust ORDER BY id) AS total, COUNT(*) OVER (PARTITION BY cust) AS n FROM orders",
     },
     "running": {
         "running": "SELECT id, cust, SUM(amount) OVER (PARTITION BY cust ORDER BY id) AS total, "
