@@ -27,7 +27,6 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 
 from ..circuit.operators import (
-    MOMENTS,
     WEIGHT,
     Delay,
     Filter,
@@ -82,8 +81,8 @@ class ArrangedTick:
         self._spark = spark  # None inside a Spark task: what needs Spark declines the tick
         #: the session's ``spark.sql.ansi.enabled``, which decides what an overflow gives
         self.ansi = ansi if ansi is not None else spark is None or zsets.ansi(spark)
-        #: the session's ``spark.sql.legacy.statisticalAggregate``: with it, Spark decides
-        #: the variances and deviations (a sample's of one value NaN)
+        #: the session's ``spark.sql.legacy.statisticalAggregate``: a sample's variance or
+        #: deviation of one value NaN, not NULL
         self.legacy_stats = legacy_stats if legacy_stats is not None else (
             spark is not None and zsets.legacy_stats(spark))
         self._memo: dict[str, pa.Table | None] = {}
@@ -486,13 +485,12 @@ class ArrangedTick:
     def _part(self, op: WindowDiff, spec: Ranking | Totals, rows: pa.Table) -> pa.Table | None:
         """The rows of the Z-set ``rows`` with the columns of one window specification's
         functions (None: Spark's semantics decide)."""
-        if self.legacy_stats and any(f.func in MOMENTS for f in (spec.funcs if isinstance(spec, Ranking)
-                                                                 else spec.aggs)):
-            return None
         if isinstance(spec, Ranking):
-            ranked = windows.ranks(kernels.expand(rows), spec.partition, spec.order, spec.funcs, ansi=self.ansi)
+            ranked = windows.ranks(kernels.expand(rows), spec.partition, spec.order, spec.funcs, ansi=self.ansi,
+                                   legacy_stats=self.legacy_stats)
             return None if ranked is None else kernels.inserted(ranked)
-        return windows.totals(rows, spec.partition, spec.aggs, self.arrow_schema(op), ansi=self.ansi)
+        return windows.totals(rows, spec.partition, spec.aggs, self.arrow_schema(op), ansi=self.ansi,
+                              legacy_stats=self.legacy_stats)
 
     def _parts(self, op: WindowDiff, parts: Sequence[Ranking | Totals], rows: pa.Table) -> pa.Table | None:
         """The rows of ``rows`` with the columns of every part, each over the same rows:
@@ -511,8 +509,8 @@ class ArrangedTick:
                         | {WEIGHT: kernels.ones(bag.num_rows)})
 
     def _regroup(self, op: GroupDiff, rows: pa.Table) -> pa.Table:
-        new = None if self.legacy_stats and any(a.func in MOMENTS for a in op.aggs) else kernels.regroup(
-            rows, op.keys, op.aggs, self.arrow_schema(op), ansi=self.ansi)
+        new = kernels.regroup(rows, op.keys, op.aggs, self.arrow_schema(op), ansi=self.ansi,
+                              legacy_stats=self.legacy_stats)
         if new is None:
             types = zsets.arg_types(self.plan.schema(op.delta), op.aggs)
             new = self._in_spark(op, rows, lambda df: zsets.group_diff(None, df, None, op.keys, op.aggs, False,

@@ -778,6 +778,26 @@ def test_a_wide_float_frame_past_its_work_is_spark_s():
         assert windows.ranks(t, ["k"], order, extreme) is not None
 
 
+def test_a_sample_of_one_value_under_legacy_statistics_is_nan():
+    """``spark.sql.legacy.statisticalAggregate``: a sample's variance and deviation of one
+    value NaN (not NULL), per group and running; of no values NULL, a population's of one 0."""
+    nan = _same(math.nan)
+    t = pa.table({"g": pa.array([1, 2, 2, 3], pa.int64()), "x": pa.array([4.0, 1.0, 3.0, None], pa.float64()),
+                  WEIGHT: pa.array([1, 1, 1, 1], pa.int64())})
+    aggs = (AggCall("vs", "var_samp", "x"), AggCall("sd", "stddev_samp", "x"), AggCall("vp", "var_pop", "x"))
+    schema = pa.schema([("g", pa.int64())] + [(a.name, pa.float64()) for a in aggs] + [(WEIGHT, pa.int64())])
+    got = {r["g"]: (_same(r["vs"]), _same(r["sd"]), _same(r["vp"]))
+           for r in kernels.regroup(t, ["g"], aggs, schema, ansi=True, legacy_stats=True).to_pylist()}
+    assert got == {1: (nan, nan, _same(0.0)), 2: (_same(2.0), _same(math.sqrt(2.0)), _same(1.0)),
+                   3: (None, None, None)}
+    funcs = [windows.Ordered("vs", "var_samp", "x"), windows.Ordered("vp", "var_pop", "x")]
+    out = windows.ranks(t.drop_columns([WEIGHT]), ["g"], [("x", False, True)], funcs, legacy_stats=True)
+    assert out is not None
+    assert sorted((r["g"], _same(r["x"]), _same(r["vs"]), _same(r["vp"])) for r in out.to_pylist()) == sorted([
+        (1, _same(4.0), nan, _same(0.0)), (2, _same(1.0), nan, _same(0.0)),
+        (2, _same(3.0), _same(2.0), _same(1.0)), (3, None, None, None)])
+
+
 def test_running_moments_of_a_long_partition_update_as_spark():
     """A partition longer than the side-by-side update's (updated alone, in Python floats)
     beside short ones: each row's running VAR_SAMP and STDDEV_POP equal Spark's update to

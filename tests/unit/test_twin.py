@@ -347,20 +347,22 @@ def test_avg_of_bigints_sums_their_doubles(spark, tmp_path, ansi):
 def test_sample_moments_of_one_value_under_legacy_statistics(spark, tmp_path):
     """With ``spark.sql.legacy.statisticalAggregate`` on, a sample's variance or deviation
     of one value is NaN, not NULL: per group, over a partition and running, every tick
-    equal to Spark's batch under the same setting (Spark computes them over the touched
-    groups), in the driver and in tasks."""
+    equal to Spark's batch under the same setting and on arrangements, in the driver and
+    in tasks."""
     views = {"grouped": "SELECT i, VAR_SAMP(d) AS v, STDDEV(d) AS s, VAR_POP(d) AS p FROM a GROUP BY i",
              "each": "SELECT id, VARIANCE(d) OVER (PARTITION BY i) AS v, STDDEV_SAMP(d) OVER (PARTITION BY i "
                      "ORDER BY id) AS r FROM a"}
     with spark_conf(spark, {"spark.sql.legacy.statisticalAggregate": "true"}):
-        twin = Twin(spark, str(tmp_path), {"a": "id INT, i INT, d DOUBLE"}, views, placements=("auto", "tasks"))
-        try:
-            twin.step({"a": [((1, 1, 2.0), 1), ((2, 2, 3.0), 1), ((3, 2, 5.0), 1)]})
-            twin.step({"a": [((3, 2, 5.0), -1), ((4, 3, None), 1), ((5, 1, 4.0), 1)]})
-            twin.step({"a": [((5, 1, 4.0), -1), ((6, 3, 1.5), 1)]})
-            assert twin.checks == 3 * 2 * 2
-        finally:
-            twin.close()
+        for placement in ("auto", "tasks"):
+            twin = Twin(spark, str(tmp_path / placement), {"a": "id INT, i INT, d DOUBLE"}, views,
+                        placements=(placement,))
+            try:
+                twin.step({"a": [((1, 1, 2.0), 1), ((2, 2, 3.0), 1), ((3, 2, 5.0), 1)]})
+                twin.step({"a": [((3, 2, 5.0), -1), ((4, 3, None), 1), ((5, 1, 4.0), 1)]})
+                twin.step({"a": [((5, 1, 4.0), -1), ((6, 3, 1.5), 1)]})
+                assert twin.checks == 3 * 2 and twin.arranged == 3, twin.paths
+            finally:
+                twin.close()
 
 
 @ANSI

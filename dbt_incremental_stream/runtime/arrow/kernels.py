@@ -996,7 +996,7 @@ def regroups(aggs: Sequence[AggCall]) -> bool:
 
 
 def regroup(rows: pa.Table, keys: Sequence[str], aggs: Sequence[AggCall], schema: pa.Schema, *,
-            ansi: bool) -> pa.Table | None:
+            ansi: bool, legacy_stats: bool = False) -> pa.Table | None:
     """The aggregate row (weight 1) of every group in ``rows``, a consolidated Z-set in
     which a row of weight w counts w times, typed as ``schema``. Linear aggregates are
     finished from their partial sums as :func:`finish` does; MIN, MAX and
@@ -1004,7 +1004,8 @@ def regroup(rows: pa.Table, keys: Sequence[str], aggs: Sequence[AggCall], schema
     one, as Spark orders NaN above every number (Arrow skips NaN unless all are: its MIN
     is Spark's); variances and standard deviations by :func:`_moments` over each group's
     values. None when Spark's own semantics decide: SUM/AVG(DISTINCT), an AVG of a
-    DECIMAL out of range with ANSI on."""
+    DECIMAL out of range with ANSI on. ``legacy_stats``: Spark's
+    ``spark.sql.legacy.statisticalAggregate`` (a sample's moment of one value NaN)."""
     live = rows.filter(pc.greater(rows.column(WEIGHT), 0))
     linear = [a for a in aggs if a.linear]
     summands, derived = _summands(live, linear)
@@ -1043,7 +1044,8 @@ def regroup(rows: pa.Table, keys: Sequence[str], aggs: Sequence[AggCall], schema
         return pa.chunked_array([pa.ListArray.from_arrays(pa.array([0, len(cols[column])], pa.int32()),
                                                           cols[column].combine_chunks())])
 
-    values = {a.name: (done.column(a.name) if a.linear else _moments(listed(a.name), listed(_WEIGHTS), a.func)
+    values = {a.name: (done.column(a.name) if a.linear
+                       else _moments(listed(a.name), listed(_WEIGHTS), a.func, legacy_stats)
                        if a.func in MOMENTS else out.column(a.name)) for a in aggs}
     for name in values:
         if _nan(name) in out.column_names:
@@ -1077,14 +1079,14 @@ def as_double(values: pa.ChunkedArray) -> pa.ChunkedArray:
 _WEIGHTS = "__weights"
 
 
-def _moments(values: pa.ChunkedArray, weights: pa.ChunkedArray, func: str) -> pa.Array:
+def _moments(values: pa.ChunkedArray, weights: pa.ChunkedArray, func: str, legacy: bool = False) -> pa.Array:
     """Per group (a list of DOUBLE values, NULLs skipped, and their weights) one of
     Spark's central-moment aggregates: the variance of the sample (``var_samp``) or the
     population (``var_pop``), or its square root. The central moment is the corrected
     two-pass sum about the group's mean (Chan, Golub and LeVeque; Spark updates it a row
     at a time: equal up to rounding, and both exactly 0 for a group of one finite value
     repeated); NaN or an infinity among the values gives NaN, as in Spark. NULL over no
-    values, and a sample's over one (Spark's default, without
+    values, and a sample's over one (Spark's default; NaN with ``legacy``, as with
     ``spark.sql.legacy.statisticalAggregate``)."""
     lists, weight_lists = values.combine_chunks(), weights.combine_chunks()
     groups = len(lists)
@@ -1112,7 +1114,9 @@ def _moments(values: pa.ChunkedArray, weights: pa.ChunkedArray, func: str) -> pa
         sample = func.endswith("_samp")
         var = m2 / (n - 1 if sample else n)
     out = np.sqrt(var) if func.startswith("stddev") else var
-    return pa.array(out, pa.float64(), mask=n <= (1 if sample else 0))
+    if legacy and sample:
+        out = np.where(n == 1, np.nan, out)
+    return pa.array(out, pa.float64(), mask=n <= (1 if sample and not legacy else 0))
 
 
 def _nan(name: str) -> str:

@@ -68,7 +68,7 @@ class Ordered:
 
 
 def ranks(bag: pa.Table, partition: Sequence[str], order: Sequence[tuple[str, bool, bool]],
-          funcs: Sequence[Ordered], *, ansi: bool = True) -> pa.Table | None:
+          funcs: Sequence[Ordered], *, ansi: bool = True, legacy_stats: bool = False) -> pa.Table | None:
     """``bag`` with window functions ``OVER (PARTITION BY partition ORDER BY order)``, one
     column per :class:`Ordered`, as Spark computes them over the rows ordered by
     :func:`partitioned`; ``order`` is (column, descending, nulls first) per term. Rows are
@@ -134,7 +134,7 @@ def ranks(bag: pa.Table, partition: Sequence[str], order: Sequence[tuple[str, bo
                 stop = (peer_end if not f.rows else last if f.stop is None
                         else np.minimum(idx + int(f.stop), last))
             found = running(f.func, None if f.arg is None else sorted_.column(f.arg), part_start, begin, stop,
-                            ansi=ansi)
+                            ansi=ansi, legacy_stats=legacy_stats)
             if found is None:
                 return None
             value = found
@@ -245,7 +245,7 @@ _LONG_PARTITION = 512
 
 
 def running(func: str, x: pa.ChunkedArray | None, part_start: np.ndarray, start: np.ndarray | None,
-            end: np.ndarray, *, ansi: bool) -> pa.Array | None:
+            end: np.ndarray, *, ansi: bool, legacy_stats: bool = False) -> pa.Array | None:
     """An aggregate over a frame of ordered rows, as Spark's window computes it: per row of
     rows sorted by partition (``part_start``: whether a row starts one), ``func`` of ``x``
     (None: COUNT(*)) over the partition's rows from row ``start`` (None: the partition's
@@ -297,7 +297,9 @@ def running(func: str, x: pa.ChunkedArray | None, part_start: np.ndarray, start:
         with np.errstate(invalid="ignore", divide="ignore"):
             var = m2 / np.maximum(seen - 1 if sample else seen, 1)
             out = np.sqrt(var) if func.startswith("stddev") else var
-        return pa.array(out, pa.float64(), mask=seen <= (1 if sample else 0))
+        if legacy_stats and sample:  # a sample of one: NaN (Spark's legacy statistics), not NULL
+            out = np.where(seen == 1, np.nan, out)
+        return pa.array(out, pa.float64(), mask=seen <= (1 if sample and not legacy_stats else 0))
     if func in ("min", "max"):
         if pa.types.is_nested(kind) or pa.types.is_dictionary(kind):
             return None
@@ -554,7 +556,7 @@ def _extreme_rows(x: pa.ChunkedArray, largest: bool, part_start: np.ndarray, end
 
 
 def totals(rows: pa.Table, partition: Sequence[str], aggs: Sequence[AggCall], schema: pa.Schema, *,
-           ansi: bool) -> pa.Table | None:
+           ansi: bool, legacy_stats: bool = False) -> pa.Table | None:
     """``rows`` (a consolidated Z-set) with aggregates over their whole partition,
     ``agg(x) OVER (PARTITION BY partition)``: each partition's values as :func:`regroup`
     gives a group's (Spark's types, overflow and NaN), appended to every row of it.
@@ -565,7 +567,7 @@ def totals(rows: pa.Table, partition: Sequence[str], aggs: Sequence[AggCall], sc
     numbered = sorted_.select(live.column_names).append_column("__part", pa.array(part, pa.int64()))
     typed = pa.schema([pa.field("__part", pa.int64())] + [schema.field(a.name) for a in aggs]
                       + [pa.field(WEIGHT, pa.int64())])
-    groups = regroup(numbered, ["__part"], aggs, typed, ansi=ansi)
+    groups = regroup(numbered, ["__part"], aggs, typed, ansi=ansi, legacy_stats=legacy_stats)
     if groups is None:
         return None
     at = np.empty(groups.num_rows, np.int64)
