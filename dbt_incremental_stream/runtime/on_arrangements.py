@@ -523,16 +523,16 @@ class ArrangedTicks:
         sources = {c.catalog[n].id: df for n, df in given.items()}
         tables = {c.catalog[n].id: t for n, t in held.items() if t.num_rows}
         schemas = {c.catalog[n].id: zsets.arrow_schema(zsets.with_weight(c.sources[n])) for n in c.sources}
+        ansi, legacy_stats = zsets.ansi(self.spark), zsets.legacy_stats(self.spark)
+        sample = self._sample(given, {**(sampled or {}), **held})
         by_spark: set[str] = set()  # Maps and Filters Arrow declined on this tick's rows
         while True:
             layout = tasks.layout(plan, live, by_spark)
             ctx = tasks.Context(ported, layout, ops, dict(arrangements), self.store.runs.root, tick, directory,
-                                schemas, self._task_parts[width], zsets.ansi(self.spark),
-                                tasks.frame_schema(plan, layout, ops), first, dict(cuts or {}),
-                                zsets.legacy_stats(self.spark))
+                                schemas, self._task_parts[width], ansi, tasks.frame_schema(plan, layout, ops),
+                                first, dict(cuts or {}), legacy_stats)
             try:
-                self._rehearse(plan, arrangements, live, given, {**(sampled or {}), **held},
-                               [ops[n] for n in layout.spark])
+                self._rehearse(plan, arrangements, live, sample, [ops[n] for n in layout.spark], ctx)
                 files, seconds = tasks.run(ctx, self.spark, sources, tables, width)
                 for node, table in (gone or {}).items():
                     files += tasks.write(ctx, self.store.runs, node, table)
@@ -573,22 +573,25 @@ class ArrangedTicks:
         return written, {s.id: {key: arr.with_runs(new.get(s.id, {}).get(key, {}))
                                 for key, arr in arrangements.get(s.id, {}).items()} for s in live}, seconds
 
-    def _rehearse(self, plan: Plan, arrangements: Mapping[str, dict[tuple[str, ...], Arrangement]],
-                  live: Sequence[State], frames: Mapping[str, DataFrame], held: Mapping[str, pa.Table],
-                  between: Sequence[Operator]) -> None:
-        """Run the operators in the driver as a task would (no Spark) over the first
-        :data:`REHEARSAL_ROWS` rows of each source (of those ``held`` in Arrow, or of its
-        DataFrame, fetched now): an operator that needs Spark declines here, before the
-        job moves the whole tick (a decline in the tasks costs the job). The nodes Spark
-        computes ``between`` stages (in the order of the stages) are computed by Spark."""
+    def _sample(self, frames: Mapping[str, DataFrame], held: Mapping[str, pa.Table]) -> dict[str, pa.Table]:
+        """The first :data:`REHEARSAL_ROWS` rows of each source (of those ``held`` in
+        Arrow, or of its DataFrame, fetched now), for :meth:`_rehearse`."""
         sample = {n: t.slice(0, REHEARSAL_ROWS) for n, t in held.items()}
-        sample |= {n: self.circuit.conform_arrow(n, zsets.collect_arrow(df.limit(REHEARSAL_ROWS)))
-                   for n, df in frames.items() if n not in held}
+        return sample | {n: self.circuit.conform_arrow(n, zsets.collect_arrow(df.limit(REHEARSAL_ROWS)))
+                         for n, df in frames.items() if n not in held}
+
+    def _rehearse(self, plan: Plan, arrangements: Mapping[str, dict[tuple[str, ...], Arrangement]],
+                  live: Sequence[State], sample: Mapping[str, pa.Table], between: Sequence[Operator],
+                  ctx: tasks.Context) -> None:
+        """Run the operators in the driver as a task of ``ctx`` would (no Spark) over the
+        ``sample`` of the sources (:meth:`_sample`): an operator that needs Spark declines
+        here, before the job moves the whole tick (a decline in the tasks costs the job).
+        The nodes Spark computes ``between`` stages (in the order of the stages) are
+        computed by Spark."""
         assert self.store.runs is not None
-        ansi = zsets.ansi(self.spark)
-        run = ArrangedTick(plan, sample, arrangements, self.store.runs, None, ansi=ansi, bounded=False,
-                           legacy_stats=zsets.legacy_stats(self.spark))
-        spark = ArrangedTick(plan, {}, arrangements, self.store.runs, self.spark, ansi=ansi)
+        run = ArrangedTick(plan, sample, arrangements, self.store.runs, None, ansi=ctx.ansi, bounded=False,
+                           legacy_stats=ctx.legacy_stats)
+        spark = ArrangedTick(plan, {}, arrangements, self.store.runs, self.spark, ansi=ctx.ansi)
         for op in between:
             value = run.value(op.input)  # type: ignore[attr-defined]
             try:

@@ -386,25 +386,25 @@ class Plan:
         calls = [(name, w) for name, w in found if isinstance(w, exp.Window) and isinstance(_call(w), exp.Func)]
         if len(calls) != len(found):
             return
-        types = zsets.arrow_schema(self.schema(op.delta))
+        types, out = zsets.arrow_schema(self.schema(op.delta)), zsets.arrow_schema(self.schema(op))
         keep = None
         if op.keep:
-            keep = expressions.predicate(op.keep, zsets.arrow_schema(self.schema(op)))
+            keep = expressions.predicate(op.keep, out)
             if keep is None:
                 return
         by_spec: dict[Any, list[tuple[str, exp.Window]]] = {}
         for name, w in calls:
             by_spec.setdefault((tuple(w.args.get("partition_by") or ()), w.args.get("order")), []).append((name, w))
-        found_parts = [self._window_part(types, partition, order, members, self.schema(op))
+        found_parts = [self._window_part(types, partition, order, members, out)
                        for (partition, order), members in by_spec.items()]
         parts = [p for p in found_parts if p is not None]
         if len(parts) == len(found_parts):
             self.windows[op.id] = replace(parts[0], keep=keep) if len(parts) == 1 else Windows(tuple(parts), keep)
 
     def _window_part(self, types: pa.Schema, partition: tuple[exp.Expr, ...], order: exp.Order | None,
-                     calls: list[tuple[str, exp.Window]], schema: StructType) -> Ranking | Totals | None:
+                     calls: list[tuple[str, exp.Window]], out: pa.Schema) -> Ranking | Totals | None:
         """The functions ``calls`` of one window specification as Arrow computes them (kept
-        by no predicate), or None."""
+        by no predicate; ``out``: the window's columns), or None."""
         terms = [o.this for o in order.expressions] if order else []
         if not all(isinstance(c, exp.Column) and c.name in types.names for c in (*partition, *terms)):
             return None
@@ -417,7 +417,6 @@ class Plan:
         if order and all(not f or (all_of and _call(w).sql_name().lower() in windows.WHOLE)
                          or type(_call(w)) in AGGREGATES and frame is not None
                          for f, all_of, frame, (_, w) in zip(framed, whole, frames, calls)):
-            out = zsets.arrow_schema(schema)
             ordered = [_ordered(name, _call(w), types, out.field(name).type, all_of, frame,
                                 isinstance(w.this, exp.IgnoreNulls))
                        for (name, w), all_of, frame in zip(calls, whole, frames)]

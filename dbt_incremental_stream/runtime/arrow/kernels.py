@@ -1111,9 +1111,18 @@ def _moments(values: pa.ChunkedArray, weights: pa.ChunkedArray, func: str, legac
         low = np.minimum.reduceat(np.where(valid, x, np.inf), starts) if len(x) else np.full(groups, np.inf)
         high = np.maximum.reduceat(np.where(valid, x, -np.inf), starts) if len(x) else np.full(groups, -np.inf)
         m2 = np.where((low == high) & np.isfinite(low), 0.0, m2)
-        sample = func.endswith("_samp")
+    return moment(func, m2, n, legacy)
+
+
+def moment(func: str, m2: np.ndarray, n: np.ndarray, legacy: bool = False) -> pa.Array:
+    """One of Spark's central-moment aggregates (:data:`.MOMENTS`) from each group's (or
+    frame's) central moment ``m2`` over ``n`` values: the variance of the sample or the
+    population, or its square root. NULL over no values and a sample's over one (NaN with
+    ``legacy``: ``spark.sql.legacy.statisticalAggregate``)."""
+    sample = func.endswith("_samp")
+    with np.errstate(all="ignore"):
         var = m2 / (n - 1 if sample else n)
-    out = np.sqrt(var) if func.startswith("stddev") else var
+        out = np.sqrt(var) if func.startswith("stddev") else var
     if legacy and sample:
         out = np.where(n == 1, np.nan, out)
     return pa.array(out, pa.float64(), mask=n <= (1 if sample and not legacy else 0))

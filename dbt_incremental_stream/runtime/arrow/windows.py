@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ...circuit.operators import MOMENTS, WEIGHT, AggCall
-from .kernels import as_double, data_columns, decimal_average, decimal_words, normal_float, regroup
+from .kernels import as_double, data_columns, decimal_average, decimal_words, moment, normal_float, regroup
 
 
 #: the ranking window functions :func:`ranks` computes, and those that read a value of
@@ -289,17 +289,9 @@ def running(func: str, x: pa.ChunkedArray | None, part_start: np.ndarray, start:
         if not (pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_decimal(kind)):
             return None
         values = pc.fill_null(as_double(x), 0.0).to_numpy(zero_copy_only=False)
-        if start is None:
-            _, m2 = (a[end] for a in _welford(values, valid, part_start))
-        else:
-            _, m2 = _sliding_welford(values, valid, start, end, width or 0)
-        sample = func.endswith("_samp")
-        with np.errstate(invalid="ignore", divide="ignore"):
-            var = m2 / np.maximum(seen - 1 if sample else seen, 1)
-            out = np.sqrt(var) if func.startswith("stddev") else var
-        if legacy_stats and sample:  # a sample of one: NaN (Spark's legacy statistics), not NULL
-            out = np.where(seen == 1, np.nan, out)
-        return pa.array(out, pa.float64(), mask=seen <= (1 if sample and not legacy_stats else 0))
+        m2 = (_welford(values, valid, part_start)[end] if start is None
+              else _sliding_welford(values, valid, start, end, width or 0))
+        return moment(func, m2, seen, legacy_stats)
     if func in ("min", "max"):
         if pa.types.is_nested(kind) or pa.types.is_dictionary(kind):
             return None
@@ -453,28 +445,27 @@ def _welford_step(n: np.ndarray, avg: np.ndarray, m2: np.ndarray, v: np.ndarray,
                 np.where(ok, m2 + delta * (delta - step), m2))
 
 
-def _welford(values: np.ndarray, valid: np.ndarray, part_start: np.ndarray
-             ) -> tuple[np.ndarray, np.ndarray]:
-    """Per row, the count and central moment of its partition's values up to it (those
-    ``valid``), each added a row at a time (:func:`_welford_step`). A long partition is
-    updated alone in Python floats (IEEE's, as Java's), the short ones side by side:
-    one numpy step per row of the longest of them."""
-    count, m2 = np.zeros(len(values)), np.zeros(len(values))
+def _welford(values: np.ndarray, valid: np.ndarray, part_start: np.ndarray) -> np.ndarray:
+    """Per row, the central moment of its partition's values up to it (those ``valid``),
+    each added a row at a time (:func:`_welford_step`). A long partition is updated alone
+    in Python floats (IEEE's, as Java's), the short ones side by side: one numpy step per
+    row of the longest of them."""
+    m2 = np.zeros(len(values))
     starts = np.flatnonzero(part_start)
     lengths = np.diff(np.append(starts, len(values)))
     long = lengths > _LONG_PARTITION
     for s, size in zip(starts[long], lengths[long]):
         n = avg = m = 0.0
         xs, oks = values[s:s + size].tolist(), valid[s:s + size].tolist()
-        ns, ms = [0.0] * size, [0.0] * size
+        ms = [0.0] * size
         for j in range(size):
             if oks[j]:
                 grown = n + 1.0
                 delta = xs[j] - avg
                 step = delta / grown
                 n, avg, m = grown, avg + step, m + delta * (delta - step)
-            ns[j], ms[j] = n, m
-        count[s:s + size], m2[s:s + size] = ns, ms
+            ms[j] = m
+        m2[s:s + size] = ms
     order = np.argsort(-lengths[~long], kind="stable")
     short, sizes = starts[~long][order], lengths[~long][order]
     n_, avg_, m_ = np.zeros(len(short)), np.zeros(len(short)), np.zeros(len(short))
@@ -482,22 +473,22 @@ def _welford(values: np.ndarray, valid: np.ndarray, part_start: np.ndarray
         k = int(np.searchsorted(-sizes, -j, side="left"))  # the partitions longer than j
         at = short[:k] + j
         n_[:k], avg_[:k], m_[:k] = _welford_step(n_[:k], avg_[:k], m_[:k], values[at], valid[at])
-        count[at], m2[at] = n_[:k], m_[:k]
-    return count, m2
+        m2[at] = m_[:k]
+    return m2
 
 
 def _sliding_welford(values: np.ndarray, valid: np.ndarray, start: np.ndarray, end: np.ndarray, width: int
-                     ) -> tuple[np.ndarray, np.ndarray]:
-    """Per row, the count and central moment of the values from row ``start`` to row
-    ``end`` (at most ``width`` rows), updated from empty buffers in order, as Spark
-    computes a bounded frame anew for each row."""
+                     ) -> np.ndarray:
+    """Per row, the central moment of the values from row ``start`` to row ``end`` (at
+    most ``width`` rows), updated from empty buffers in order, as Spark computes a
+    bounded frame anew for each row."""
     n, avg, m2 = np.zeros(len(values)), np.zeros(len(values)), np.zeros(len(values))
     for j in range(width):
         at = start + j
         inside = at <= end
         safe = np.where(inside, at, 0)
         n, avg, m2 = _welford_step(n, avg, m2, values[safe], inside & valid[safe])
-    return n, m2
+    return m2
 
 
 def _sliding_extreme_rows(x: pa.ChunkedArray, largest: bool, start: np.ndarray, end: np.ndarray) -> np.ndarray:
