@@ -62,8 +62,9 @@ T = TypeVar("T")
 
 #: threads per purpose: what a tick fans out to at most (a tick's batch and runs written
 #: at once, Kafka partitions read at once, DataFrame inputs collected at once, catalog
-#: views written at once, a large sort's two halves)
-WORKERS = {"write": 4, "kafka": 4, "collect": 4, "publish": 4, "sort": 2}
+#: views written at once, a large sort's two halves), and the one thread a host's calls
+#: run on (:func:`on_kept_thread`)
+WORKERS = {"write": 4, "kafka": 4, "collect": 4, "publish": 4, "sort": 2, "host": 1}
 
 
 #: glibc's allocator: buffers from this size up are mapped one by one (and unmapped when
@@ -121,6 +122,18 @@ def fan_out(purpose: str) -> Iterator[Callable[..., Future[Any]]]:
         yield submit
     finally:
         wait(submitted)
+
+
+def on_kept_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``fn(*args, **kwargs)`` on the process's kept thread for a host's calls, waited for.
+    A host that makes its threads per call (dbt makes them per run: one to list schemas,
+    one per model) would otherwise touch Spark from a new thread each time: a new Py4J
+    connection (3-6 ms), and in the embedded Hive metastore a new persistence manager for
+    the JVM thread behind it (20 ms on its first catalog read, and kept until the process
+    ends). One thread is enough: the engine runs one model at a time (its own lock)."""
+    if threading.current_thread().name.startswith("dbt-stream-host"):
+        return fn(*args, **kwargs)
+    return pool("host").submit(fn, *args, **kwargs).result()
 
 
 def map_all(purpose: str, fn: Callable[[Any], T], items: Iterable[Any]) -> list[T]:

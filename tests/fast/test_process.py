@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from dbt_incremental_stream.process import WORKERS, fan_out, map_all
+from dbt_incremental_stream.process import WORKERS, fan_out, map_all, on_kept_thread
 
 
 def test_leaving_a_fan_out_waits_for_every_call_even_after_an_error():
@@ -54,6 +54,28 @@ def test_every_call_runs_on_the_same_threads():
     for _ in range(3):
         seen |= set(map_all("sort", name, range(8)))
     assert len(seen) <= WORKERS["sort"]
+
+
+def test_a_hosts_calls_run_on_one_kept_thread_and_raise_there():
+    """dbt makes its threads per run; what they hand over runs on the same thread each time,
+    errors included, and a call made from that thread runs in place (no wait on itself)."""
+    def name() -> str:
+        return threading.current_thread().name
+
+    seen = set()
+    for _ in range(3):
+        caller = threading.Thread(target=lambda: seen.add(on_kept_thread(name)))
+        caller.start()
+        caller.join()
+    seen.add(on_kept_thread(name))
+    assert len(seen) == 1 and next(iter(seen)).startswith("dbt-stream-host")
+    assert on_kept_thread(lambda: on_kept_thread(name)) in seen
+
+    def fail(why: str) -> None:
+        raise KeyError(why)
+
+    with pytest.raises(KeyError, match="no such"):
+        on_kept_thread(fail, "no such")
 
 
 def allocator(env: dict[str, str], first: str = "") -> str:

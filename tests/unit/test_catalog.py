@@ -7,7 +7,7 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from dbt_incremental_stream.catalog import Catalog
+from dbt_incremental_stream.catalog import Catalog, relations, schema_exists, schemas
 from dbt_incremental_stream.process import WORKERS
 
 AB = StructType([StructField("a", LongType()), StructField("b", StringType())])
@@ -85,3 +85,23 @@ def test_views_are_published_by_the_same_threads_every_tick(spark, files):
         catalog.publish({f"cat3.v{i}": (files(f"p{tick}{i}", a=[tick], b=["x"]), AB) for i in range(3)})
         seen.append(publishers())
     assert seen[0] and seen[0] <= seen[1] <= seen[2] and len(seen[2]) <= WORKERS["publish"]
+
+
+def test_schemas_and_relations_are_listed_as_show_statements_list_them(spark):
+    """What a `dbt run` lists before it runs (dbt-spark reads a relation's type, provider
+    and columns from the description): read from the session catalog, the same as SHOW."""
+    spark.sql("CREATE SCHEMA IF NOT EXISTS cat_list")
+    spark.range(3).write.saveAsTable("cat_list.plain")
+    spark.range(3).selectExpr("id", "id % 2 AS p").write.partitionBy("p").saveAsTable("cat_list.parted")
+    spark.sql("CREATE TABLE cat_list.text (a INT, s STRING) USING csv")
+    spark.sql("CREATE VIEW cat_list.v COMMENT 'over plain' AS SELECT id FROM cat_list.plain")
+    spark.range(1).createOrReplaceTempView("cat_list_temporary")  # listed by SHOW in every schema, with none
+    shown = {(r[0], r[1]): r[3] for r in spark.sql("SHOW TABLE EXTENDED IN cat_list LIKE '*'").collect() if r[0]}
+    listed = relations(spark, "CAT_LIST")
+    assert listed is not None and len(listed) == 4
+    assert {(schema, name): info for schema, name, info in listed} == shown
+    assert relations(spark, "cat_list_missing") == []
+    spark.sql("CREATE SCHEMA IF NOT EXISTS cat_empty")
+    assert relations(spark, "cat_empty") == []
+    assert schemas(spark) == [r[0] for r in spark.sql("SHOW DATABASES").collect()]
+    assert schema_exists(spark, "cat_list") and not schema_exists(spark, "cat_list_missing")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import threading
 from importlib import import_module
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from dbt.adapters.base.meta import available
 from dbt.adapters.base.relation import AdapterTrackingRelationInfo, BaseRelation
@@ -20,11 +20,16 @@ from dbt.adapters.incremental_stream.connections import (
     REMOTE_BY_US,
     logger,
 )
+from dbt_incremental_stream import catalog
 from dbt_incremental_stream.connectors.kafka import KafkaSource
 from dbt_incremental_stream.connectors.sinks import KafkaSink
 from dbt_incremental_stream.errors import CompileError, StreamError
+from dbt_incremental_stream.process import on_kept_thread
 from dbt_incremental_stream.project import KINDS, Model, Project
 from dbt_incremental_stream.server import ServeClient
+
+
+T = TypeVar("T")
 
 
 def relation_name(relation: BaseRelation) -> str:
@@ -98,8 +103,8 @@ class IncrementalStreamAdapter(SparkAdapter):
         invocation of this process set down, if still current (:meth:`Project.take_up`)."""
         with self._project_lock:
             if self._project is None:
-                self.connections.get_thread_connection()  # the SparkSession is started on open
-                spark = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
+                spark = self._session()
+                assert spark is not None, "streaming models run in this process only without a dbt-stream serve"
                 creds = self._credentials
                 self._project = Project.take_up(spark, self.state_location(), kafka=creds.kafka_settings,
                                                 max_records=creds.max_records_per_tick)
@@ -131,7 +136,7 @@ class IncrementalStreamAdapter(SparkAdapter):
             model = Model(name, sql, kind, KafkaSink.from_config(sink))
             sources = [KafkaSource.from_config(s["relation"], self._with_schema_file(s["kafka"]), s["columns"])
                        for s in streams if s["relation"] in model.reads]
-            result = self.environment().run_model(model, sources, full_refresh=full_refresh, keep=keep)
+            result = on_kept_thread(self.environment().run_model, model, sources, full_refresh=full_refresh, keep=keep)
         except CompileError as e:
             placed = in_files(e, sql, **files) if files and e.view == name else e
             raise DbtRuntimeError(f"streaming model {name}: {placed}") from e
@@ -156,10 +161,39 @@ class IncrementalStreamAdapter(SparkAdapter):
         except OSError as e:
             raise StreamError(f"Avro schema_file {kafka['schema_file']!r}: {e.strerror}") from e
 
+    def _session(self) -> SparkSession | None:
+        """This process's SparkSession (started if need be), or None when the SQL runs
+        elsewhere (a running dbt-stream serve's Spark Connect endpoint)."""
+        if self._serve is not None:
+            return None
+        self.connections.get_thread_connection().handle  # noqa: B018  (opening it starts Spark)
+        return on_kept_thread(SparkSession.builder.getOrCreate)  # dbt's thread makes no Py4J call
+
+    def _in_catalog(self, read: Callable[..., T | None], *args: Any) -> T | None:
+        """``read(spark, *args)`` of the session catalog, on the engine's kept thread (see
+        :func:`~dbt_incremental_stream.process.on_kept_thread`); None where it cannot read."""
+        spark = self._session()
+        return None if spark is None else on_kept_thread(read, spark, *args)
+
+    def list_schemas(self, database: str) -> list[str]:
+        """From the session catalog (:func:`~dbt_incremental_stream.catalog.schemas`)."""
+        names = self._in_catalog(catalog.schemas)
+        return super().list_schemas(database) if names is None else names
+
+    def check_schema_exists(self, database: str, schema: str) -> bool:
+        exists = self._in_catalog(catalog.schema_exists, schema)
+        return super().check_schema_exists(database, schema) if exists is None else exists
+
     def list_relations_without_caching(self, schema_relation: BaseRelation) -> list[BaseRelation]:
-        """Without session temporary views: `SHOW TABLE EXTENDED` lists them in every schema
-        (with no schema), and an in-process session keeps dbt's `__dbt_tmp` views around."""
-        return [r for r in super().list_relations_without_caching(schema_relation) if r.schema]
+        """From the session catalog (:func:`~dbt_incremental_stream.catalog.relations`),
+        described as dbt-spark's `SHOW TABLE EXTENDED` describes them; without session
+        temporary views either way (`SHOW TABLE EXTENDED` lists them in every schema, with no
+        schema, and an in-process session keeps dbt's `__dbt_tmp` views around)."""
+        found = self._in_catalog(catalog.relations, schema_relation.schema)
+        if found is None:
+            return [r for r in super().list_relations_without_caching(schema_relation) if r.schema]
+        rows = [(schema, name, False, information) for schema, name, information in found]
+        return self._build_spark_relation_list(rows, self._get_relation_information)  # type: ignore[arg-type]
 
     def debug_query(self) -> None:
         """`dbt debug`: Spark answers a query, and Kafka (when configured) is reachable."""
