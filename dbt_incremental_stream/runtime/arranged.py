@@ -142,8 +142,8 @@ class ArrangedTick:
                   ) -> pa.Table:
         """``op``'s rows from ``f`` applied by Spark to ``table`` (``rows``: Arrow computes
         ``op`` but declined these rows)."""
-        return self._conform(op, self._spark_pass(table, f, op.label(),
-                                                  op.id if isinstance(op, (Map, Filter)) else None, rows))
+        return self._conform(op, self._spark_pass(table, f, op.label(), op.id if isinstance(
+            op, (Map, Filter)) or isinstance(op, WindowDiff) and op.id not in self.plan.tops else None, rows))
 
     def row_wise(self, op: Operator, t: pa.Table) -> pa.Table:
         """A Map or Filter applied to ``t``, keeping a carried ``ROW`` column."""
@@ -475,12 +475,26 @@ class ArrangedTick:
         elif spec is not None:
             out = self._part(op, spec, rows)
         if spec is None or out is None:  # no Arrow form, or Spark's semantics decide on these rows
-            return self._in_spark(op, rows,
-                                  lambda df: zsets.window_diff(None, df, None, op.partition, op.funcs, op.keep),
-                                  rows=spec is not None)
+            return self.spark_window(op, rows, declined=spec is not None)
         if spec.keep is not None:
             out = out.filter(expressions.as_column(spec.keep(out), out.num_rows))
         return self._conform(op, kernels.consolidate(out))
+
+    def spark_window(self, op: WindowDiff, rows: pa.Table, declined: bool = False) -> pa.Table:
+        """Spark's window functions over the touched partitions' ``rows`` (``declined``:
+        Arrow has a form of them, but not for these rows)."""
+        return self._in_spark(op, rows, lambda df: zsets.window_diff(None, df, None, op.partition, op.funcs,
+                                                                     op.keep), rows=declined)
+
+    def window_rows(self, op: WindowDiff) -> tuple[pa.Table | None, pa.Table | None]:
+        """What a window Spark computes between two stages of a tick in tasks needs of the
+        state: the touched partitions' rows (their stored rows and this tick's), and the
+        retraction of the rows emitted for them before (None: no change)."""
+        found = self._touched(op)
+        if found is None:
+            return None, None
+        touched, rows = found
+        return rows, self._retract(op, touched, None)
 
     def _part(self, op: WindowDiff, spec: Ranking | Totals, rows: pa.Table) -> pa.Table | None:
         """The rows of the Z-set ``rows`` with the columns of one window specification's
@@ -523,14 +537,23 @@ class ArrangedTick:
         ``compute``, minus what was emitted for them before. The touched keys are distinct
         as Spark groups them (-0.0 is 0.0, every NaN one): each group is read and
         retracted once, however many spellings of its key the delta holds."""
+        found = self._touched(op)
+        if found is None:
+            return self._no_rows(op)
+        touched, rows = found
+        return self._retract(op, touched, compute(rows))
+
+    def _touched(self, op: GroupDiff | WindowDiff) -> tuple[pa.Table, pa.Table] | None:
+        """The groups this tick's delta touches (distinct keys), and their rows: stored and
+        this tick's, consolidated; None when the input did not change."""
         delta = self.value(op.delta)
         if delta is None or delta.num_rows == 0:
-            return self._no_rows(op)
+            return None
         keys = list(group_keys(op))
         touched = kernels.aggregate(delta.select(keys), keys, []) if keys else pa.table({ROW: [0]})
         _, old = self._read(self.plan.before[op.id], touched, keys, keys, [True] * len(keys))
-        rows = kernels.consolidate(kernels.concat([old.cast(delta.schema) if old is not None else None, delta]))
-        return self._retract(op, touched, compute(rows))
+        return touched, kernels.consolidate(kernels.concat([old.cast(delta.schema) if old is not None else None,
+                                                            delta]))
 
     def _no_rows(self, op: GroupDiff | WindowDiff) -> pa.Table | None:
         """No change of an operator whose input did not change: but on the first tick a
@@ -547,10 +570,7 @@ class ArrangedTick:
         """``new`` minus the rows ``op`` emitted before for the ``touched`` groups."""
         keys = list(group_keys(op))
         _, prior = self._runs.probe(self._arr[op.id][tuple(keys)], touched, keys, [True] * len(keys))
-        if prior is None:
-            return new
-        prior = kernels.negate(prior)
-        return kernels.consolidate(prior if new is None else kernels.concat([prior.cast(new.schema), new]))
+        return replaced(None if prior is None else kernels.negate(prior), new)
 
     def state_delta(self, state: Operator) -> pa.Table | None:
         """What a state node adds this tick, as stored: consolidated, partial sums as they are."""
@@ -561,3 +581,11 @@ class ArrangedTick:
         if t is None or isinstance(state.input, Partials):
             return t
         return kernels.sum_by(t, state.key) if state.key is not None else kernels.consolidate(t)
+
+
+def replaced(gone: pa.Table | None, new: pa.Table | None) -> pa.Table | None:
+    """A recompute's change: its ``new`` rows and the retraction of the old (``gone``),
+    consolidated."""
+    if gone is None:
+        return new
+    return kernels.consolidate(gone if new is None else kernels.concat([gone.cast(new.schema), new]))

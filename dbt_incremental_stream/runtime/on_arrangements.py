@@ -28,11 +28,11 @@ from pyspark import inheritable_thread_target
 from pyspark.sql import DataFrame
 from pyspark.sql.types import StructType
 
-from ..circuit.operators import WEIGHT, Integral, Operator, walk
+from ..circuit.operators import WEIGHT, Integral, Operator, WindowDiff, walk
 from ..process import fan_out, map_all, threads
 from .arrow import kernels
 from .spark import tasks, zsets
-from .arranged import ArrangedTick
+from .arranged import ArrangedTick, replaced
 from .plan import NotArranged, Plan, Spec
 from .storage.arrangement import BUILT_DDL, Arrangement, Run, buckets_for
 from .storage.arrangement import build as build_runs
@@ -593,9 +593,13 @@ class ArrangedTicks:
                            legacy_stats=ctx.legacy_stats)
         spark = ArrangedTick(plan, {}, arrangements, self.store.runs, self.spark, ansi=ctx.ansi)
         for op in between:
-            value = run.value(op.input)  # type: ignore[attr-defined]
             try:
-                run.given({op.id: None if value is None else spark.row_wise(op, value)})
+                if isinstance(op, WindowDiff):  # its partitions' rows gathered as a task would, Spark's window
+                    rows, gone = run.window_rows(op)
+                    run.given({op.id: replaced(gone, None if rows is None else spark.spark_window(op, rows))})
+                else:
+                    value = run.value(op.input)  # type: ignore[attr-defined]
+                    run.given({op.id: None if value is None else spark.row_wise(op, value)})
             except Exception as e:
                 if (why := data_error(e)) is None:
                     raise

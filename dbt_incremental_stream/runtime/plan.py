@@ -67,8 +67,9 @@ class DeclinedRows(NotArranged):
 
 class NeedsSpark(DeclinedRows):
     """A Map's columns or a Filter's predicate that Arrow declines on a tick's rows (an
-    overflow, a division by zero, a string that does not cast) where Spark is not at hand
-    (in a task): the tick runs again with Spark computing that node between stages
+    overflow, a division by zero, a string that does not cast), or a window's functions
+    (a running sum leaving its type, a RANGE bound past a type's limit), where Spark is not
+    at hand (in a task): the tick runs again with Spark computing that node between stages
     (:func:`.tasks.layout`), so its answer, or its error, is Spark's."""
 
     def __init__(self, node: str, why: str):
@@ -313,10 +314,13 @@ class Plan:
         return None
 
     def by_spark(self, op: Operator) -> bool:
-        """Whether Spark computes a Map's columns or a Filter's predicate: Arrow does not
-        compute them exactly (in tasks, a Spark projection between two stages does)."""
+        """Whether Spark computes a Map's columns, a Filter's predicate or a window's
+        functions: Arrow has no form of them (in tasks, Spark between two stages does: a
+        projection, or a window over the touched partitions' rows)."""
         if isinstance(op, Filter):
             return op.id not in self.predicates
+        if isinstance(op, WindowDiff):
+            return op.id not in self.windows
         return isinstance(op, Map) and self.renames.get(op.id) is None and op.id not in self.values
 
     def _check(self, op: Operator) -> None:

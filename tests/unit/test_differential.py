@@ -703,27 +703,29 @@ def test_values_arrow_declines_on_a_tick_s_rows_are_spark_s_between_stages_in_ta
 
 
 @pytest.mark.parametrize("rehearsed", [1000, 0])
-def test_a_window_declined_on_a_tick_s_rows_in_tasks_declines_that_tick_only(spark, tmp_path, monkeypatch,
-                                                                              rehearsed):
+def test_a_window_declined_on_a_tick_s_rows_in_tasks_is_spark_s_between_stages(spark, tmp_path, monkeypatch,
+                                                                                 rehearsed):
     """A window Arrow computes but declines on the rows a tick touches in tasks (a RANGE
     frame over an order value near BIGINT's limit: its bounds are Spark's to compute; met
-    by the rehearsal of the job's first rows, or by the job) sends that tick to the
-    DataFrame evaluator; a later tick not touching such rows runs in tasks again (a
-    decline of an operator a task cannot run keeps every later tick from them)."""
+    by the rehearsal of the job's first rows, or by the job) is Spark's window between two
+    stages for that tick, over the touched partitions' rows: the tick stays in tasks, no
+    DataFrame evaluator, and so do the later ones."""
     from dbt_incremental_stream.runtime import on_arrangements
 
     monkeypatch.setattr(on_arrangements, "REHEARSAL_ROWS", rehearsed)
     views = {"near": "SELECT id, p, SUM(v) OVER (PARTITION BY p ORDER BY o RANGE BETWEEN 1 PRECEDING AND "
                      "CURRENT ROW) AS s FROM t"}
     diff = Differential(spark, str(tmp_path), {"t": "id INT, p INT, o BIGINT, v INT"}, views, placement="tasks")
+    evaluated: list[str | None] = []
+    run = diff.pipeline._dataframes.run
+    diff.pipeline._dataframes.run = lambda *a: evaluated.append(a[-1]) or run(*a)  # type: ignore[method-assign]
     try:
         diff.step({"t": [((1, 1, 1, 10), 1), ((2, 1, 2, 20), 1), ((3, 2, 1, 30), 1), ((4, 2, 2, 40), 1)]})
-        diff.step({"t": [((5, 1, 1 << 62, 50), 1)]})
-        assert diff.pipeline.last_tick.path == "dataframe", diff.pipeline.last_tick.why
-        diff.step({"t": [((6, 2, 3, 60), 1)]})
-        assert diff.pipeline.last_tick.path == "tasks", diff.pipeline.last_tick.why
-        diff.step({"t": [((5, 1, 1 << 62, 50), -1)]})
-        assert diff.pipeline.last_tick.path == "tasks", diff.pipeline.last_tick.why
+        for tick in ([((5, 1, 1 << 62, 50), 1), ((7, 1, (1 << 63) - 1, 5), 1)], [((6, 2, 3, 60), 1)],
+                     [((5, 1, 1 << 62, 50), -1), ((8, 1, 1 << 62, 1), 1)]):
+            diff.step({"t": tick})
+            assert diff.pipeline.last_tick.path == "tasks", diff.pipeline.last_tick.why
+        assert evaluated == [], evaluated
     finally:
         diff.close()
 

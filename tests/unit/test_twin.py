@@ -450,6 +450,55 @@ def test_spark_expressions_run_between_stages_in_tasks(spark, tmp_path):
         pipe.close()
 
 
+#: windows Arrow has no form of (a frame of months, a percentile, a distinct count), per
+#: partition, over one partition of all rows, and beside a window Arrow computes
+WINDOWS_BY_SPARK = {
+    "months": "SELECT id, g, SUM(n) OVER (PARTITION BY g ORDER BY ts RANGE BETWEEN INTERVAL 1 MONTH PRECEDING "
+              "AND CURRENT ROW) AS s FROM a",
+    "counted": "SELECT id, g, approx_count_distinct(n) OVER (PARTITION BY g ORDER BY id) AS kinds, "
+               "percentile(n, 0.5) OVER (PARTITION BY g) AS med, count_if(n > 5) OVER (PARTITION BY g) AS big FROM a",
+    "whole": "SELECT id, COUNT(*) OVER (ORDER BY ts RANGE BETWEEN INTERVAL 2 MONTH PRECEDING AND CURRENT ROW) AS k "
+             "FROM a",
+    "ranked": "SELECT id, g, RANK() OVER (PARTITION BY g ORDER BY n) AS r, MAX(ts) OVER (PARTITION BY g ORDER BY ts "
+              "RANGE BETWEEN INTERVAL 1 MONTH PRECEDING AND CURRENT ROW) AS latest FROM a WHERE n IS NOT NULL",
+    "top": "SELECT * FROM (SELECT id, g, n, ROW_NUMBER() OVER (PARTITION BY g ORDER BY ts, id) AS rn, "
+           "bool_or(n > 5) OVER (PARTITION BY g) AS any_big FROM a) WHERE rn <= 2",
+}
+WINDOWS_BY_SPARK_TICKS = [
+    [((1, 1, 10, day(2026, 1, 31)), 1), ((2, 1, 20, day(2026, 2, 28)), 1), ((3, 2, None, day(2026, 3, 1)), 1),
+     ((4, None, 7, day(2026, 1, 1)), 1), ((5, 1, 20, day(2026, 2, 28)), 2)],
+    [((6, 2, 5, day(2026, 4, 1)), 1), ((1, 1, 10, day(2026, 1, 31)), -1), ((7, 1, -3, day(2025, 12, 31)), 1)],
+    [((5, 1, 20, day(2026, 2, 28)), -1), ((3, 2, None, day(2026, 3, 1)), -1), ((8, None, None, None), 1)],
+]
+
+
+def test_windows_arrow_has_no_form_of_are_spark_s_between_stages_in_tasks(spark, tmp_path):
+    """A window with no Arrow kernel runs in Spark between two stages of a tick in tasks
+    (:func:`.tasks._window_through_spark`): the touched partitions' rows gathered in one
+    stage (with the retraction of what the window emitted for them), Spark's window over
+    them, the next stage consolidating its rows. Every tick in tasks, each view Spark's
+    batch answer, the tick's rows held in the driver and handed over as a DataFrame."""
+    ddl = "id INT, g INT, n INT, ts DATE"
+    twin = Twin(spark, str(tmp_path / "twin"), {"a": ddl}, WINDOWS_BY_SPARK, placements=("tasks",))
+    pipe = Pipeline(spark, str(tmp_path / "frames"), placement="tasks")
+    try:
+        pipe.add_source("a", ddl)
+        for name, sql in WINDOWS_BY_SPARK.items():
+            pipe.add_view(name, sql)
+            assert "the window by Spark" in pipe.explain(name), pipe.explain(name)
+        for tick in WINDOWS_BY_SPARK_TICKS:
+            twin.step({"a": tick})
+            pipe.step({"a": spark.createDataFrame([(*row, w) for row, w in tick], f"{ddl}, _w BIGINT")})
+            assert pipe.last_tick is not None and pipe.last_tick.path == "tasks", pipe.last_tick
+        assert twin.arranged == len(WINDOWS_BY_SPARK_TICKS), twin.paths
+        want = twin.oracle.answers(list(WINDOWS_BY_SPARK))
+        for name in WINDOWS_BY_SPARK:
+            assert compare_exact(pipe.snapshot(name).toArrow(), want[name]) is None, name
+    finally:
+        twin.close()
+        pipe.close()
+
+
 def test_a_ratio_of_decimal_sums_rounds_as_spark(spark, tmp_path):
     """SUM of a DECIMAL(p, s) is DECIMAL(p + 10, s), as in Spark, before what is computed
     from it: SUM(DECIMAL(10,2)) / SUM(DECIMAL(12,4)) is DECIMAL(38,16) with 16 exact

@@ -41,9 +41,11 @@ from typing import AbstractSet, Any, Iterable, Iterator, Mapping, Sequence, Type
 
 import numpy as np
 import pyarrow as pa
+import sqlglot
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructField, StructType
+from pyspark.sql.types import ArrayType, DataType, MapType, StructField, StructType
+from sqlglot import exp
 
 from ...circuit.operators import (
     WEIGHT,
@@ -66,6 +68,7 @@ from ..arrow import kernels
 from . import zsets
 from ..arranged import ArrangedTick
 from ..plan import DeclinedRows, NeedsSpark, NotArranged, Plan, group_keys, unquote
+from ...sql.relations import DIALECT
 from ..ticks import data_error
 from ..storage.arrangement import Arrangement, RunStore
 from ..expiry import kept
@@ -132,6 +135,9 @@ class Layout:
     #: a node Spark computes between stages (:meth:`.Plan.by_spark`) → how its input is
     #: split on its way there; the node's value is given in stage ``stage[node]``
     spark: dict[str, Hash] = field(default_factory=dict)
+    #: a window among those: the stage that gathers its touched partitions' rows (and
+    #: retracts what it emitted for them), one before the stage given its value
+    gather: dict[str, int] = field(default_factory=dict)
 
     @property
     def stages(self) -> int:
@@ -245,9 +251,10 @@ def _wishes(plan: Plan, states: Sequence[Operator]) -> dict[str, list[Hash]]:
 def layout(plan: Plan, states: Sequence[Operator], by_spark: AbstractSet[str] = frozenset()) -> Layout:
     """Cut the circuit computing ``states``' deltas into stages (see the module's doc):
     each node as early as its inputs allow, one stage later where an input is not split
-    as it needs (and then shipped to it split so). Spark computes between stages the Maps
-    and Filters Arrow does not compute (:meth:`.Plan.by_spark`) and those ``by_spark``
-    (Arrow declined them on this tick's rows: :class:`.NeedsSpark`)."""
+    as it needs (and then shipped to it split so). Spark computes between stages the Maps,
+    Filters and windows Arrow does not compute (:meth:`.Plan.by_spark`) and those
+    ``by_spark`` (Arrow declined them on this tick's rows: :class:`.NeedsSpark`); a
+    window's rows are gathered where its partitions are, as Arrow's would be computed."""
     out = Layout()
     wishes = _wishes(plan, states)
 
@@ -260,7 +267,8 @@ def layout(plan: Plan, states: Sequence[Operator], by_spark: AbstractSet[str] = 
     def place(op: Operator) -> None:
         if op.id in out.stage:
             return
-        if plan.by_spark(op) or op.id in by_spark:
+        spark = plan.by_spark(op) or op.id in by_spark
+        if spark and not isinstance(op, WindowDiff):
             place_by_spark(op)
             return
         reads = _reads(plan, op)
@@ -282,13 +290,22 @@ def layout(plan: Plan, states: Sequence[Operator], by_spark: AbstractSet[str] = 
         out.stage[op.id] = s
         first = reads[0][0] if reads else None
         out.part[op.id] = None if first is None else _carried(op, split(s, first), plan)
+        if spark:  # a window: its rows gathered here, its functions Spark's before the next stage
+            assert isinstance(op, WindowDiff)
+            check_names(op, op.delta)
+            keys = () if op.id in plan.tops else tuple(group_keys(op))
+            out.gather[op.id], out.stage[op.id], out.spark[op.id] = s, s + 1, ("cols", keys)
+            out.part[op.id] = Partition(("cols", keys), frozenset(keys))
+
+    def check_names(op: Operator, x: Operator) -> None:
+        clash = sorted(set(x.columns) & set(STAGE.names))
+        if clash:
+            raise NotArranged(f"{op.label()} needs Spark between stages, and its input has columns named {clash}")
 
     def place_by_spark(op: Operator) -> None:
         x = op.input  # type: ignore[attr-defined]
         place(x)
-        clash = sorted(set(x.columns) & set(STAGE.names))
-        if clash:
-            raise NotArranged(f"{op.label()} needs Spark between stages, and its input has columns named {clash}")
+        check_names(op, x)
         h = next(iter(wishes.get(x.id, [])), ("cols", tuple(x.columns)))
         out.stage[op.id], out.spark[op.id] = out.stage[x.id] + 1, h
         out.part[op.id] = _carried(op, _shipped(x, h), plan)
@@ -304,7 +321,7 @@ def frame_schema(plan: Plan, layout: Layout, ops: Mapping[str, Operator]) -> Str
     computes between stages (NULL in the other rows)."""
     stage = StructType.fromDDL(STAGE_DDL)
     assert isinstance(stage, StructType)
-    typed = {node: plan.schema(ops[node].input) for node in layout.spark}  # type: ignore[attr-defined]
+    typed = {node: plan.schema(_spark_input(ops[node])) for node in layout.spark}
     return StructType(list(stage.fields) + [  # each field NULL where the whole struct is
         StructField(f"in_{node}", StructType([StructField(f.name, f.dataType, True) for f in schema.fields]))
         for node, schema in typed.items()])
@@ -397,9 +414,19 @@ def _combined(op: Operator, parts: Sequence[pa.Table]) -> pa.Table | None:
 
 def _by_spark(ctx: Context, node: str, parts: Sequence[pa.Table]) -> pa.Table | None:
     """The value of a node Spark computed between stages, from its rows this task got, in
-    the node's Arrow types."""
-    table = kernels.concat(parts)
-    return None if table is None else table.cast(zsets.arrow_schema(ctx.plan.schema(ctx.ops[node])))
+    the node's Arrow types: a window's, its rows Spark computed (weight 1 each) and the
+    retraction of what it emitted, consolidated."""
+    schema = zsets.arrow_schema(ctx.plan.schema(ctx.ops[node]))
+    table = kernels.concat([p.cast(schema) for p in parts])
+    if table is None or node not in ctx.layout.gather:
+        return table
+    return kernels.consolidate(table)
+
+
+def _spark_input(op: Operator) -> Operator:
+    """The node whose rows Spark computes ``op`` over between stages (a window's: its
+    touched partitions' rows, of its delta's columns)."""
+    return op.delta if isinstance(op, WindowDiff) else op.input  # type: ignore[attr-defined]
 
 
 def _keyless(ctx: Context) -> Iterator[pa.RecordBatch]:
@@ -457,8 +484,8 @@ def run_stage(ctx: Context, s: int, source: str | None, batches: Iterator[pa.Rec
             for i, d in enumerate(dest):
                 if d == s and node[i] == KEYLESS:
                     keyless = True
-                elif d == s and node[i] in ctx.layout.spark and ctx.layout.stage[node[i]] == s:
-                    typed.setdefault(node[i], []).append(i)  # its input's rows (its value, shipped on, is a blob)
+                elif d == s and node[i] in ctx.layout.spark and ctx.layout.stage[node[i]] == s and not data[i].is_valid:
+                    typed.setdefault(node[i], []).append(i)  # Spark's rows (its value shipped on, a retraction: blobs)
                 elif d == s:
                     given.setdefault(node[i], []).append(pa.ipc.open_stream(data[i].as_buffer()).read_all())
             for n, rows in typed.items():
@@ -484,13 +511,25 @@ def run_stage(ctx: Context, s: int, source: str | None, batches: Iterator[pa.Rec
             seconds["compute"] += time.perf_counter() - start
             if value is not None and value.num_rows:
                 yield from _timed(_blobs(ctx, dest, node, value, _hash(tick, ctx.ops, h, value)), seconds, "ship")
-    for node, h in ctx.layout.spark.items():  # typed rows for Spark's projection before the stage that gets them
-        x = ctx.ops[node].input  # type: ignore[attr-defined]
-        if ctx.layout.stage[x.id] != s or (s == 0 and x.id != source):
-            continue
-        start = time.perf_counter()
-        value = tick.value(x)
-        seconds["compute"] += time.perf_counter() - start
+    for node, h in ctx.layout.spark.items():  # typed rows for Spark before the stage that gets them
+        op = ctx.ops[node]
+        if node in ctx.layout.gather:  # a window's partitions' rows, and the retraction of its rows
+            if ctx.layout.gather[node] != s:
+                continue
+            assert isinstance(op, WindowDiff)
+            start = time.perf_counter()
+            value, gone = tick.window_rows(op)
+            seconds["compute"] += time.perf_counter() - start
+            if gone is not None and gone.num_rows:
+                yield from _timed(_blobs(ctx, ctx.layout.stage[node], node, gone, _hash(tick, ctx.ops, h, gone)),
+                                  seconds, "ship")
+        else:
+            x = _spark_input(op)
+            if ctx.layout.stage[x.id] != s or (s == 0 and x.id != source):
+                continue
+            start = time.perf_counter()
+            value = tick.value(x)
+            seconds["compute"] += time.perf_counter() - start
         if value is not None and value.num_rows:
             yield from _timed(_typed(ctx, node, value, _hash(tick, ctx.ops, h, value)), seconds, "ship")
     for node in ctx.layout.writes.get(s, []):
@@ -599,7 +638,9 @@ def _through_spark(frame: DataFrame, node: str, op: Operator) -> DataFrame:
     """``frame`` with Spark's ``op`` over its typed input rows (``in_<node>``): a Map's
     columns as ``out_<node>`` (NULL in the other rows; the expressions are not evaluated
     there), a Filter's rows that fail its predicate dropped. A projection: it runs in the
-    task that gave the rows."""
+    task that gave the rows. A window: :func:`_window_through_spark`."""
+    if isinstance(op, WindowDiff):
+        return _window_through_spark(frame, node, op)
     columns = [quote(c) for c in frame.columns]
     mine = F.col("node") == F.lit(node)
     wide = frame.select(*columns, F.col(f"in_{node}.*"))
@@ -610,9 +651,54 @@ def _through_spark(frame: DataFrame, node: str, op: Operator) -> DataFrame:
     return wide.select(*columns, F.when(mine, values).alias(_by_spark_column(op)))
 
 
+#: the column that keeps the other stage rows out of a window's partitions
+APART = "_apart"
+
+
+def _window_through_spark(frame: DataFrame, node: str, op: WindowDiff) -> DataFrame:
+    """``frame`` with Spark's window functions over the typed rows of the touched
+    partitions (``in_<node>``, a Z-set: each row as many times as its weight), each
+    computed row in ``out_<node>`` (weight 1; the rows the window's predicate drops gone).
+    Every other stage row passes through, apart: each window is partitioned by
+    :data:`APART` first, NULL for these rows and a hash of the row for the others, so
+    Spark's partitions of these rows hold them alone, as in batch (Spark exchanges the
+    rows by the partition, and the next stage by ``part`` again)."""
+    columns = [quote(c) for c in frame.columns]
+    mine = (F.col("node") == F.lit(node)) & F.col(f"in_{node}").isNotNull()
+    data = list(op.delta.columns)
+    one = F.lit(1).cast("long")
+    copies = F.explode(F.when(mine, F.sequence(one, F.col(f"in_{node}.{quote(WEIGHT)}"))).otherwise(F.array(one)))
+    hashed = [quote(f.name) for f in frame.schema.fields if _hashable(f.dataType)]
+    wide = frame.select(*columns, *(F.col(f"in_{node}.{quote(c)}").alias(c) for c in data),
+                        F.when(mine, F.lit(None).cast("long")).otherwise(F.xxhash64(*hashed)).alias(APART),
+                        copies.alias(f"{APART}_copy"))
+    out = wide.selectExpr(*columns, *map(quote, data), *(f"{apart(e, APART)} AS {quote(n)}" for n, e in op.funcs))
+    if op.keep:
+        out = out.where(~mine | F.coalesce(F.expr(op.keep), F.lit(False)))
+    values = F.struct(*(F.col(quote(c)) for c in op.columns), F.lit(1).cast("long").alias(WEIGHT))
+    return out.select(*columns, F.when(mine, values).alias(_by_spark_column(op)))
+
+
+def _hashable(kind: DataType) -> bool:
+    """Whether Spark's ``xxhash64`` takes values of ``kind`` (not a map, at any depth)."""
+    if isinstance(kind, MapType):
+        return False
+    if isinstance(kind, StructType):
+        return all(_hashable(f.dataType) for f in kind.fields)
+    return not isinstance(kind, ArrayType) or _hashable(kind.elementType)
+
+
+def apart(sql: str, column: str) -> str:
+    """A window function's SQL partitioned by ``column`` before its own PARTITION BY."""
+    tree = sqlglot.parse_one(sql, read=DIALECT)
+    for w in tree.find_all(exp.Window):
+        w.set("partition_by", [exp.column(column, quoted=True), *(w.args.get("partition_by") or [])])
+    return tree.sql(dialect=DIALECT)
+
+
 def _by_spark_column(op: Operator) -> str:
     """The column of the stage rows holding the value of ``op`` after :func:`_through_spark`."""
-    return f"out_{op.id}" if isinstance(op, Map) else f"in_{op.id}"
+    return f"out_{op.id}" if isinstance(op, (Map, WindowDiff)) else f"in_{op.id}"
 
 
 def declined(e: BaseException) -> str | None:
