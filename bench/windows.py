@@ -1,7 +1,7 @@
 """Window functions per customer: small ticks on Arrow kernels against Spark's window.
 
     python bench/windows.py [--orders 1000000,4000000] [--changes 1000] [--ticks 4] [--batch-runs 2]
-                            [--views rankings|running|moving|moments|running_moments|mixed]
+                            [--views rankings|running|moving|moments|running_moments|mixed|by_spark]
 
 State: ``orders`` (N rows; 100,000 customers, so about N / 100,000 orders each) and views
 over it, ticked together. ``--views rankings`` (the default):
@@ -22,7 +22,12 @@ its amounts (``GROUP BY cust``), and ``spread_each``, each order with its custom
 each customer's running ``STDDEV`` of its amounts by order id and the ``VAR_POP`` of its
 last 7 orders (``ROWS BETWEEN 6 PRECEDING AND CURRENT ROW``). ``--views mixed``: ``mixed``,
 functions of three window specifications in one SELECT: each order's ``RANK()`` by amount,
-its customer's running total by order id and its customer's order count.
+its customer's running total by order id and its customer's order count. ``--views
+by_spark``: ``quantiles``, windows Arrow has no kernel for (each customer's median amount,
+``percentile(amount, 0.5) OVER (PARTITION BY cust)``, and its running distinct count of
+amounts, ``approx_count_distinct(amount) OVER (PARTITION BY cust ORDER BY id)``): Spark's
+window in the driver (one variant: there is no Arrow form to turn off), in tasks Spark's
+window between two stages of the tick's job.
 
 Four variants over the same data and ticks:
 
@@ -94,6 +99,10 @@ VIEW_SETS = {
     "mixed": {
         "mixed": "SELECT id, cust, RANK() OVER (PARTITION BY cust ORDER BY amount DESC) AS r, SUM(amount) OVER "
                  "(PARTITION BY cust ORDER BY id) AS total, COUNT(*) OVER (PARTITION BY cust) AS n FROM orders",
+    },
+    "by_spark": {
+        "quantiles": "SELECT id, cust, percentile(amount, 0.5) OVER (PARTITION BY cust) AS median, "
+                     "approx_count_distinct(amount) OVER (PARTITION BY cust ORDER BY id) AS kinds FROM orders",
     },
     "running": {
         "running": "SELECT id, cust, SUM(amount) OVER (PARTITION BY cust ORDER BY id) AS total, "
@@ -184,6 +193,8 @@ def main() -> None:
         row: dict = {"orders": orders, "variants": {}}
         want: dict = {}
         for label in VARIANTS:
+            if args.views == "by_spark" and not VARIANTS[label][1]:
+                continue  # the same as the driver's: no Arrow form to turn off
             work = Path(tempfile.mkdtemp(prefix="windows-"))
             try:
                 r = run_variant(spark, work, label, views, orders, ticks)
@@ -224,9 +235,12 @@ def report(results: list[dict], views: list[str], plot: Path) -> None:
 
         def tick(label: str) -> float:
             return statistics.median(s["tick"] for s in v[label]["ticks"][1:])
-        print(f"{row['orders']:,} orders: Spark window / Arrow in the driver "
-              f"{tick('Spark window, driver (before)') / tick('Arrow, driver'):.1f}x; DataFrame evaluator / Arrow "
-              f"in tasks {tick('DataFrame evaluator (before, for tasks)') / tick('Arrow, tasks'):.1f}x")
+        before = "Spark window, driver (before)"
+        driver = ""
+        if before in v:
+            driver = f"Spark window / Arrow in the driver {tick(before) / tick('Arrow, driver'):.1f}x; "
+        print(f"{row['orders']:,} orders: {driver}DataFrame evaluator / tasks "
+              f"{tick('DataFrame evaluator (before, for tasks)') / tick('Arrow, tasks'):.1f}x")
     lines["batch"] = [statistics.median(r["batch"]) for r in results]
     styles = iter(["o-", "s--", "^-", "v--", "d-"])
     log_plot(plot, f"window functions per customer ({', '.join(views)}): a tick of 1,000 changed orders", "orders",

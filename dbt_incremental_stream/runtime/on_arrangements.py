@@ -32,7 +32,7 @@ from ..circuit.operators import WEIGHT, Integral, Operator, WindowDiff, walk
 from ..process import fan_out, map_all, threads
 from .arrow import kernels
 from .spark import tasks, zsets
-from .arranged import ArrangedTick, replaced
+from .arranged import ArrangedTick
 from .plan import NotArranged, Plan, Spec
 from .storage.arrangement import BUILT_DDL, Arrangement, Run, buckets_for
 from .storage.arrangement import build as build_runs
@@ -586,17 +586,19 @@ class ArrangedTicks:
         """Run the operators in the driver as a task of ``ctx`` would (no Spark) over the
         ``sample`` of the sources (:meth:`_sample`): an operator that needs Spark declines
         here, before the job moves the whole tick (a decline in the tasks costs the job).
-        The nodes Spark computes ``between`` stages (in the order of the stages) are
-        computed by Spark."""
+        The Maps and Filters Spark computes ``between`` stages (in the order of the stages)
+        are computed by Spark; of a window Spark computes there, only the retraction of the
+        touched partitions' rows (its new rows would cost a Spark job here: the job gives
+        them)."""
         assert self.store.runs is not None
         run = ArrangedTick(plan, sample, arrangements, self.store.runs, None, ansi=ctx.ansi, bounded=False,
                            legacy_stats=ctx.legacy_stats)
         spark = ArrangedTick(plan, {}, arrangements, self.store.runs, self.spark, ansi=ctx.ansi)
         for op in between:
             try:
-                if isinstance(op, WindowDiff):  # its partitions' rows gathered as a task would, Spark's window
-                    rows, gone = run.window_rows(op)
-                    run.given({op.id: replaced(gone, None if rows is None else spark.spark_window(op, rows))})
+                if isinstance(op, WindowDiff):  # its partitions' rows gathered as a task would; its new rows
+                    _, gone = run.window_rows(op)  # are left to the job (a window over them is a Spark job)
+                    run.given({op.id: gone})
                 else:
                     value = run.value(op.input)  # type: ignore[attr-defined]
                     run.given({op.id: None if value is None else spark.row_wise(op, value)})
