@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 import os
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from decimal import Decimal
 
 import pandas as pd
@@ -668,6 +668,36 @@ def test_a_data_error_on_arrangements_sets_aside_the_views_computing_it(spark, t
             diff.check(["total"])
             diff.step({"t": [((3, 30, 0, "1"), -1), ((4, 1, 1, "x"), -1), ((5, 7, 7, "2"), 1)]})
             assert diff.pipeline.failed == {} and diff.pipeline.last_tick.path == path
+            assert evaluated == [], evaluated
+        finally:
+            diff.close()
+
+
+def test_a_data_error_in_spark_s_window_between_stages_sets_aside_its_views(spark, tmp_path):
+    """A window Spark computes between two stages of a tick in tasks (a frame of months:
+    no Arrow form) that meets a data error (a running BIGINT sum overflowing under ANSI)
+    names its node: its view is set aside with Spark's error, the others commit in tasks,
+    and once the rows go the view is built again there; no DataFrame evaluator."""
+    views = {"monthly": "SELECT id, p, SUM(v) OVER (PARTITION BY p ORDER BY ts RANGE BETWEEN INTERVAL 1 MONTH "
+                        "PRECEDING AND CURRENT ROW) AS s FROM t",
+             "counts": "SELECT p, COUNT(*) AS n FROM t GROUP BY p"}
+    big = 1 << 62
+    with spark_conf(spark, {"spark.sql.ansi.enabled": "true"}):
+        diff = Differential(spark, str(tmp_path), {"t": "id INT, p INT, v BIGINT, ts DATE"}, views,
+                            placement="tasks")
+        evaluated: list[str | None] = []
+        run = diff.pipeline._dataframes.run
+        diff.pipeline._dataframes.run = lambda *a: evaluated.append(a[-1]) or run(*a)  # type: ignore[method-assign]
+        try:
+            diff.step({"t": [((1, 1, 5, date(2026, 1, 5)), 1), ((2, 2, 7, date(2026, 1, 9)), 1)]})
+            bad = [((3, 1, big, date(2026, 1, 20)), 1), ((4, 1, big, date(2026, 2, 1)), 1)]
+            diff.step({"t": bad}, check=False)
+            assert diff.pipeline.failed.keys() == {"monthly"}, diff.pipeline.failed
+            assert "ARITHMETIC_OVERFLOW" in diff.pipeline.failed["monthly"], diff.pipeline.failed
+            assert diff.pipeline.last_tick.path == "tasks", diff.pipeline.last_tick.why
+            diff.check(["counts"])
+            diff.step({"t": [(row, -1) for row, _ in bad] + [((5, 2, 1, date(2026, 1, 30)), 1)]})
+            assert diff.pipeline.failed == {} and diff.pipeline.last_tick.path == "tasks", diff.pipeline.last_tick.why
             assert evaluated == [], evaluated
         finally:
             diff.close()
