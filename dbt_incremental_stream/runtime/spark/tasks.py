@@ -18,9 +18,14 @@ in the driver is split there), every later stage a ``mapInArrow`` after a
 typed rows (a struct column of the stage rows, ``in_<node>``), Spark's projection (or
 filter) runs on them in the same task, and the next stage reads its value from the
 result (``out_<node>``; a Filter's rows that passed), so the tick stays one job and
-Spark decides those values as it does in batch. A Map or Filter Arrow computes but
-declines on some rows (an overflow, a division by zero: :class:`.NeedsSpark`) is Spark's
-between stages for that tick, the job run again. A data error (:func:`.ticks.data_error`)
+Spark decides those values as it does in batch. A window Arrow has no kernel for is
+Spark's there too: the stage where its partitions are gathers the touched partitions'
+rows (typed, ``in_<node>``) and the retraction of what it emitted for them (a blob),
+Spark's window runs over those rows between that stage and the next (partitioned apart
+from the other stage rows: :func:`_window_through_spark`) and the next stage consolidates
+both. A Map, Filter or window Arrow computes but declines on some rows (an overflow, a
+division by zero: :class:`.NeedsSpark`) is Spark's between stages for that tick, the job
+run again. A data error (:func:`.ticks.data_error`)
 in Spark's projection names its node (:func:`failing`), so only the views computing it
 are set aside, as in the driver. A task writes its part of
 every state delta its stage computes: a Parquet file in the tick's batch directory
