@@ -1,7 +1,7 @@
 """Window functions per customer: small ticks on Arrow kernels against Spark's window.
 
     python bench/windows.py [--orders 1000000,4000000] [--changes 1000] [--ticks 4] [--batch-runs 2]
-                            [--views rankings|running|moving|moments|running_moments|mixed|by_spark]
+                            [--views rankings|running|moving|moments|running_moments|mixed|by_spark|distinct]
 
 State: ``orders`` (N rows; 100,000 customers, so about N / 100,000 orders each) and views
 over it, ticked together. ``--views rankings`` (the default):
@@ -27,7 +27,10 @@ by_spark``: ``quantiles``, windows Arrow has no kernel for (each customer's medi
 ``percentile(amount, 0.5) OVER (PARTITION BY cust)``, and its running distinct count of
 amounts, ``approx_count_distinct(amount) OVER (PARTITION BY cust ORDER BY id)``): Spark's
 window in the driver (one variant: there is no Arrow form to turn off), in tasks Spark's
-window between two stages of the tick's job.
+window between two stages of the tick's job. ``--views distinct``: ``distinct``, each
+customer's ``SUM(DISTINCT amount)``, ``AVG(DISTINCT amount)`` and ``COUNT(*)`` (``GROUP
+BY cust``; before, Spark's aggregate over the touched groups' rows in the driver, the
+DataFrame evaluator in tasks).
 
 Four variants over the same data and ticks:
 
@@ -36,8 +39,8 @@ Four variants over the same data and ticks:
   ``windows.totals``);
 - ``Spark window, driver (before)``: the same, but the windows computed as before, by a
   Spark job over the touched customers' orders (the arranged plan's window forms turned
-  off in this process; for ``moments``, the variances and deviations too: Spark's own
-  aggregate over the touched groups' rows);
+  off in this process; for ``moments`` and ``distinct``, the variances, deviations and
+  sums of distinct values too: Spark's own aggregate over the touched groups' rows);
 - ``Arrow, tasks``: ``placement='tasks'``, every tick one Spark job whose tasks run the
   same kernels;
 - ``DataFrame evaluator (before, for tasks)``: ``placement='dataframe'``, where a tick in
@@ -100,6 +103,10 @@ VIEW_SETS = {
         "mixed": "SELECT id, cust, RANK() OVER (PARTITION BY cust ORDER BY amount DESC) AS r, SUM(amount) OVER "
                  "(PARTITION BY cust ORDER BY id) AS total, COUNT(*) OVER (PARTITION BY cust) AS n FROM orders",
     },
+    "distinct": {
+        "distinct": "SELECT cust, SUM(DISTINCT amount) AS sd, AVG(DISTINCT amount) AS ad, COUNT(*) AS n FROM orders "
+                    "GROUP BY cust",
+    },
     "by_spark": {
         "quantiles": "SELECT id, cust, percentile(amount, 0.5) OVER (PARTITION BY cust) AS median, "
                      "approx_count_distinct(amount) OVER (PARTITION BY cust ORDER BY id) AS kinds FROM orders",
@@ -136,7 +143,8 @@ def workload(orders: int, changes: int, ticks: int) -> list[pa.Table]:
 def run_variant(spark, work: Path, label: str, views: dict[str, str], orders: int, ticks: list[pa.Table]) -> dict:
     placement, forms_on = VARIANTS[label]
     with mock.patch.object(plan.Plan, "_window", plan.Plan._window if forms_on else lambda self, op: None), \
-            mock.patch.object(kernels, "MOMENTS", kernels.MOMENTS if forms_on else frozenset()):
+            mock.patch.object(kernels, "MOMENTS", kernels.MOMENTS if forms_on else frozenset()), \
+            mock.patch.object(kernels, "_ONCE", kernels._ONCE if forms_on else ()):
         pipe = Pipeline(spark, str(work / "state"), placement=placement)
         pipe.add_source("orders", ORDERS_DDL)
         for name, sql in views.items():

@@ -992,7 +992,28 @@ _HASH_AGG = {"min": "min", "max": "max", "count": "count_distinct"}
 def regroups(aggs: Sequence[AggCall]) -> bool:
     """Whether :func:`regroup` computes ``aggs`` (then a None of it is of the rows'
     values: Spark decides an overflow)."""
-    return all(a.linear or a.func in MOMENTS or a.func in _HASH_AGG for a in aggs)
+    return all(a.linear or a.func in MOMENTS or a.func in _HASH_AGG or a.func in _ONCE for a in aggs)
+
+
+#: aggregates of DISTINCT values that :func:`regroup` sums as linear ones over each
+#: group's first row of each value (:func:`_once`)
+_ONCE = ("sum", "avg")
+
+
+def _once(live: pa.Table, keys: Sequence[str], arg: str) -> pa.ChunkedArray:
+    """``arg``'s values where the row is the first of its group with that value, NULL in
+    the others: the distinct values SUM(DISTINCT) and AVG(DISTINCT) take, as Spark makes
+    them distinct (every NaN one value, -0.0 as 0.0, and normalized so)."""
+    x = normal_float(live.column(arg))
+    pairs = pa.table({**{k: live.column(k) for k in keys}, _ONCE_VALUE: x,
+                      _ONCE_ROW: pa.array(np.arange(live.num_rows, dtype=np.int64))})
+    first = aggregate(pairs, [*keys, _ONCE_VALUE], [(_ONCE_ROW, "min")]).column(_ONCE_ROW).to_numpy()
+    mask = np.zeros(live.num_rows, dtype=bool)
+    mask[first] = True
+    return pc.if_else(pa.array(mask), x, pa.nulls(live.num_rows, x.type))
+
+
+_ONCE_VALUE, _ONCE_ROW = "__value", "__row"
 
 
 def regroup(rows: pa.Table, keys: Sequence[str], aggs: Sequence[AggCall], schema: pa.Schema, *,
@@ -1003,16 +1024,36 @@ def regroup(rows: pa.Table, keys: Sequence[str], aggs: Sequence[AggCall], schema
     COUNT(DISTINCT) are Arrow's hash aggregates; MAX of floats is NaN where the group has
     one, as Spark orders NaN above every number (Arrow skips NaN unless all are: its MIN
     is Spark's); variances and standard deviations by :func:`_moments` over each group's
-    values. None when Spark's own semantics decide: SUM/AVG(DISTINCT), an AVG of a
-    DECIMAL out of range with ANSI on. ``legacy_stats``: Spark's
+    values; SUM/AVG(DISTINCT) as linear ones over each group's distinct values
+    (:func:`_once`). None when Spark's own semantics decide: with ANSI on, an AVG of a
+    DECIMAL out of range, a sum out of its type's. ``legacy_stats``: Spark's
     ``spark.sql.legacy.statisticalAggregate`` (a sample's moment of one value NaN)."""
     live = rows.filter(pc.greater(rows.column(WEIGHT), 0))
     linear = [a for a in aggs if a.linear]
     summands, derived = _summands(live, linear)
     cols: dict[str, pa.ChunkedArray] = {k: live.column(k) for k in keys} | summands
+    # SUM/AVG(DISTINCT x): linear over a column of each group's distinct values, each once
+    distinct = [a for a in aggs if a.distinct and a.func in _ONCE]
+    if distinct:
+        once = [AggCall(a.name, a.func, f"__once_{a.name}") for a in distinct]
+        firsts = {c.arg: _once(live, keys, a.arg) for c, a in zip(once, distinct) if c.arg and a.arg}
+        ones = pa.chunked_array([pa.array(np.ones(live.num_rows, np.int64))])
+        more, also = _summands(pa.table({**firsts, WEIGHT: ones}), once)
+        more.pop(COUNT)
+        for c in once:  # the count of distinct values, not of the group's rows (nor their weights)
+            valid = partial_columns(c)[-1]
+            if also.get(valid) == COUNT:
+                also.pop(valid)
+                more[valid] = ones
+        cols |= more
+        summands |= more
+        derived |= also
+        linear += once
+        for name, column in firsts.items():
+            live = live.append_column(name, column)
     specs: list[tuple] = [(c, "sum") for c in summands]
     for a in aggs:
-        if a.linear:
+        if a.linear or a.distinct and a.func in _ONCE:
             continue
         assert a.arg is not None
         x = live.column(a.arg)
@@ -1044,7 +1085,7 @@ def regroup(rows: pa.Table, keys: Sequence[str], aggs: Sequence[AggCall], schema
         return pa.chunked_array([pa.ListArray.from_arrays(pa.array([0, len(cols[column])], pa.int32()),
                                                           cols[column].combine_chunks())])
 
-    values = {a.name: (done.column(a.name) if a.linear
+    values = {a.name: (done.column(a.name) if a.linear or a.distinct and a.func in _ONCE
                        else _moments(listed(a.name), listed(_WEIGHTS), a.func, legacy_stats)
                        if a.func in MOMENTS else out.column(a.name)) for a in aggs}
     for name in values:
@@ -1052,7 +1093,12 @@ def regroup(rows: pa.Table, keys: Sequence[str], aggs: Sequence[AggCall], schema
             column = values[name]
             values[name] = pc.if_else(out.column(_nan(name)), pa.scalar(math.nan, column.type), column)
     table = pa.table({k: done.column(k) for k in keys} | values | {WEIGHT: done.column(WEIGHT)})
-    return table.cast(schema)
+    try:
+        return table.cast(schema)
+    except pa.ArrowInvalid:  # an exact sum out of its type's range: with ANSI on, Spark's error
+        if ansi:
+            return None
+        raise
 
 
 def as_double(values: pa.ChunkedArray) -> pa.ChunkedArray:
