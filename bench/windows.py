@@ -28,9 +28,10 @@ by_spark``: ``quantiles``, windows Arrow has no kernel for (each customer's medi
 amounts, ``approx_count_distinct(amount) OVER (PARTITION BY cust ORDER BY id)``): Spark's
 window in the driver (one variant: there is no Arrow form to turn off), in tasks Spark's
 window between two stages of the tick's job. ``--views distinct``: ``distinct``, each
-customer's ``SUM(DISTINCT amount)``, ``AVG(DISTINCT amount)`` and ``COUNT(*)`` (``GROUP
-BY cust``; before, Spark's aggregate over the touched groups' rows in the driver, the
-DataFrame evaluator in tasks).
+customer's ``SUM(DISTINCT amount)``, ``AVG(DISTINCT amount)``, ``MAX(amount)`` and
+``COUNT(*)`` (``GROUP BY cust``: beside a MAX, the touched customers' orders are
+re-aggregated; before, by Spark's aggregate over them in the driver, and on the DataFrame
+evaluator in tasks).
 
 Four variants over the same data and ticks:
 
@@ -104,8 +105,8 @@ VIEW_SETS = {
                  "(PARTITION BY cust ORDER BY id) AS total, COUNT(*) OVER (PARTITION BY cust) AS n FROM orders",
     },
     "distinct": {
-        "distinct": "SELECT cust, SUM(DISTINCT amount) AS sd, AVG(DISTINCT amount) AS ad, COUNT(*) AS n FROM orders "
-                    "GROUP BY cust",
+        "distinct": "SELECT cust, SUM(DISTINCT amount) AS sd, AVG(DISTINCT amount) AS ad, MAX(amount) AS top, "
+                    "COUNT(*) AS n FROM orders GROUP BY cust",
     },
     "by_spark": {
         "quantiles": "SELECT id, cust, percentile(amount, 0.5) OVER (PARTITION BY cust) AS median, "

@@ -81,10 +81,14 @@ NUMERIC_SHAPES: dict[str, dict[str, str]] = {
         "sum_dec10": "SELECT i, SUM(m) AS s, AVG(m) AS av, SUM(k) AS sk, AVG(k) AS ak FROM a GROUP BY i",
         "group_string": "SELECT str, COUNT(*) AS n, MIN(id) AS mn, MAX(id) AS mx FROM a GROUP BY str",
         # sums and averages of each group's distinct values (NaNs one value, -0.0 as 0.0)
+        # beside a MIN or MAX: the touched groups re-aggregated (alone, they are linear
+        # aggregates over the distinct pairs)
         "distinct_sums": "SELECT i, SUM(DISTINCT b) AS sb, AVG(DISTINCT t) AS at, SUM(DISTINCT d) AS sd, "
-                         "AVG(DISTINCT m) AS am, SUM(DISTINCT k) AS sk, AVG(DISTINCT x) AS ax, COUNT(*) AS n FROM a "
-                         f"WHERE {_moderate('d')} AND x BETWEEN -{10 ** 19} AND {10 ** 19} GROUP BY i",
-        "distinct_sums_all": f"SELECT SUM(DISTINCT s) AS ss, AVG(DISTINCT d) AS ad FROM a WHERE {_moderate('d')}",
+                         "AVG(DISTINCT m) AS am, SUM(DISTINCT k) AS sk, AVG(DISTINCT x) AS ax, MAX(d) AS xd, "
+                         f"COUNT(*) AS n FROM a WHERE {_moderate('d')} AND x BETWEEN -{10 ** 19} AND {10 ** 19} "
+                         "GROUP BY i",
+        "distinct_sums_all": f"SELECT SUM(DISTINCT s) AS ss, AVG(DISTINCT d) AS ad, MIN(str) AS ms FROM a "
+                             f"WHERE {_moderate('d')}",
         # aggregates over whole partitions (no ORDER BY): each row has its group's values
         "window_totals": "SELECT id, i, SUM(b) OVER (PARTITION BY i) AS s, COUNT(*) OVER (PARTITION BY i) AS n, "
                          "AVG(m) OVER (PARTITION BY i) AS av, MIN(d) OVER (PARTITION BY i) AS mn, "
