@@ -71,6 +71,7 @@ bench-all: bench-nexmark
 	$(PY) bench/windows.py --views running_moments
 	$(PY) bench/windows.py --views mixed
 	$(PY) bench/windows.py --views by_spark
+	$(PY) bench/windows.py --views distinct
 
 clean:
 	rm -rf $(VENV) .venv-pydbsp $(LINT_VENV) *.egg-info .pytest_cache .hypothesis spark-warehouse metastore_db

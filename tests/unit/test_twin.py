@@ -438,21 +438,28 @@ def test_spark_expressions_run_between_stages_in_tasks(spark, tmp_path):
     a tick in tasks (:func:`.tasks._through_spark`): every tick in tasks, each view
     Spark's batch answer, with the tick's rows held in the driver (split there) and
     handed over as a DataFrame (split by Spark's tasks)."""
-    ddl = "id INT, g INT, m DECIMAL(10,2), n DECIMAL(12,4)"
-    twin = Twin(spark, str(tmp_path / "twin"), {"a": ddl}, BY_SPARK, placements=("tasks",))
+    in_tasks_both_ways(spark, tmp_path, "id INT, g INT, m DECIMAL(10,2), n DECIMAL(12,4)", BY_SPARK, BY_SPARK_TICKS,
+                       "by Spark")
+
+
+def in_tasks_both_ways(spark, tmp_path, ddl: str, views: dict[str, str], ticks: list, explained: str) -> None:
+    """``views`` over a source ``a`` of ``ddl`` (each explained with ``explained``): every
+    tick in Spark tasks, each view Spark's batch answer, with the tick's rows held in the
+    driver (a twin) and handed over as a DataFrame."""
+    twin = Twin(spark, str(tmp_path / "twin"), {"a": ddl}, views, placements=("tasks",))
     pipe = Pipeline(spark, str(tmp_path / "frames"), placement="tasks")
     try:
         pipe.add_source("a", ddl)
-        for name, sql in BY_SPARK.items():
+        for name, sql in views.items():
             pipe.add_view(name, sql)
-            assert "by Spark" in pipe.explain(name)
-        for tick in BY_SPARK_TICKS:
+            assert explained in pipe.explain(name), pipe.explain(name)
+        for tick in ticks:
             twin.step({"a": tick})
             pipe.step({"a": spark.createDataFrame([(*row, w) for row, w in tick], f"{ddl}, _w BIGINT")})
             assert pipe.last_tick is not None and pipe.last_tick.path == "tasks", pipe.last_tick
-        assert twin.arranged == len(BY_SPARK_TICKS), twin.paths
-        want = twin.oracle.answers(list(BY_SPARK))
-        for name in BY_SPARK:
+        assert twin.arranged == len(ticks), twin.paths
+        want = twin.oracle.answers(list(views))
+        for name in views:
             assert compare_exact(pipe.snapshot(name).toArrow(), want[name]) is None, name
     finally:
         twin.close()
@@ -487,25 +494,8 @@ def test_windows_arrow_has_no_form_of_are_spark_s_between_stages_in_tasks(spark,
     stage (with the retraction of what the window emitted for them), Spark's window over
     them, the next stage consolidating its rows. Every tick in tasks, each view Spark's
     batch answer, the tick's rows held in the driver and handed over as a DataFrame."""
-    ddl = "id INT, g INT, n INT, ts DATE"
-    twin = Twin(spark, str(tmp_path / "twin"), {"a": ddl}, WINDOWS_BY_SPARK, placements=("tasks",))
-    pipe = Pipeline(spark, str(tmp_path / "frames"), placement="tasks")
-    try:
-        pipe.add_source("a", ddl)
-        for name, sql in WINDOWS_BY_SPARK.items():
-            pipe.add_view(name, sql)
-            assert "the window by Spark" in pipe.explain(name), pipe.explain(name)
-        for tick in WINDOWS_BY_SPARK_TICKS:
-            twin.step({"a": tick})
-            pipe.step({"a": spark.createDataFrame([(*row, w) for row, w in tick], f"{ddl}, _w BIGINT")})
-            assert pipe.last_tick is not None and pipe.last_tick.path == "tasks", pipe.last_tick
-        assert twin.arranged == len(WINDOWS_BY_SPARK_TICKS), twin.paths
-        want = twin.oracle.answers(list(WINDOWS_BY_SPARK))
-        for name in WINDOWS_BY_SPARK:
-            assert compare_exact(pipe.snapshot(name).toArrow(), want[name]) is None, name
-    finally:
-        twin.close()
-        pipe.close()
+    in_tasks_both_ways(spark, tmp_path, "id INT, g INT, n INT, ts DATE", WINDOWS_BY_SPARK, WINDOWS_BY_SPARK_TICKS,
+                       "the window by Spark")
 
 
 def test_a_ratio_of_decimal_sums_rounds_as_spark(spark, tmp_path):
