@@ -144,6 +144,11 @@ def test_a_threads_arena_gives_back_what_it_freed():
 #: each thread or process (Kafka readers, Spark, a pool's threads)
 SIGNAL_THIEF = """
 import signal, threading
+# as a terminal's process starts: Ctrl-C raises KeyboardInterrupt and is not blocked (a
+# child inherits its parent's disposition and the spawning thread's mask, which a test
+# process's earlier work may have changed)
+signal.signal(signal.SIGINT, signal.default_int_handler)
+signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
 from dbt_incremental_stream.process import pool
 running, stop = threading.Event(), threading.Event()
 def starting_threads():
