@@ -21,7 +21,7 @@ from pyspark import SparkContext
 
 from dbt_incremental_stream.connectors.kafka import KafkaSettings
 from dbt_incremental_stream.errors import StreamError
-from dbt_incremental_stream.process import leave_signals_to_main
+from dbt_incremental_stream.process import leave_signals_to_main, on_kept_thread
 from dbt_incremental_stream.runtime.spark.session import session
 
 logger = AdapterLogger("incremental_stream")
@@ -29,8 +29,6 @@ logger = AdapterLogger("incremental_stream")
 MASTERS = ("local[", "spark://", "yarn", "k8s://", "mesos://")
 #: set while this process's SPARK_REMOTE points at a running dbt-stream serve
 REMOTE_BY_US = "DBT_INCREMENTAL_STREAM_REMOTE"
-#: the SparkContext a connection's settings (master, session settings) were last set up on
-_SET_UP: dict[tuple[str, tuple[tuple[str, str], ...]], SparkContext | None] = {}
 
 
 class SessionHandle(SessionConnectionWrapper):
@@ -144,23 +142,16 @@ class IncrementalStreamConnectionManager(SparkConnectionManager):
             return connection
         creds: IncrementalStreamCredentials = connection.credentials  # type: ignore[assignment]
         if not os.environ.get(REMOTE_BY_US):  # else a running dbt-stream serve's Spark (see impl.use_running_serve)
-            context = SparkContext._active_spark_context
-            settings = (creds.master, tuple(sorted(creds.server_side_parameters.items())))
-            # dbt opens a connection on each of its threads, made per run: the session is
-            # set up once per SparkContext and settings (each setting is a Py4J call, on a
-            # new Py4J connection for a new thread)
-            if context is None or _SET_UP.get(settings) is not context:
-                if context is None:  # the first statement waits for it: say why (30 s and more on a busy machine)
-                    logger.info(f"Starting Spark ({creds.master}) ...")
-                    started = time.monotonic()
-                try:
-                    session(creds.master, creds.server_side_parameters, hive=True)
-                    if context is None:
-                        logger.info(f"Spark started in {time.monotonic() - started:.0f}s")
-                except Exception as e:  # Spark raises several types when the master is unreachable
-                    raise FailedToConnectError(f"could not start Spark with master {creds.master}: {e}") from e
-                _SET_UP.clear()
-                _SET_UP[settings] = SparkContext._active_spark_context
+            starting = SparkContext._active_spark_context is None
+            if starting:  # the first statement waits for it: say why (30 s and more on a busy machine)
+                logger.info(f"Starting Spark ({creds.master}) ...")
+                started = time.monotonic()
+            try:  # each setting is a Py4J call: on the engine's kept thread, not a new connection per dbt thread
+                on_kept_thread(session, creds.master, creds.server_side_parameters, hive=True)
+                if starting:
+                    logger.info(f"Spark started in {time.monotonic() - started:.0f}s")
+            except Exception as e:  # Spark raises several types when the master is unreachable
+                raise FailedToConnectError(f"could not start Spark with master {creds.master}: {e}") from e
         connection = super().open(connection)
         if isinstance(connection.handle, SessionConnectionWrapper):
             connection.handle = SessionHandle(connection.handle.handle)
