@@ -475,16 +475,12 @@ class ArrangedTick:
         elif spec is not None:
             out = self._part(op, spec, rows)
         if spec is None or out is None:  # no Arrow form, or Spark's semantics decide on these rows
-            return self.spark_window(op, rows, declined=spec is not None)
+            return self._in_spark(op, rows,
+                                  lambda df: zsets.window_diff(None, df, None, op.partition, op.funcs, op.keep),
+                                  rows=spec is not None)
         if spec.keep is not None:
             out = out.filter(expressions.as_column(spec.keep(out), out.num_rows))
         return self._conform(op, kernels.consolidate(out))
-
-    def spark_window(self, op: WindowDiff, rows: pa.Table, declined: bool = False) -> pa.Table:
-        """Spark's window functions over the touched partitions' ``rows`` (``declined``:
-        Arrow has a form of them, but not for these rows)."""
-        return self._in_spark(op, rows, lambda df: zsets.window_diff(None, df, None, op.partition, op.funcs,
-                                                                     op.keep), rows=declined)
 
     def window_rows(self, op: WindowDiff) -> tuple[pa.Table | None, pa.Table | None]:
         """What a window Spark computes between two stages of a tick in tasks needs of the
@@ -570,7 +566,10 @@ class ArrangedTick:
         """``new`` minus the rows ``op`` emitted before for the ``touched`` groups."""
         keys = list(group_keys(op))
         _, prior = self._runs.probe(self._arr[op.id][tuple(keys)], touched, keys, [True] * len(keys))
-        return replaced(None if prior is None else kernels.negate(prior), new)
+        if prior is None:
+            return new
+        prior = kernels.negate(prior)
+        return kernels.consolidate(prior if new is None else kernels.concat([prior.cast(new.schema), new]))
 
     def state_delta(self, state: Operator) -> pa.Table | None:
         """What a state node adds this tick, as stored: consolidated, partial sums as they are."""
@@ -582,10 +581,3 @@ class ArrangedTick:
             return t
         return kernels.sum_by(t, state.key) if state.key is not None else kernels.consolidate(t)
 
-
-def replaced(gone: pa.Table | None, new: pa.Table | None) -> pa.Table | None:
-    """A recompute's change: its ``new`` rows and the retraction of the old (``gone``),
-    consolidated."""
-    if gone is None:
-        return new
-    return kernels.consolidate(gone if new is None else kernels.concat([gone.cast(new.schema), new]))

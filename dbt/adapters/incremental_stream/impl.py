@@ -164,16 +164,16 @@ class IncrementalStreamAdapter(SparkAdapter):
     def _session(self) -> SparkSession | None:
         """This process's SparkSession (started if need be), or None when the SQL runs
         elsewhere (a running dbt-stream serve's Spark Connect endpoint)."""
+        return self._in_catalog(lambda spark: spark)
+
+    def _in_catalog(self, read: Callable[..., T | None], *args: Any) -> T | None:
+        """``read(spark, *args)`` of this process's session, on the engine's kept thread
+        (dbt's thread makes no Py4J call: see :func:`~dbt_incremental_stream.process.
+        on_kept_thread`); None where the SQL runs elsewhere (a running dbt-stream serve)."""
         if self._serve is not None:
             return None
         self.connections.get_thread_connection().handle  # noqa: B018  (opening it starts Spark)
-        return on_kept_thread(SparkSession.builder.getOrCreate)  # dbt's thread makes no Py4J call
-
-    def _in_catalog(self, read: Callable[..., T | None], *args: Any) -> T | None:
-        """``read(spark, *args)`` of the session catalog, on the engine's kept thread (see
-        :func:`~dbt_incremental_stream.process.on_kept_thread`); None where it cannot read."""
-        spark = self._session()
-        return None if spark is None else on_kept_thread(read, spark, *args)
+        return on_kept_thread(lambda: read(SparkSession.builder.getOrCreate(), *args))
 
     def list_schemas(self, database: str) -> list[str]:
         """From the session catalog (:func:`~dbt_incremental_stream.catalog.schemas`)."""

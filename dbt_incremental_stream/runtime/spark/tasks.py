@@ -298,7 +298,7 @@ def layout(plan: Plan, states: Sequence[Operator], by_spark: AbstractSet[str] = 
         if spark:  # a window: its rows gathered here, its functions Spark's before the next stage
             assert isinstance(op, WindowDiff)
             check_names(op, op.delta)
-            keys = () if op.id in plan.tops else tuple(group_keys(op))
+            keys = tuple(group_keys(op))  # a top-k's: none
             out.gather[op.id], out.stage[op.id], out.spark[op.id] = s, s + 1, ("cols", keys)
             out.part[op.id] = Partition(("cols", keys), frozenset(keys))
 
