@@ -142,8 +142,19 @@ class ArrangedTick:
                   ) -> pa.Table:
         """``op``'s rows from ``f`` applied by Spark to ``table`` (``rows``: Arrow computes
         ``op`` but declined these rows)."""
-        return self._conform(op, self._spark_pass(table, f, op.label(), op.id if isinstance(
-            op, (Map, Filter)) or isinstance(op, WindowDiff) and op.id not in self.plan.tops else None, rows))
+        return self._conform(op, self._spark_pass(table, f, op.label(), op.id if self._between(op, rows) else None,
+                                                  rows))
+
+    def _between(self, op: Operator, rows: bool) -> bool:
+        """Whether Spark can compute ``op`` between two stages of a tick in tasks, where
+        Arrow declines it (:class:`.NeedsSpark`): a Map or Filter; a window, not a top-k
+        over the whole input; an aggregate with keys, on the tick's rows (its touched
+        groups: not a keyless one's whole input or ordered ends)."""
+        if isinstance(op, (Map, Filter)):
+            return True
+        if isinstance(op, WindowDiff):
+            return op.id not in self.plan.tops
+        return isinstance(op, GroupDiff) and rows and bool(op.keys)
 
     def row_wise(self, op: Operator, t: pa.Table) -> pa.Table:
         """A Map or Filter applied to ``t``, keeping a carried ``ROW`` column."""
@@ -385,22 +396,34 @@ class ArrangedTick:
             if extremes is not None:
                 return self._extremes(op, extremes)
             return self._recompute(op, partial(self._regroup, op))
+        found = self._sums(op)
+        if found is None:
+            return self._no_rows(op)
+        dp, groups = found
+        return self._retract(op, dp, self._finished(op, groups))
+
+    def _sums(self, op: GroupDiff) -> tuple[pa.Table, pa.Table] | None:
+        """A linear aggregate's partial sums this tick (one row per touched group), and its
+        touched groups' partial sums in all; None when its input did not change."""
         dp = self.value(op.delta)
         if dp is None or dp.num_rows == 0:
-            return self._no_rows(op)
+            return None
         keys = list(op.keys)
-        safe = [True] * len(keys)
         before = op.before
         assert isinstance(before, Delay)
-        _, old = self._runs.probe(self._arr[before.input.id][op.keys], dp, keys, safe)
-        groups = kernels.group_sums(kernels.concat([old, dp.cast(old.schema) if old is not None else dp]), keys)
-        return self._retract(op, dp, self._finished(op, groups))
+        _, old = self._runs.probe(self._arr[before.input.id][op.keys], dp, keys, [True] * len(keys))
+        return dp, kernels.group_sums(kernels.concat([old, dp.cast(old.schema) if old is not None else dp]), keys)
 
     def _finished(self, op: GroupDiff, groups: pa.Table) -> pa.Table:
         """A linear aggregate's rows from its groups' partial sums."""
         keys = list(op.keys)
         rows = self.plan.schema(op.delta.input)  # type: ignore[attr-defined]
         new = kernels.finish(groups, keys, op.aggs, zsets.arrow_schema(rows), ansi=self.ansi)
+        if new is not None:
+            try:
+                return self._conform(op, new)
+            except _ARROW_DECLINES:  # an integer sum out of its type's range: Spark decides (ANSI on)
+                new = None
         if new is None:
             types = zsets.arg_types(rows, op.aggs)
             new = self._in_spark(op, groups, lambda df: zsets.finish(df, keys, op.aggs, types), rows=True).select(
@@ -482,11 +505,13 @@ class ArrangedTick:
             out = out.filter(expressions.as_column(spec.keep(out), out.num_rows))
         return self._conform(op, kernels.consolidate(out))
 
-    def window_rows(self, op: WindowDiff) -> tuple[pa.Table | None, pa.Table | None]:
-        """What a window Spark computes between two stages of a tick in tasks needs of the
-        state: the touched partitions' rows (their stored rows and this tick's), and the
-        retraction of the rows emitted for them before (None: no change)."""
-        found = self._touched(op)
+    def gathered(self, op: GroupDiff | WindowDiff) -> tuple[pa.Table | None, pa.Table | None]:
+        """What a window or an aggregate Spark computes between two stages of a tick in
+        tasks needs of the state: the rows it computes over (a window's touched partitions'
+        rows, stored and this tick's; an aggregate's touched groups' rows, or partial sums
+        if linear), and the retraction of the rows emitted for them before (None: no
+        change)."""
+        found = self._sums(op) if isinstance(op, GroupDiff) and op.linear else self._touched(op)
         if found is None:
             return None, None
         touched, rows = found

@@ -28,7 +28,7 @@ from pyspark import inheritable_thread_target
 from pyspark.sql import DataFrame
 from pyspark.sql.types import StructType
 
-from ..circuit.operators import WEIGHT, Integral, Operator, WindowDiff, walk
+from ..circuit.operators import WEIGHT, GroupDiff, Integral, Operator, WindowDiff, walk
 from ..process import fan_out, map_all, threads
 from .arrow import kernels
 from .spark import tasks, zsets
@@ -596,8 +596,8 @@ class ArrangedTicks:
         spark = ArrangedTick(plan, {}, arrangements, self.store.runs, self.spark, ansi=ctx.ansi)
         for op in between:
             try:
-                if isinstance(op, WindowDiff):  # its partitions' rows gathered as a task would; its new rows
-                    _, gone = run.window_rows(op)  # are left to the job (a window over them is a Spark job)
+                if isinstance(op, (WindowDiff, GroupDiff)):  # its rows gathered as a task would; its new
+                    _, gone = run.gathered(op)  # rows are left to the job (a window over them is a Spark job)
                     run.given({op.id: gone})
                 else:
                     value = run.value(op.input)  # type: ignore[attr-defined]

@@ -47,9 +47,9 @@ from typing import AbstractSet, Any, Iterable, Iterator, Mapping, Sequence, Type
 import numpy as np
 import pyarrow as pa
 import sqlglot
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import ArrayType, DataType, MapType, StructField, StructType
+from pyspark.sql.types import ArrayType, DataType, DoubleType, FloatType, MapType, StructField, StructType
 from sqlglot import exp
 
 from ...circuit.operators import (
@@ -273,7 +273,7 @@ def layout(plan: Plan, states: Sequence[Operator], by_spark: AbstractSet[str] = 
         if op.id in out.stage:
             return
         spark = plan.by_spark(op) or op.id in by_spark
-        if spark and not isinstance(op, WindowDiff):
+        if spark and not isinstance(op, (WindowDiff, GroupDiff)):
             place_by_spark(op)
             return
         reads = _reads(plan, op)
@@ -295,8 +295,8 @@ def layout(plan: Plan, states: Sequence[Operator], by_spark: AbstractSet[str] = 
         out.stage[op.id] = s
         first = reads[0][0] if reads else None
         out.part[op.id] = None if first is None else _carried(op, split(s, first), plan)
-        if spark:  # a window: its rows gathered here, its functions Spark's before the next stage
-            assert isinstance(op, WindowDiff)
+        if spark:  # a window or aggregate: its rows gathered here, computed by Spark before the next stage
+            assert isinstance(op, (WindowDiff, GroupDiff))
             check_names(op, op.delta)
             keys = tuple(group_keys(op))  # a top-k's: none
             out.gather[op.id], out.stage[op.id], out.spark[op.id] = s, s + 1, ("cols", keys)
@@ -431,7 +431,7 @@ def _by_spark(ctx: Context, node: str, parts: Sequence[pa.Table]) -> pa.Table | 
 def _spark_input(op: Operator) -> Operator:
     """The node whose rows Spark computes ``op`` over between stages (a window's: its
     touched partitions' rows, of its delta's columns)."""
-    return op.delta if isinstance(op, WindowDiff) else op.input  # type: ignore[attr-defined]
+    return op.delta if isinstance(op, (WindowDiff, GroupDiff)) else op.input  # type: ignore[attr-defined]
 
 
 def _keyless(ctx: Context) -> Iterator[pa.RecordBatch]:
@@ -518,12 +518,12 @@ def run_stage(ctx: Context, s: int, source: str | None, batches: Iterator[pa.Rec
                 yield from _timed(_blobs(ctx, dest, node, value, _hash(tick, ctx.ops, h, value)), seconds, "ship")
     for node, h in ctx.layout.spark.items():  # typed rows for Spark before the stage that gets them
         op = ctx.ops[node]
-        if node in ctx.layout.gather:  # a window's partitions' rows, and the retraction of its rows
+        if node in ctx.layout.gather:  # a window's or aggregate's rows, and the retraction of its rows
             if ctx.layout.gather[node] != s:
                 continue
-            assert isinstance(op, WindowDiff)
+            assert isinstance(op, (WindowDiff, GroupDiff))
             start = time.perf_counter()
-            value, gone = tick.window_rows(op)
+            value, gone = tick.gathered(op)
             seconds["compute"] += time.perf_counter() - start
             if gone is not None and gone.num_rows:
                 yield from _timed(_blobs(ctx, ctx.layout.stage[node], node, gone, _hash(tick, ctx.ops, h, gone)),
@@ -586,7 +586,7 @@ def run(ctx: Context, spark: SparkSession, sources: Mapping[str, DataFrame], tab
     frame = _sources(ctx, spark, sources, tables)
     for s in range(1, ctx.layout.stages):
         for node in _between(ctx, s):
-            frame = _through_spark(frame, node, ctx.ops[node])
+            frame = _through_spark(frame, node, ctx.ops[node], ctx.plan)
         frame = _stage(ctx, frame, s, tasks)
     docs = [json.loads(r["node"]) for r in frame.where(f"dest = {WROTE}").select("node").collect()]
     seconds = {phase: sum(d["task"][phase] for d in docs if "task" in d) for phase in PHASES}
@@ -605,13 +605,13 @@ def failing(ctx: Context, spark: SparkSession, sources: Mapping[str, DataFrame],
     for s in range(1, ctx.layout.stages):
         for node in _between(ctx, s):
             try:
-                _through_spark(frame.where(F.col("node") == F.lit(node)), node, ctx.ops[node]
+                _through_spark(frame.where(F.col("node") == F.lit(node)), node, ctx.ops[node], ctx.plan
                                ).write.format("noop").mode("overwrite").save()
             except Exception as e:
                 if (why := data_error(e)) is None:
                     raise
                 return node, why
-            frame = _through_spark(frame, node, ctx.ops[node])
+            frame = _through_spark(frame, node, ctx.ops[node], ctx.plan)
         frame = _stage(quiet, frame, s, tasks)
     return None
 
@@ -639,18 +639,30 @@ def _stage(ctx: Context, frame: DataFrame, s: int, tasks: int) -> DataFrame:
     return frame.repartition(tasks, "part").mapInArrow(partial(run_stage, ctx, s, None), ctx.frame)
 
 
-def _through_spark(frame: DataFrame, node: str, op: Operator) -> DataFrame:
+def _through_spark(frame: DataFrame, node: str, op: Operator, plan: Plan) -> DataFrame:
     """``frame`` with Spark's ``op`` over its typed input rows (``in_<node>``): a Map's
     columns as ``out_<node>`` (NULL in the other rows; the expressions are not evaluated
-    there), a Filter's rows that fail its predicate dropped. A projection: it runs in the
-    task that gave the rows. A window: :func:`_window_through_spark`."""
+    there), a Filter's rows that fail its predicate dropped, a linear aggregate's rows
+    finished from its touched groups' partial sums. A projection: it runs in the task that
+    gave the rows. A window: :func:`_window_through_spark`; another aggregate:
+    :func:`_group_through_spark`."""
     if isinstance(op, WindowDiff):
         return _window_through_spark(frame, node, op)
+    if isinstance(op, GroupDiff) and not op.linear:
+        return _group_through_spark(frame, node, op, plan.schema(op.delta))
     columns = [quote(c) for c in frame.columns]
     mine = F.col("node") == F.lit(node)
     wide = frame.select(*columns, F.col(f"in_{node}.*"))
     if isinstance(op, Filter):
         return wide.where(~mine | F.coalesce(F.expr(op.predicate), F.lit(False))).select(*columns)
+    if isinstance(op, GroupDiff):
+        mine &= F.col(f"in_{node}").isNotNull()  # not the blobs of its retraction
+        sums = plan.schema(op.delta).names
+        count, results = zsets.finalize({c: F.col(quote(c)) for c in sums if c not in op.keys}, op.aggs,
+                                        zsets.arg_types(plan.schema(op.delta.input), op.aggs))  # type: ignore[attr-defined]
+        values = F.struct(*(F.col(quote(k)) for k in op.keys), *(v.alias(a.name) for v, a in zip(results, op.aggs)),
+                          F.lit(1).cast("long").alias(WEIGHT))
+        return wide.where(~mine | (count != 0)).select(*columns, F.when(mine, values).alias(_by_spark_column(op)))
     assert isinstance(op, Map)
     values = F.struct(*(F.expr(e).alias(n) for n, e in op.exprs), F.col(quote(WEIGHT)))
     return wide.select(*columns, F.when(mine, values).alias(_by_spark_column(op)))
@@ -660,28 +672,77 @@ def _through_spark(frame: DataFrame, node: str, op: Operator) -> DataFrame:
 APART = "_apart"
 
 
-def _window_through_spark(frame: DataFrame, node: str, op: WindowDiff) -> DataFrame:
-    """``frame`` with Spark's window functions over the typed rows of the touched
-    partitions (``in_<node>``, a Z-set: each row as many times as its weight), each
-    computed row in ``out_<node>`` (weight 1; the rows the window's predicate drops gone).
-    Every other stage row passes through, apart: each window is partitioned by
-    :data:`APART` first, NULL for these rows and a hash of the row for the others, so
-    Spark's partitions of these rows hold them alone, as in batch (Spark exchanges the
-    rows by the partition, and the next stage by ``part`` again)."""
+def _apart(frame: DataFrame, node: str, op: GroupDiff | WindowDiff) -> tuple[DataFrame, Column]:
+    """``frame`` with the typed rows of ``node`` (``in_<node>``, a Z-set) as the bag they
+    stand for (each row as many times as its weight, a row of weight 0 or less gone), its
+    input's columns beside the stage rows', and :data:`APART`: NULL for these rows and a
+    hash of the row for the others. A window partitioned by it first holds these rows
+    alone, as in batch (Spark exchanges the rows by the partition, and the next stage by
+    ``part`` again). And whether a row is one of these."""
     columns = [quote(c) for c in frame.columns]
     mine = (F.col("node") == F.lit(node)) & F.col(f"in_{node}").isNotNull()
-    data = list(op.delta.columns)
     one = F.lit(1).cast("long")
-    copies = F.explode(F.when(mine, F.sequence(one, F.col(f"in_{node}.{quote(WEIGHT)}"))).otherwise(F.array(one)))
+    copies = F.explode(F.when(mine, F.array_repeat(one, F.col(f"in_{node}.{quote(WEIGHT)}").cast("int")))
+                       .otherwise(F.array(one)))
     hashed = [quote(f.name) for f in frame.schema.fields if _hashable(f.dataType)]
-    wide = frame.select(*columns, *(F.col(f"in_{node}.{quote(c)}").alias(c) for c in data),
+    return frame.select(*columns, *(F.col(f"in_{node}.{quote(c)}").alias(c) for c in op.delta.columns),
                         F.when(mine, F.lit(None).cast("long")).otherwise(F.xxhash64(*hashed)).alias(APART),
-                        copies.alias(f"{APART}_copy"))
+                        copies.alias(f"{APART}_copy")), mine
+
+
+def _window_through_spark(frame: DataFrame, node: str, op: WindowDiff) -> DataFrame:
+    """``frame`` with Spark's window functions over the typed rows of the touched
+    partitions (``in_<node>``), each computed row in ``out_<node>`` (weight 1; the rows
+    the window's predicate drops gone), each window partitioned by :data:`APART` first
+    (:func:`_apart`). Every other stage row passes through."""
+    columns = [quote(c) for c in frame.columns]
+    data = list(op.delta.columns)
+    wide, mine = _apart(frame, node, op)
     out = wide.selectExpr(*columns, *map(quote, data), *(f"{apart(e, APART)} AS {quote(n)}" for n, e in op.funcs))
     if op.keep:
         out = out.where(~mine | F.coalesce(F.expr(op.keep), F.lit(False)))
     values = F.struct(*(F.col(quote(c)) for c in op.columns), F.lit(1).cast("long").alias(WEIGHT))
     return out.select(*columns, F.when(mine, values).alias(_by_spark_column(op)))
+
+
+def _group_through_spark(frame: DataFrame, node: str, op: GroupDiff, schema: StructType) -> DataFrame:
+    """``frame`` with Spark's aggregates over the typed rows of the touched groups
+    (``in_<node>``), one row per group in ``out_<node>`` (weight 1): each aggregate as a
+    window function over the group (partitioned by :data:`APART` first, :func:`_apart`),
+    a DISTINCT one over the first row of each of its values (Spark's window takes no
+    DISTINCT; its partition makes values distinct as Spark's grouping does), and the
+    group's first row kept, its floating-point keys' -0.0 as Spark's grouping gives it,
+    0.0. Every other stage row passes through."""
+    for k in op.keys:
+        if _nested_float(schema[k].dataType):
+            raise DeclinedRows(f"{op.label()}: the key {k} holds floating-point values in a nested type")
+    columns = [quote(c) for c in frame.columns]
+    wide, mine = _apart(frame, node, op)
+    group = [F.col(APART), *(F.col(quote(k)) for k in op.keys)]
+    once: dict[str, Column] = {}
+    for a in op.aggs:
+        if a.distinct and a.arg is not None and a.arg not in once:
+            first = F.row_number().over(Window.partitionBy(*group, F.col(quote(a.arg))).orderBy(F.lit(0))) == 1
+            name = f"{APART}_once{len(once)}"
+            wide = wide.withColumn(name, F.when(first, F.col(quote(a.arg))))
+            once[a.arg] = F.col(name)
+    by = Window.partitionBy(*group)
+    w, types = F.when(mine, F.lit(1).cast("long")), zsets.arg_types(schema, op.aggs)
+    keys = [F.when(F.col(quote(k)) == 0, F.lit(0).cast(schema[k].dataType)).otherwise(F.col(quote(k))).alias(k)
+            if isinstance(schema[k].dataType, (FloatType, DoubleType)) else F.col(quote(k)) for k in op.keys]
+    values = F.struct(*keys, *(zsets.weighted(a, w, types, by, once.get(a.arg or "")).alias(a.name)
+                               for a in op.aggs), F.lit(1).cast("long").alias(WEIGHT))
+    out = wide.select(*columns, F.when(mine, values).alias(_by_spark_column(op)),
+                      F.row_number().over(by.orderBy(F.lit(0))).alias(f"{APART}_first"))
+    return out.where(~mine | (F.col(f"{APART}_first") == 1)).select(*columns, _by_spark_column(op))
+
+
+def _nested_float(kind: DataType) -> bool:
+    """Whether values of ``kind`` hold floating-point values within a struct, array or map."""
+    inner: list[DataType] = ([f.dataType for f in kind.fields] if isinstance(kind, StructType)
+                             else [kind.elementType] if isinstance(kind, ArrayType)
+                             else [kind.keyType, kind.valueType] if isinstance(kind, MapType) else [])
+    return any(isinstance(t, (FloatType, DoubleType)) or _nested_float(t) for t in inner)
 
 
 def _hashable(kind: DataType) -> bool:
@@ -703,7 +764,7 @@ def apart(sql: str, column: str) -> str:
 
 def _by_spark_column(op: Operator) -> str:
     """The column of the stage rows holding the value of ``op`` after :func:`_through_spark`."""
-    return f"out_{op.id}" if isinstance(op, (Map, WindowDiff)) else f"in_{op.id}"
+    return f"out_{op.id}" if isinstance(op, (Map, WindowDiff, GroupDiff)) else f"in_{op.id}"
 
 
 def declined(e: BaseException) -> str | None:

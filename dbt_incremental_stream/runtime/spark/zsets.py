@@ -30,6 +30,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (ByteType, DataType, DateType, DecimalType, DoubleType, FloatType, IntegerType, LongType,
                                ShortType, StructField, StructType, TimestampType)
+from pyspark.sql.window import WindowSpec
 from pyspark.util import _load_from_socket
 
 from ...circuit.operators import COUNT, MOMENTS, WEIGHT, AggCall, nonfinite_columns, partial_columns, quote
@@ -628,7 +629,7 @@ def group_diff(before: DataFrame | None, delta: DataFrame, prior: DataFrame | No
             per_row = unit_weights(per_row)
         groups = per_row.groupBy(*map(col, keys)).agg(
             F.sum(F.when(col(WEIGHT) > 0, col(WEIGHT))).alias(COUNT),
-            *(_weighted(a, col(WEIGHT), types).alias(f"__a{i}") for i, a in enumerate(aggs)))
+            *(weighted(a, col(WEIGHT), types).alias(f"__a{i}") for i, a in enumerate(aggs)))
         count, results = F.coalesce(col(COUNT), F.lit(0)), [F.col(f"__a{i}") for i in range(len(aggs))]
     return _replace(prior, delta, keys, _rows(groups, keys, aggs, count, results))
 
@@ -637,7 +638,7 @@ def finish(groups: DataFrame, keys: Sequence[str], aggs: Sequence[AggCall], type
            ) -> DataFrame:
     """Aggregate rows (weight 1) from per-group partial sums of linear aggregates;
     ``types``: their arguments' types (:func:`arg_types`)."""
-    count, results = _finalize({c: col(c) for c in groups.columns if c not in keys}, aggs, types)
+    count, results = finalize({c: col(c) for c in groups.columns if c not in keys}, aggs, types)
     return _rows(groups, keys, aggs, count, results)
 
 
@@ -675,7 +676,7 @@ def scale(df: DataFrame, factor: str) -> DataFrame:
     return df.withColumn(WEIGHT, col(WEIGHT) * F.expr(factor).cast("bigint")).where(col(WEIGHT) != 0)
 
 
-def _finalize(sums: dict[str, Column], aggs: Sequence[AggCall], types: Mapping[str, DataType]
+def finalize(sums: dict[str, Column], aggs: Sequence[AggCall], types: Mapping[str, DataType]
               ) -> tuple[Column, list[Column]]:
     """(group weight, aggregate values) from per-group partial sums."""
     count = F.coalesce(sums[COUNT], F.lit(0))
@@ -694,26 +695,36 @@ def _finalize(sums: dict[str, Column], aggs: Sequence[AggCall], types: Mapping[s
     return count, values
 
 
-def _weighted(a: AggCall, w: Column, types: Mapping[str, DataType]) -> Column:
-    """``a`` over the rows whose weight ``w`` is positive, each counted ``w`` times."""
+def weighted(a: AggCall, w: Column, types: Mapping[str, DataType], over: WindowSpec | None = None,
+             once: Column | None = None) -> Column:
+    """``a`` over the rows whose weight ``w`` is positive, each counted ``w`` times.
+    ``over``: as window functions over that window, which cannot take DISTINCT: ``once``
+    is then ``a``'s argument on one row of each of its values, NULL on the others."""
+    def agg(c: Column) -> Column:
+        return c if over is None else c.over(over)
+
     live = w > 0
     if a.arg is None:
-        return F.coalesce(F.sum(F.when(live, w)), F.lit(0))
+        return F.coalesce(agg(F.sum(F.when(live, w))), F.lit(0))
     x = col(a.arg)
     if a.distinct:
+        v = F.when(live, x)
+        if once is None:
+            count, total = F.count_distinct(v), F.sum_distinct(v)
+        else:
+            count, total = F.count(F.when(live, once)), F.sum(F.when(live, once))
         if a.func == "avg":  # Spark's AVG(DISTINCT x): AVG over the distinct values
-            return average(F.sum_distinct(F.when(live, x)), F.count_distinct(F.when(live, x)), types[a.arg])
-        distinct = {"count": F.count_distinct, "sum": F.sum_distinct, "min": F.min, "max": F.max}
-        return distinct[a.func](F.when(live, x))
-    n = F.sum(F.when(live & x.isNotNull(), w))
+            return average(agg(total), agg(count), types[a.arg])
+        return agg({"count": count, "sum": total, "min": F.min(v), "max": F.max(v)}[a.func])
+    n = agg(F.sum(F.when(live & x.isNotNull(), w)))
     if a.func == "count":
         return F.coalesce(n, F.lit(0))
     kind = types[a.arg]
     if a.func in ("sum", "avg"):  # over the rows as they are: a float's NaNs and infinities included
         each = x.cast("double") * w if _floating(kind) else summand(x, w, kind, a.func)
-        total = F.sum(F.when(live, each))
+        total = agg(F.sum(F.when(live, each)))
         return _sum_or_average(a.func, total, n, kind)
-    return getattr(F, a.func)(F.when(live, x))
+    return agg(getattr(F, a.func)(F.when(live, x)))
 
 
 def expand(df: DataFrame) -> DataFrame:
