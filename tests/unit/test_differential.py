@@ -655,9 +655,7 @@ def test_a_data_error_on_arrangements_sets_aside_the_views_computing_it(spark, t
     with spark_conf(spark, {"spark.sql.ansi.enabled": "true"}):
         diff = Differential(spark, str(tmp_path), {"t": "id INT, a INT, b INT, code STRING", "u": "k INT, w INT"},
                             views, placement=placement, form=form)
-        evaluated: list[str | None] = []
-        run = diff.pipeline._dataframes.run
-        diff.pipeline._dataframes.run = lambda *a: evaluated.append(a[-1]) or run(*a)  # type: ignore[method-assign]
+        evaluated = _evaluator_runs(diff)
         try:
             diff.step({"t": [((1, 10, 2, "1"), 1), ((2, 20, 4, "2"), 1)], "u": [((1, 5), 1), ((2, 6), 1)]})
             diff.step({"t": [((3, 30, 0, "1"), 1), ((4, 1, 1, "x"), 1)]}, check=False)
@@ -685,9 +683,7 @@ def test_a_data_error_in_spark_s_window_between_stages_sets_aside_its_views(spar
     with spark_conf(spark, {"spark.sql.ansi.enabled": "true"}):
         diff = Differential(spark, str(tmp_path), {"t": "id INT, p INT, v BIGINT, ts DATE"}, views,
                             placement="tasks")
-        evaluated: list[str | None] = []
-        run = diff.pipeline._dataframes.run
-        diff.pipeline._dataframes.run = lambda *a: evaluated.append(a[-1]) or run(*a)  # type: ignore[method-assign]
+        evaluated = _evaluator_runs(diff)
         try:
             diff.step({"t": [((1, 1, 5, date(2026, 1, 5)), 1), ((2, 2, 7, date(2026, 1, 9)), 1)]})
             bad = [((3, 1, big, date(2026, 1, 20)), 1), ((4, 1, big, date(2026, 2, 1)), 1)]
@@ -715,9 +711,7 @@ def test_values_arrow_declines_on_a_tick_s_rows_are_spark_s_between_stages_in_ta
         views["product"] = "SELECT id, a * 100000 AS p FROM t"
     with spark_conf(spark, {"spark.sql.ansi.enabled": ansi}):
         diff = Differential(spark, str(tmp_path), {"t": "id INT, a INT, b INT"}, views, placement="tasks")
-        evaluated: list[str | None] = []
-        run = diff.pipeline._dataframes.run
-        diff.pipeline._dataframes.run = lambda *a: evaluated.append(a[-1]) or run(*a)  # type: ignore[method-assign]
+        evaluated = _evaluator_runs(diff)
         try:
             diff.step({"t": [((1, 10, 2), 1), ((2, 20, 4), 1)]})
             diff.step({"t": [((3, 30, 0), 1), ((4, 40000, 1), 1)]}, check=ansi == "false")
@@ -746,9 +740,7 @@ def test_a_window_declined_on_a_tick_s_rows_in_tasks_is_spark_s_between_stages(s
     views = {"near": "SELECT id, p, SUM(v) OVER (PARTITION BY p ORDER BY o RANGE BETWEEN 1 PRECEDING AND "
                      "CURRENT ROW) AS s FROM t"}
     diff = Differential(spark, str(tmp_path), {"t": "id INT, p INT, o BIGINT, v INT"}, views, placement="tasks")
-    evaluated: list[str | None] = []
-    run = diff.pipeline._dataframes.run
-    diff.pipeline._dataframes.run = lambda *a: evaluated.append(a[-1]) or run(*a)  # type: ignore[method-assign]
+    evaluated = _evaluator_runs(diff)
     try:
         diff.step({"t": [((1, 1, 1, 10), 1), ((2, 1, 2, 20), 1), ((3, 2, 1, 30), 1), ((4, 2, 2, 40), 1)]})
         for tick in ([((5, 1, 1 << 62, 50), 1), ((7, 1, (1 << 63) - 1, 5), 1)], [((6, 2, 3, 60), 1)],
@@ -770,9 +762,7 @@ def test_a_probe_past_what_the_driver_holds_runs_in_tasks(spark, tmp_path, monke
     views = {"pairs": "SELECT t.id, u.id AS uid FROM t JOIN u ON t.k = u.k",
              "crossed": "SELECT t.id, u.w FROM t CROSS JOIN u"}
     diff = Differential(spark, str(tmp_path), {"t": "id INT, k INT", "u": "id INT, k INT, w INT"}, views)
-    evaluated: list[str | None] = []
-    run = diff.pipeline._dataframes.run
-    diff.pipeline._dataframes.run = lambda *a: evaluated.append(a[-1]) or run(*a)  # type: ignore[method-assign]
+    evaluated = _evaluator_runs(diff)
     try:
         diff.step({"u": [((i, 1, i * 10), 1) for i in range(8)] + [((9, 2, 0), 1)], "t": [((1, 2), 1)]})
         diff.step({"t": [((2, 1), 1)]})  # matches 8 rows of u: past the bound
