@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from ..circuit.operators import (
     WEIGHT,
@@ -150,7 +151,7 @@ class ArrangedTick:
         Arrow declines it (:class:`.NeedsSpark`): a Map or Filter; a window, not a top-k
         over the whole input; an aggregate with keys, on the tick's rows (its touched
         groups: not a keyless one's whole input or ordered ends)."""
-        if isinstance(op, (Map, Filter)):
+        if isinstance(op, (Map, Filter, Partials)):
             return True
         if isinstance(op, WindowDiff):
             return op.id not in self.plan.tops
@@ -261,7 +262,15 @@ class ArrangedTick:
     @_eval.register
     def _(self, op: Partials) -> pa.Table | None:
         t = self.value(op.input)
-        return None if t is None else kernels.partials(t, op.keys, op.aggs, self.arrow_schema(op))
+        return None if t is None else self.partials(op, t)
+
+    def partials(self, op: Partials, t: pa.Table) -> pa.Table:
+        """The partial sums of ``t`` per group: Spark's where Arrow's leave their type (a
+        DECIMAL's 38 digits)."""
+        try:
+            return kernels.partials(t, op.keys, op.aggs, self.arrow_schema(op))
+        except _ARROW_DECLINES:
+            return self._in_spark(op, t, lambda df: zsets.partials(df, op.keys, op.aggs), rows=True)
 
     @_eval.register
     def _(self, op: Temporal) -> pa.Table | None:
@@ -404,15 +413,33 @@ class ArrangedTick:
 
     def _sums(self, op: GroupDiff) -> tuple[pa.Table, pa.Table] | None:
         """A linear aggregate's partial sums this tick (one row per touched group), and its
-        touched groups' partial sums in all; None when its input did not change."""
+        touched groups' partial sums in all (Spark's where Arrow's leave their type, a
+        DECIMAL's 38 digits); None when its input did not change."""
+        found = self._partial_rows(op)
+        if found is None:
+            return None
+        dp, rows = found
+        keys = list(op.keys)
+        try:
+            return dp, kernels.group_sums(rows, keys)
+        except _ARROW_DECLINES:
+            sums = [c for c in rows.column_names if c not in keys]
+            out = self._spark_pass(rows, lambda df: df.groupBy(*map(quote, keys)).agg(
+                *(F.sum(quote(c)).alias(c) for c in sums)), op.label(), op.id if self._between(op, True) else None,
+                rows=True)
+            return dp, out.select(rows.column_names).cast(rows.schema)
+
+    def _partial_rows(self, op: GroupDiff) -> tuple[pa.Table, pa.Table] | None:
+        """A linear aggregate's partial sums this tick, and its touched groups' partial
+        sums stored and this tick's, to be summed per group."""
         dp = self.value(op.delta)
         if dp is None or dp.num_rows == 0:
             return None
-        keys = list(op.keys)
         before = op.before
         assert isinstance(before, Delay)
-        _, old = self._runs.probe(self._arr[before.input.id][op.keys], dp, keys, [True] * len(keys))
-        return dp, kernels.group_sums(kernels.concat([old, dp.cast(old.schema) if old is not None else dp]), keys)
+        _, old = self._runs.probe(self._arr[before.input.id][op.keys], dp, list(op.keys), [True] * len(op.keys))
+        rows = dp if old is None else pa.concat_tables([old, dp.cast(old.schema)], promote_options="permissive")
+        return dp, rows.select([c for c in rows.column_names if c != kernels.HASH])
 
     def _finished(self, op: GroupDiff, groups: pa.Table) -> pa.Table:
         """A linear aggregate's rows from its groups' partial sums."""
@@ -509,9 +536,9 @@ class ArrangedTick:
         """What a window or an aggregate Spark computes between two stages of a tick in
         tasks needs of the state: the rows it computes over (a window's touched partitions'
         rows, stored and this tick's; an aggregate's touched groups' rows, or partial sums
-        if linear), and the retraction of the rows emitted for them before (None: no
-        change)."""
-        found = self._sums(op) if isinstance(op, GroupDiff) and op.linear else self._touched(op)
+        if linear, stored and this tick's), and the retraction of the rows emitted for them
+        before (None: no change)."""
+        found = self._partial_rows(op) if isinstance(op, GroupDiff) and op.linear else self._touched(op)
         if found is None:
             return None, None
         touched, rows = found

@@ -28,7 +28,7 @@ from pyspark import inheritable_thread_target
 from pyspark.sql import DataFrame
 from pyspark.sql.types import StructType
 
-from ..circuit.operators import WEIGHT, GroupDiff, Integral, Operator, WindowDiff, walk
+from ..circuit.operators import WEIGHT, GroupDiff, Integral, Operator, Partials, WindowDiff, walk
 from ..process import fan_out, map_all, threads
 from .arrow import kernels
 from .spark import tasks, zsets
@@ -586,10 +586,10 @@ class ArrangedTicks:
         """Run the operators in the driver as a task of ``ctx`` would (no Spark) over the
         ``sample`` of the sources (:meth:`_sample`): an operator that needs Spark declines
         here, before the job moves the whole tick (a decline in the tasks costs the job).
-        The Maps and Filters Spark computes ``between`` stages (in the order of the stages)
-        are computed by Spark; of a window Spark computes there, only the retraction of the
-        touched partitions' rows (its new rows would cost a Spark job here: the job gives
-        them)."""
+        The Maps, Filters and partial sums Spark computes ``between`` stages (in the order
+        of the stages) are computed by Spark; of a window or aggregate Spark computes there,
+        only the retraction of the touched groups' rows (its new rows would cost a Spark job
+        here: the job gives them)."""
         assert self.store.runs is not None
         run = ArrangedTick(plan, sample, arrangements, self.store.runs, None, ansi=ctx.ansi, bounded=False,
                            legacy_stats=ctx.legacy_stats)
@@ -601,7 +601,8 @@ class ArrangedTicks:
                     run.given({op.id: gone})
                 else:
                     value = run.value(op.input)  # type: ignore[attr-defined]
-                    run.given({op.id: None if value is None else spark.row_wise(op, value)})
+                    run.given({op.id: None if value is None else spark.partials(op, value) if isinstance(op, Partials)
+                               else spark.row_wise(op, value)})
             except Exception as e:
                 if (why := data_error(e)) is None:
                     raise

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import ROUND_HALF_UP, Context, Decimal
 from unittest import mock
 
 import numpy as np
@@ -1068,6 +1068,33 @@ def test_an_integer_sum_past_bigint_wraps_with_ansi_off_and_raises_with_it_on():
     assert sorted(zip(out.column("k").to_pylist(), out.column("s").to_pylist())) == [
         (1, -(1 << 63)), (2, (1 << 63) - 1), (3, None)]
     assert kernels.regroup(t, ["k"], aggs, schema, ansi=True) is None
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(-(10 ** 38) + 1, 10 ** 38 - 1)), max_size=12),
+       st.integers(0, 6))
+def test_decimal_sums_are_exact_or_raise_out_of_range(rows, scale):
+    """A DECIMAL sum per group is the exact sum when it fits 38 digits (at its scale) and
+    raises ``ArrowInvalid`` when a group's does not, where Arrow's own sum wraps around
+    2^127 silently; an additive table whose sums do not fit is left unsummed by
+    ``sum_by`` (each key's rows still sum to its total)."""
+    kind = pa.decimal128(38, scale)
+    t = pa.table({"k": pa.array([k for k, _ in rows], pa.int32()),
+                  "v": pa.array([Decimal(v).scaleb(-scale, Context(prec=80)) for _, v in rows], kind)})
+    totals: dict[int, int] = {}
+    for k, v in rows:
+        totals[k] = totals.get(k, 0) + v
+    fits = all(abs(v) < 10 ** 38 for v in totals.values())
+    try:
+        out = kernels.group_sums(t, ["k"])
+    except pa.ArrowInvalid:
+        assert not fits
+        assert kernels.sum_by(t, ["k"]) is t
+        return
+    assert fits
+    assert out.schema.field("v").type == kind
+    got = dict(zip(out.column("k").to_pylist(), out.column("v").to_pylist()))
+    assert {k: int(v.scaleb(scale, Context(prec=80))) for k, v in got.items()} == totals
 
 
 @settings(max_examples=100, deadline=None)

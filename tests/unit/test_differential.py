@@ -861,29 +861,32 @@ def test_a_dataframe_delta_is_sized_by_its_rows(spark, tmp_path, monkeypatch):
 def test_an_aggregate_declined_on_a_tick_s_rows_in_tasks_is_spark_s_between_stages(spark, tmp_path, monkeypatch,
                                                                                     rehearsed):
     """An aggregate Arrow declines on the groups a tick touches in tasks (with ANSI on, a
-    BIGINT sum past its type: Spark decides, with its error; met by the rehearsal of the
-    job's first rows, or by the job) is Spark's between two stages for that tick, over
-    the touched groups' partial sums (a linear one) or rows (another): its views are set
-    aside with Spark's error, the others commit in tasks, and once the rows go the views
-    are built again there; no DataFrame evaluator."""
+    BIGINT sum past its type, a DECIMAL(38, 0) one past 38 digits: Spark decides, with its
+    error; met by the rehearsal of the job's first rows, or by the job) is Spark's between
+    two stages for that tick, over the tick's rows (partial sums), the touched groups'
+    partial sums (a linear aggregate) or rows (another): its views are set aside with
+    Spark's error, the others commit in tasks, and once the rows go the views are built
+    again there; no DataFrame evaluator."""
     from dbt_incremental_stream.runtime import on_arrangements
 
     monkeypatch.setattr(on_arrangements, "REHEARSAL_ROWS", rehearsed)
     views = {"sums": "SELECT g, SUM(v) AS s, COUNT(*) AS n FROM t GROUP BY g",
              "mixed": "SELECT g, MAX(v) AS m, SUM(v) AS s FROM t GROUP BY g",
              "distinct": "SELECT g, MIN(v) AS lo, SUM(DISTINCT v) AS s FROM t GROUP BY g",
+             "averages": "SELECT g, AVG(d) AS a, SUM(d) AS sd FROM t GROUP BY g",
              "counts": "SELECT g, COUNT(*) AS n, MAX(d) AS top FROM t GROUP BY g"}
-    big = 1 << 62
+    big, wide = 1 << 62, Decimal(9 * 10 ** 37)
     with spark_conf(spark, {"spark.sql.ansi.enabled": "true"}):
         diff = Differential(spark, str(tmp_path), {"t": "id INT, g INT, v BIGINT, d DECIMAL(38,0)"}, views,
                             placement="tasks")
         evaluated = _evaluator_runs(diff)
         try:
             diff.step({"t": [((1, 1, 5, Decimal(1)), 1), ((2, 2, 7, Decimal(2)), 1), ((3, 1, 9, Decimal(3)), 1)]})
-            bad = [((4, 1, big, Decimal(8)), 1), ((5, 1, big + 1, Decimal(9)), 1)]
+            bad = [((4, 1, big, wide), 1), ((5, 1, big + 1, wide), 1)]
             diff.step({"t": bad}, check=False)
-            assert diff.pipeline.failed.keys() == {"sums", "mixed", "distinct"}, diff.pipeline.failed
-            assert all(why.split(":")[0] in ("ARITHMETIC_OVERFLOW", "NUMERIC_VALUE_OUT_OF_RANGE", "CAST_OVERFLOW")
+            assert diff.pipeline.failed.keys() == {"sums", "mixed", "distinct", "averages"}, diff.pipeline.failed
+            assert all(why.split(":")[0].split(".")[0] in ("ARITHMETIC_OVERFLOW", "NUMERIC_VALUE_OUT_OF_RANGE",
+                                                            "CAST_OVERFLOW")
                        for why in diff.pipeline.failed.values()), diff.pipeline.failed
             assert diff.pipeline.last_tick.path == "tasks", diff.pipeline.last_tick.why
             diff.check(["counts"])

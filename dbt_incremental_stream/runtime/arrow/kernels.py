@@ -43,6 +43,7 @@ _POLY = np.uint64(0x100000001B3)
 _SEED = np.uint64(0x2545F4914F6CDD1D)  # a hash before its first key
 HASH_BLOCK = 1 << 14  # rows a key hash mixes at a time (its scratch stays in the CPU's cache)
 _EXACT = pa.decimal128(38, 0)  # integer sums are summed in it
+_DECIMAL_LIMIT = 10 ** 38  # the unscaled magnitude no DECIMAL reaches (precision 38)
 SIDE_BY_SIDE = 1 << 20  # rows from which a consolidation by sorting runs on two threads
 INSTANT = pa.timestamp("us", tz="UTC")  # Spark's TIMESTAMP, as the engine holds it
 DAY_MICROS = 86_400_000_000
@@ -356,8 +357,13 @@ def _summed(rows: pa.Table, cols: list[str]) -> pa.Table:
 
 def sum_by(table: pa.Table, keys: Sequence[str]) -> pa.Table:
     """An additive table consolidated: every non-key column summed per key, groups whose
-    sums are all zero or NULL dropped (a group's COUNT can net to 0 while a SUM does not)."""
-    out = group_sums(table, keys)
+    sums are all zero or NULL dropped (a group's COUNT can net to 0 while a SUM does not).
+    A sum out of its type's range leaves the table as it is: an additive run may hold a
+    key's rows unsummed (whoever reads a key sums its rows)."""
+    try:
+        out = group_sums(table, keys)
+    except pa.ArrowInvalid:
+        return table
     values = [c for c in out.column_names if c not in keys]
     if not values:
         return out
@@ -379,18 +385,27 @@ def group_sums(table: pa.Table, keys: Sequence[str]) -> pa.Table:
 
 def aggregate(table: pa.Table, keys: Sequence[str], specs: Sequence[tuple]) -> pa.Table:
     """``table.group_by(keys).aggregate(specs)`` as Spark groups: floating-point keys
-    normalized, each output column named as its input column, and integer sums exact
-    (summed as decimal(38, 0) and cast back: a sum out of its type's range raises
-    ``ArrowInvalid``). No keys: one row, of NULL sums when there are no rows. A column
-    whose largest magnitude times its row count stays in BIGINT cannot overflow a 64-bit
-    sum: it is summed as it is (a cast to decimal is most of a large tick's aggregate)."""
-    summed = {s[0]: table.schema.field(s[0]).type for s in specs
-              if s[1] == "sum" and pa.types.is_integer(table.schema.field(s[0]).type)}
-    for c in summed:
-        bounds = pc.min_max(table.column(c))
-        low, high = bounds["min"].as_py() or 0, bounds["max"].as_py() or 0
-        if max(-low, high) * table.num_rows >= 1 << 63:
-            table = table.set_column(table.schema.get_field_index(c), c, table.column(c).cast(_EXACT))
+    normalized, each output column named as its input column, and integer and decimal
+    sums exact (summed as decimal(38, 0) or decimal(76, s) and cast back: a sum out of
+    its type's range raises ``ArrowInvalid``, where Arrow's own would wrap). No keys: one
+    row, of NULL sums when there are no rows. A column whose largest magnitude times its
+    row count stays in range cannot overflow: it is summed as it is (a cast is most of a
+    large tick's aggregate)."""
+    summed: dict[str, pa.DataType] = {}
+    for c in (s[0] for s in specs if s[1] == "sum"):
+        kind = table.schema.field(c).type
+        if pa.types.is_integer(kind):
+            bounds = pc.min_max(table.column(c))
+            low, high = bounds["min"].as_py() or 0, bounds["max"].as_py() or 0
+            if max(-low, high) * table.num_rows >= 1 << 63:
+                summed[c] = kind
+                table = table.set_column(table.schema.get_field_index(c), c, table.column(c).cast(_EXACT))
+        elif pa.types.is_decimal128(kind):
+            largest = pc.max(pc.abs(table.column(c))).as_py() or Decimal(0)
+            if largest.scaleb(kind.scale) * table.num_rows >= _DECIMAL_LIMIT:
+                summed[c] = pa.decimal128(38, kind.scale)
+                table = table.set_column(table.schema.get_field_index(c), c,
+                                         table.column(c).cast(pa.decimal256(76, kind.scale)))
     out = normal_keys(table, keys).group_by(list(keys), use_threads=False).aggregate(list(specs))
     named = {f"{s[0]}_{s[1]}": s[0] for s in specs}
     out = out.rename_columns([named.get(c, c) for c in out.column_names])

@@ -49,7 +49,7 @@ import pyarrow as pa
 import sqlglot
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import ArrayType, DataType, DoubleType, FloatType, MapType, StructField, StructType
+from pyspark.sql.types import ArrayType, DataType, MapType, StructField, StructType
 from sqlglot import exp
 
 from ...circuit.operators import (
@@ -414,7 +414,10 @@ def _combined(op: Operator, parts: Sequence[pa.Table]) -> pa.Table | None:
     table = kernels.concat(parts)
     if table is None or len(parts) == 1 or not isinstance(op, Partials):
         return table
-    return kernels.group_sums(table, op.keys).select(table.column_names).cast(table.schema)
+    try:
+        return kernels.group_sums(table, op.keys).select(table.column_names).cast(table.schema)
+    except pa.ArrowInvalid:  # a sum out of its type's range (a DECIMAL's 38 digits): Spark's
+        raise NeedsSpark(op.id, f"{op.label()}: a partial sum leaves its type") from None
 
 
 def _by_spark(ctx: Context, node: str, parts: Sequence[pa.Table]) -> pa.Table | None:
@@ -642,27 +645,20 @@ def _stage(ctx: Context, frame: DataFrame, s: int, tasks: int) -> DataFrame:
 def _through_spark(frame: DataFrame, node: str, op: Operator, plan: Plan) -> DataFrame:
     """``frame`` with Spark's ``op`` over its typed input rows (``in_<node>``): a Map's
     columns as ``out_<node>`` (NULL in the other rows; the expressions are not evaluated
-    there), a Filter's rows that fail its predicate dropped, a linear aggregate's rows
-    finished from its touched groups' partial sums. A projection: it runs in the task that
-    gave the rows. A window: :func:`_window_through_spark`; another aggregate:
-    :func:`_group_through_spark`."""
+    there), a Filter's rows that fail its predicate dropped. A projection: it runs in the
+    task that gave the rows. A window: :func:`_window_through_spark`; an aggregate or
+    partial sums: :func:`_group_through_spark`, :func:`_sums_through_spark`."""
     if isinstance(op, WindowDiff):
         return _window_through_spark(frame, node, op)
     if isinstance(op, GroupDiff) and not op.linear:
         return _group_through_spark(frame, node, op, plan.schema(op.delta))
+    if isinstance(op, (GroupDiff, Partials)):
+        return _sums_through_spark(frame, node, op, plan)
     columns = [quote(c) for c in frame.columns]
     mine = F.col("node") == F.lit(node)
     wide = frame.select(*columns, F.col(f"in_{node}.*"))
     if isinstance(op, Filter):
         return wide.where(~mine | F.coalesce(F.expr(op.predicate), F.lit(False))).select(*columns)
-    if isinstance(op, GroupDiff):
-        mine &= F.col(f"in_{node}").isNotNull()  # not the blobs of its retraction
-        sums = plan.schema(op.delta).names
-        count, results = zsets.finalize({c: F.col(quote(c)) for c in sums if c not in op.keys}, op.aggs,
-                                        zsets.arg_types(plan.schema(op.delta.input), op.aggs))  # type: ignore[attr-defined]
-        values = F.struct(*(F.col(quote(k)) for k in op.keys), *(v.alias(a.name) for v, a in zip(results, op.aggs)),
-                          F.lit(1).cast("long").alias(WEIGHT))
-        return wide.where(~mine | (count != 0)).select(*columns, F.when(mine, values).alias(_by_spark_column(op)))
     assert isinstance(op, Map)
     values = F.struct(*(F.expr(e).alias(n) for n, e in op.exprs), F.col(quote(WEIGHT)))
     return wide.select(*columns, F.when(mine, values).alias(_by_spark_column(op)))
@@ -672,22 +668,23 @@ def _through_spark(frame: DataFrame, node: str, op: Operator, plan: Plan) -> Dat
 APART = "_apart"
 
 
-def _apart(frame: DataFrame, node: str, op: GroupDiff | WindowDiff) -> tuple[DataFrame, Column]:
-    """``frame`` with the typed rows of ``node`` (``in_<node>``, a Z-set) as the bag they
-    stand for (each row as many times as its weight, a row of weight 0 or less gone), its
-    input's columns beside the stage rows', and :data:`APART`: NULL for these rows and a
-    hash of the row for the others. A window partitioned by it first holds these rows
-    alone, as in batch (Spark exchanges the rows by the partition, and the next stage by
-    ``part`` again). And whether a row is one of these."""
+def _apart(frame: DataFrame, node: str, bag: bool = True) -> tuple[DataFrame, Column]:
+    """``frame`` with the typed rows of ``node`` (``in_<node>``, a Z-set) beside the stage
+    rows' columns, and :data:`APART`: NULL for these rows and a hash of the row for the
+    others. A window partitioned by it first holds these rows alone, as in batch (Spark
+    exchanges the rows by the partition, and the next stage by ``part`` again). ``bag``:
+    each row as many times as its weight (a row of weight 0 or less gone); else each once,
+    with its weight. And whether a row is one of these."""
     columns = [quote(c) for c in frame.columns]
     mine = (F.col("node") == F.lit(node)) & F.col(f"in_{node}").isNotNull()
     one = F.lit(1).cast("long")
-    copies = F.explode(F.when(mine, F.array_repeat(one, F.col(f"in_{node}.{quote(WEIGHT)}").cast("int")))
-                       .otherwise(F.array(one)))
+    data = frame.schema[f"in_{node}"].dataType.names  # type: ignore[attr-defined]
+    copies = ([F.explode(F.when(mine, F.array_repeat(one, F.col(f"in_{node}.{quote(WEIGHT)}").cast("int")))
+                         .otherwise(F.array(one))).alias(f"{APART}_copy")] if bag else [])
     hashed = [quote(f.name) for f in frame.schema.fields if _hashable(f.dataType)]
-    return frame.select(*columns, *(F.col(f"in_{node}.{quote(c)}").alias(c) for c in op.delta.columns),
+    return frame.select(*columns, *(F.col(f"in_{node}.{quote(c)}").alias(c) for c in data),
                         F.when(mine, F.lit(None).cast("long")).otherwise(F.xxhash64(*hashed)).alias(APART),
-                        copies.alias(f"{APART}_copy")), mine
+                        *copies), mine
 
 
 def _window_through_spark(frame: DataFrame, node: str, op: WindowDiff) -> DataFrame:
@@ -697,7 +694,7 @@ def _window_through_spark(frame: DataFrame, node: str, op: WindowDiff) -> DataFr
     (:func:`_apart`). Every other stage row passes through."""
     columns = [quote(c) for c in frame.columns]
     data = list(op.delta.columns)
-    wide, mine = _apart(frame, node, op)
+    wide, mine = _apart(frame, node)
     out = wide.selectExpr(*columns, *map(quote, data), *(f"{apart(e, APART)} AS {quote(n)}" for n, e in op.funcs))
     if op.keep:
         out = out.where(~mine | F.coalesce(F.expr(op.keep), F.lit(False)))
@@ -713,11 +710,8 @@ def _group_through_spark(frame: DataFrame, node: str, op: GroupDiff, schema: Str
     DISTINCT; its partition makes values distinct as Spark's grouping does), and the
     group's first row kept, its floating-point keys' -0.0 as Spark's grouping gives it,
     0.0. Every other stage row passes through."""
-    for k in op.keys:
-        if _nested_float(schema[k].dataType):
-            raise DeclinedRows(f"{op.label()}: the key {k} holds floating-point values in a nested type")
     columns = [quote(c) for c in frame.columns]
-    wide, mine = _apart(frame, node, op)
+    wide, mine = _apart(frame, node)
     group = [F.col(APART), *(F.col(quote(k)) for k in op.keys)]
     once: dict[str, Column] = {}
     for a in op.aggs:
@@ -728,13 +722,64 @@ def _group_through_spark(frame: DataFrame, node: str, op: GroupDiff, schema: Str
             once[a.arg] = F.col(name)
     by = Window.partitionBy(*group)
     w, types = F.when(mine, F.lit(1).cast("long")), zsets.arg_types(schema, op.aggs)
-    keys = [F.when(F.col(quote(k)) == 0, F.lit(0).cast(schema[k].dataType)).otherwise(F.col(quote(k))).alias(k)
-            if isinstance(schema[k].dataType, (FloatType, DoubleType)) else F.col(quote(k)) for k in op.keys]
-    values = F.struct(*keys, *(zsets.weighted(a, w, types, by, once.get(a.arg or "")).alias(a.name)
-                               for a in op.aggs), F.lit(1).cast("long").alias(WEIGHT))
-    out = wide.select(*columns, F.when(mine, values).alias(_by_spark_column(op)),
-                      F.row_number().over(by.orderBy(F.lit(0))).alias(f"{APART}_first"))
-    return out.where(~mine | (F.col(f"{APART}_first") == 1)).select(*columns, _by_spark_column(op))
+    values = F.struct(*_group_keys(op, schema), *(zsets.weighted(a, w, types, by, once.get(a.arg or "")).alias(a.name)
+                                                  for a in op.aggs), F.lit(1).cast("long").alias(WEIGHT))
+    return _one_per_group(wide, columns, mine, by, values, _by_spark_column(op))
+
+
+def _sums_through_spark(frame: DataFrame, node: str, op: GroupDiff | Partials, plan: Plan) -> DataFrame:
+    """``frame`` with Spark's sums over the typed rows ``in_<node>``, one row per group in
+    ``out_<node>``, each sum a window function over the group (partitioned by
+    :data:`APART` first, :func:`_apart`): a Partials node's partial sums of the tick's rows
+    (:func:`.zsets.partial_sums`), or a linear aggregate's rows from its touched groups'
+    partial sums, stored and this tick's, summed and finished (weight 1; a group of
+    weight 0 gone). Where Arrow's sums leave their type (a DECIMAL's 38 digits), Spark's
+    decide, with Spark's error or NULL."""
+    columns = [quote(c) for c in frame.columns]
+    by = Window.partitionBy(F.col(APART), *(F.col(quote(k)) for k in op.keys))
+    if isinstance(op, Partials):
+        schema = plan.schema(op.input)
+        types = zsets.arg_types(schema, op.aggs)
+        signed = zsets.unit_weights_needed(op.aggs, types)
+        wide, mine = _apart(frame, node, bag=False)
+        if signed:  # each row as |w| rows of weight ±1, as Spark's own partial sums take them
+            w = F.col(quote(WEIGHT))
+            wide = wide.withColumn(WEIGHT, F.explode(F.when(mine, F.array_repeat(
+                F.signum(w).cast("long"), F.abs(w).cast("int"))).otherwise(F.array(F.lit(None).cast("long")))))
+        sums = zsets.partial_sums(op.aggs, types, F.col(quote(WEIGHT)))
+        values = F.struct(*_group_keys(op, schema), *(v.over(by).alias(n) for n, v in sums.items()))
+        return _one_per_group(wide, columns, mine, by, values, _by_spark_column(op))
+    wide, mine = _apart(frame, node, bag=False)
+    names = [c for c in plan.schema(op.delta).names if c not in op.keys]
+    count, results = zsets.finalize({c: F.sum(F.col(quote(c))).over(by) for c in names}, op.aggs,
+                                    zsets.arg_types(plan.schema(op.delta.input), op.aggs))  # type: ignore[attr-defined]
+    values = F.struct(*(F.col(quote(k)) for k in op.keys), *(v.alias(a.name) for v, a in zip(results, op.aggs)),
+                      F.lit(1).cast("long").alias(WEIGHT))
+    return _one_per_group(wide, columns, mine, by, values, _by_spark_column(op), count != 0)
+
+
+def _group_keys(op: GroupDiff | Partials, schema: StructType) -> list[Column]:
+    """A group's keys as Spark's grouping gives them, from the group's first row: a
+    floating-point key's -0.0 as 0.0 (a key with floating-point values in a nested type
+    declines the tick's rows)."""
+    keys = []
+    for k in op.keys:
+        kind = schema[k].dataType
+        if _nested_float(kind):
+            raise DeclinedRows(f"{op.label()}: the key {k} holds floating-point values in a nested type")
+        c = F.col(quote(k))
+        keys.append(F.when(c == 0, F.lit(0).cast(kind)).otherwise(c).alias(k) if zsets.floating(kind) else c)
+    return keys
+
+
+def _one_per_group(wide: DataFrame, columns: Sequence[str], mine: Column, by: Any, values: Column, out: str,
+                   keep: Column | None = None) -> DataFrame:
+    """The stage rows ``columns`` of ``wide`` and, of a node's rows (``mine``), the first
+    of each group ``by`` (where ``keep`` holds), with ``values`` in ``out``."""
+    first = F.row_number().over(by.orderBy(F.lit(0))) == 1
+    kept = wide.select(*columns, F.when(mine, values).alias(out),
+                       (~mine | (first if keep is None else first & keep)).alias(f"{APART}_kept"))
+    return kept.where(F.col(f"{APART}_kept")).select(*columns, out)
 
 
 def _nested_float(kind: DataType) -> bool:
@@ -742,7 +787,7 @@ def _nested_float(kind: DataType) -> bool:
     inner: list[DataType] = ([f.dataType for f in kind.fields] if isinstance(kind, StructType)
                              else [kind.elementType] if isinstance(kind, ArrayType)
                              else [kind.keyType, kind.valueType] if isinstance(kind, MapType) else [])
-    return any(isinstance(t, (FloatType, DoubleType)) or _nested_float(t) for t in inner)
+    return any(zsets.floating(t) or _nested_float(t) for t in inner)
 
 
 def _hashable(kind: DataType) -> bool:
@@ -764,7 +809,7 @@ def apart(sql: str, column: str) -> str:
 
 def _by_spark_column(op: Operator) -> str:
     """The column of the stage rows holding the value of ``op`` after :func:`_through_spark`."""
-    return f"out_{op.id}" if isinstance(op, (Map, WindowDiff, GroupDiff)) else f"in_{op.id}"
+    return f"out_{op.id}" if isinstance(op, (Map, WindowDiff, GroupDiff, Partials)) else f"in_{op.id}"
 
 
 def declined(e: BaseException) -> str | None:

@@ -461,29 +461,35 @@ def join(left: DataFrame, right: DataFrame, on: str) -> DataFrame:
 
 
 def partials(df: DataFrame, keys: Sequence[str], aggs: Sequence[AggCall]) -> DataFrame:
-    """Per-group sums from which every linear aggregate is finalized: Σw, and per
-    aggregate Σx·w (:func:`summand`) and Σw over non-NULL x; for a floating-point SUM or
-    AVG the weighted counts of its NaNs and infinities too (:func:`nonfinite_columns`)."""
+    """Per-group sums from which every linear aggregate is finalized (:func:`partial_sums`)."""
     types = arg_types(df.schema, aggs)
     if unit_weights_needed(aggs, types):
         df = unit_weights(df)
-    w = col(WEIGHT)
-    exprs = [F.sum(w).alias(COUNT)]
+    return df.groupBy(*map(col, keys)).agg(*(v.alias(n) for n, v in partial_sums(aggs, types, col(WEIGHT)).items()))
+
+
+def partial_sums(aggs: Sequence[AggCall], types: Mapping[str, DataType], w: Column) -> dict[str, Column]:
+    """The sums (aggregate expressions, by partial column) from which linear ``aggs`` are
+    finalized, of rows of weight ``w`` (±1 where :func:`unit_weights_needed`): Σw, and per
+    aggregate Σx·w (:func:`summand`) and Σw over non-NULL x; for a floating-point SUM or
+    AVG the weighted counts of its NaNs and infinities too (:func:`nonfinite_columns`)."""
+    exprs = {COUNT: F.sum(w)}
     for a in aggs:
         names = partial_columns(a)
         if a.arg is None:
             continue
         x, kind = col(a.arg), types[a.arg]
         if a.func != "count":
-            exprs.append(F.sum(summand(x, w, kind, a.func)).alias(names[0]))
-        exprs.append(F.sum(F.when(x.isNotNull(), w).otherwise(F.lit(0))).alias(names[-1]))
-        if a.func != "count" and _floating(kind):
-            exprs += [F.sum(F.when(test, w).otherwise(F.lit(0))).alias(n)
-                      for test, n in zip(_nonfinite(x), nonfinite_columns(a))]
-    return df.groupBy(*map(col, keys)).agg(*exprs)
+            exprs[names[0]] = F.sum(summand(x, w, kind, a.func))
+        exprs[names[-1]] = F.sum(F.when(x.isNotNull(), w).otherwise(F.lit(0)))
+        if a.func != "count" and floating(kind):
+            exprs |= {n: F.sum(F.when(test, w).otherwise(F.lit(0))) for test, n in zip(_nonfinite(x),
+                                                                                        nonfinite_columns(a))}
+    return exprs
 
 
-def _floating(kind: DataType) -> bool:
+def floating(kind: DataType) -> bool:
+    """Whether values of ``kind`` are FLOAT or DOUBLE (NaN, -0.0 and infinities among them)."""
     return isinstance(kind, (FloatType, DoubleType))
 
 
@@ -510,7 +516,7 @@ def summand(x: Column, w: Column, kind: DataType, func: str) -> Column:
     0.0, not -0.5), and depends on the order beyond."""
     if isinstance(kind, DecimalType):
         return x * w if _product_exact(kind) else F.when(w > 0, x).otherwise(-x)
-    if _floating(kind):
+    if floating(kind):
         nan, pinf, ninf = _nonfinite(x)
         return F.when(~(nan | pinf | ninf), x.cast("double") * w).otherwise(F.lit(0.0))
     if _integral(kind):
@@ -721,7 +727,7 @@ def weighted(a: AggCall, w: Column, types: Mapping[str, DataType], over: WindowS
         return F.coalesce(n, F.lit(0))
     kind = types[a.arg]
     if a.func in ("sum", "avg"):  # over the rows as they are: a float's NaNs and infinities included
-        each = x.cast("double") * w if _floating(kind) else summand(x, w, kind, a.func)
+        each = x.cast("double") * w if floating(kind) else summand(x, w, kind, a.func)
         total = agg(F.sum(F.when(live, each)))
         return _sum_or_average(a.func, total, n, kind)
     return agg(getattr(F, a.func)(F.when(live, x)))
