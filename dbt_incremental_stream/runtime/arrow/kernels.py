@@ -358,12 +358,12 @@ def _summed(rows: pa.Table, cols: list[str]) -> pa.Table:
 def sum_by(table: pa.Table, keys: Sequence[str]) -> pa.Table:
     """An additive table consolidated: every non-key column summed per key, groups whose
     sums are all zero or NULL dropped (a group's COUNT can net to 0 while a SUM does not).
-    A sum out of its type's range leaves the table as it is: an additive run may hold a
-    key's rows unsummed (whoever reads a key sums its rows)."""
+    A key whose DECIMAL sum leaves 38 digits keeps its rows unsummed (an additive run may
+    hold a key's rows apart: whoever reads a key sums its rows)."""
     try:
         out = group_sums(table, keys)
     except pa.ArrowInvalid:
-        return table
+        out = _sum_fitting(table, keys)
     values = [c for c in out.column_names if c not in keys]
     if not values:
         return out
@@ -372,6 +372,23 @@ def sum_by(table: pa.Table, keys: Sequence[str]) -> pa.Table:
         nonzero = pc.fill_null(pc.not_equal(out.column(c), pa.scalar(0).cast(out.schema.field(c).type)), False)
         live = nonzero if live is None else pc.or_(live, nonzero)
     return out.filter(live)
+
+
+def _sum_fitting(table: pa.Table, keys: Sequence[str]) -> pa.Table:
+    """``table``'s rows summed per key where the key's DECIMAL sums fit their type, and
+    left apart for the other keys (and for a key hashing as one of those does)."""
+    table = table.select(list(keys) + [c for c in table.column_names if c not in keys and c != HASH])
+    decimals = [f for f in table.schema if f.name not in keys and pa.types.is_decimal128(f.type)]
+    wide = pa.schema([pa.field(f.name, pa.decimal256(76, f.type.scale)) if f in decimals else f for f in table.schema])
+    sums = aggregate(table.cast(wide), keys, [(c, "sum") for c in table.column_names if c not in keys])
+    fits = np.ones(sums.num_rows, bool)
+    for f in decimals:
+        limit = pa.scalar(Decimal(_DECIMAL_LIMIT).scaleb(-f.type.scale, decimal.Context(prec=80)),
+                          wide.field(f.name).type)
+        fits &= pc.fill_null(pc.less(pc.abs(sums.column(f.name)), limit), True).to_numpy(zero_copy_only=False)
+    over = key_hash(sums.filter(pa.array(~fits)), keys)
+    summed = sums.filter(pa.array(~np.isin(key_hash(sums, keys), over))).select(table.column_names)
+    return pa.concat_tables([summed.cast(table.schema), table.filter(pa.array(np.isin(key_hash(table, keys), over)))])
 
 
 def group_sums(table: pa.Table, keys: Sequence[str]) -> pa.Table:

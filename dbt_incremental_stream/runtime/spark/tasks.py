@@ -23,9 +23,10 @@ Spark's there too: the stage where its partitions are gathers the touched partit
 rows (typed, ``in_<node>``) and the retraction of what it emitted for them (a blob),
 Spark's window runs over those rows between that stage and the next (partitioned apart
 from the other stage rows: :func:`_window_through_spark`) and the next stage consolidates
-both. A Map, Filter or window Arrow computes but declines on some rows (an overflow, a
-division by zero: :class:`.NeedsSpark`) is Spark's between stages for that tick, the job
-run again. A data error (:func:`.ticks.data_error`)
+both. A Map, Filter, window or aggregate Arrow computes but declines on some rows (an
+overflow, a division by zero: :class:`.NeedsSpark`) is Spark's between stages for that
+tick, the job run again; so are a tick's partial sums, as window sums over its rows
+(:func:`_sums_through_spark`), where Arrow's leave their type. A data error (:func:`.ticks.data_error`)
 in Spark's projection names its node (:func:`failing`), so only the views computing it
 are set aside, as in the driver. A task writes its part of
 every state delta its stage computes: a Parquet file in the tick's batch directory
