@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: setup test unit lint demo bench bench-tpch bench-nexmark bench-all clean
+.PHONY: setup test unit lint evaluator-report demo bench bench-tpch bench-nexmark bench-all clean
 
 setup: $(VENV)/.installed
 
@@ -22,6 +22,11 @@ test: setup
 # the Spark-free tier: kernels, arrangements and the Kafka decoder's values (seconds)
 unit: setup
 	$(PY) -m pytest -q tests/fast
+
+# the suite's ticks that fall back to the DataFrame evaluator, by reason (tests/evaluator_report.py)
+evaluator-report: setup
+	EVALUATOR_REPORT=$(abspath evaluator-report) $(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder -q \
+		-p tests.evaluator_report tests/unit tests/functional
 
 # ruff (ruff.toml) and mypy on the engine (mypy.ini), in a virtualenv of their own: mypy
 # needs a newer pathspec than dbt-core allows beside it
