@@ -408,38 +408,41 @@ class ArrangedTick:
         found = self._sums(op)
         if found is None:
             return self._no_rows(op)
-        dp, groups = found
-        return self._retract(op, dp, self._finished(op, groups))
+        touched, groups = found
+        return self._retract(op, touched, self._finished(op, groups))
 
     def _sums(self, op: GroupDiff) -> tuple[pa.Table, pa.Table] | None:
-        """A linear aggregate's partial sums this tick (one row per touched group), and its
-        touched groups' partial sums in all (Spark's where Arrow's leave their type, a
-        DECIMAL's 38 digits); None when its input did not change."""
+        """A linear aggregate's touched groups (:meth:`_partial_rows`) and their partial
+        sums in all, one row per group (Spark's where Arrow's leave their type, a DECIMAL's
+        38 digits); None when its input did not change."""
         found = self._partial_rows(op)
         if found is None:
             return None
-        dp, rows = found
+        touched, rows = found
         keys = list(op.keys)
         try:
-            return dp, kernels.group_sums(rows, keys)
+            return touched, kernels.group_sums(rows, keys)
         except _ARROW_DECLINES:
             sums = [c for c in rows.column_names if c not in keys]
             out = self._spark_pass(rows, lambda df: df.groupBy(*map(quote, keys)).agg(
                 *(F.sum(quote(c)).alias(c) for c in sums)), op.label(), op.id if self._between(op, True) else None,
                 rows=True)
-            return dp, out.select(rows.column_names).cast(rows.schema)
+            return touched, out.select(rows.column_names).cast(rows.schema)
 
     def _partial_rows(self, op: GroupDiff) -> tuple[pa.Table, pa.Table] | None:
-        """A linear aggregate's partial sums this tick, and its touched groups' partial
+        """A linear aggregate's touched groups (this tick's partial sums, or their keys
+        where a group's sum is in several rows: :func:`.kernels.fitted`), and their partial
         sums stored and this tick's, to be summed per group."""
         dp = self.value(op.delta)
         if dp is None or dp.num_rows == 0:
             return None
         before = op.before
         assert isinstance(before, Delay)
-        _, old = self._runs.probe(self._arr[before.input.id][op.keys], dp, list(op.keys), [True] * len(op.keys))
+        keys = list(op.keys)
+        touched = kernels.distinct_keys(dp, keys) if kernels.split(dp) else dp
+        _, old = self._runs.probe(self._arr[before.input.id][op.keys], touched, keys, [True] * len(keys))
         rows = dp if old is None else pa.concat_tables([old, dp.cast(old.schema)], promote_options="permissive")
-        return dp, rows.select([c for c in rows.column_names if c != kernels.HASH])
+        return touched, rows.select([c for c in rows.column_names if c != kernels.HASH])
 
     def _finished(self, op: GroupDiff, groups: pa.Table) -> pa.Table:
         """A linear aggregate's rows from its groups' partial sums."""

@@ -1076,8 +1076,9 @@ def test_an_integer_sum_past_bigint_wraps_with_ansi_off_and_raises_with_it_on():
 def test_decimal_sums_are_exact_or_raise_out_of_range(rows, scale):
     """A DECIMAL sum per group is the exact sum when it fits 38 digits (at its scale) and
     raises ``ArrowInvalid`` when a group's does not, where Arrow's own sum wraps around
-    2^127 silently; ``sum_by`` consolidates an additive table all the same: the keys whose
-    sums fit summed, the others' rows left apart (each key's rows still sum to its total)."""
+    2^127 silently; ``sum_by`` consolidates an additive table all the same: a key whose
+    sum fits in one row, another in the rows of sums that fit it takes (``fitted``), which
+    sum to its total."""
     kind = pa.decimal128(38, scale)
     t = pa.table({"k": pa.array([k for k, _ in rows], pa.int32()),
                   "v": pa.array([Decimal(v).scaleb(-scale, Context(prec=80)) for _, v in rows], kind)})
@@ -1092,6 +1093,8 @@ def test_decimal_sums_are_exact_or_raise_out_of_range(rows, scale):
     assert by_key == {k: v for k, v in totals.items() if v}
     keys = consolidated.column("k").to_pylist()
     assert all(keys.count(k) == (v != 0) for k, v in totals.items() if abs(v) < 10 ** 38)
+    assert all(keys.count(k) == -(-abs(v) // (10 ** 38 - 1)) for k, v in totals.items() if abs(v) >= 10 ** 38)
+    assert kernels.split(consolidated) or fits
     try:
         out = kernels.group_sums(t, ["k"])
     except pa.ArrowInvalid:

@@ -170,11 +170,13 @@ def test_linear_aggregates_from_partial_sums(spark, kind, ansi, data):
 def _finished(df, table: pa.Table, aggs: list[AggCall], partial_schema: pa.Schema, view: pa.Schema,
               ansi: bool) -> pa.Table:
     """The aggregates as the engine gives them, cast to the view's types (as it conforms
-    them): the kernels' partial sums and finish; where the kernels decline (``ArrowInvalid``, or no finish: an
-    AVG of a DECIMAL out of range with ANSI on), Spark's finish of Spark's partial sums."""
+    them): the kernels' partial sums, summed per group (a DECIMAL's past 38 digits is in
+    several rows: ``kernels.fitted``), and finish; where the kernels decline
+    (``ArrowInvalid``, or no finish: an AVG of a DECIMAL out of range with ANSI on),
+    Spark's finish of Spark's partial sums."""
     try:
-        got = kernels.finish(kernels.partials(table, ["k"], aggs, partial_schema), ["k"], aggs, table.schema,
-                             ansi=ansi)
+        sums = kernels.group_sums(kernels.partials(table, ["k"], aggs, partial_schema), ["k"])
+        got = kernels.finish(sums, ["k"], aggs, table.schema, ansi=ansi)
         if got is not None:
             return got.select(view.names).cast(view)
     except pa.ArrowInvalid:

@@ -397,6 +397,36 @@ def test_running_sums_that_leave_their_type(spark, tmp_path, ansi):
             twin.close()
 
 
+@ANSI
+def test_a_tick_s_decimal_sums_past_38_digits_are_kept_exact(spark, tmp_path, ansi):
+    """A tick whose rows of a group sum past DECIMAL(38, 0) (two values of 9e37): the
+    group's SUM and AVG fail the view as Spark's batch does (ANSI on) or are NULL (off),
+    and once rows are deleted and the sum is back in range they are Spark's again (the
+    AVG of 9e37 and two small values is past DECIMAL(38, 4) too): the
+    tick's partial sum is kept exactly, in rows that fit the type (Arrow's sum wrapped
+    around 2^127, and Spark's partial sum is NULL: the group's later sums left its rows
+    out). In the driver and in Spark tasks; the ticks keep to rows whose running sums in
+    Spark's order stay in range (Spark's overflow follows its row order)."""
+    wide = Decimal(9 * 10 ** 37)
+    with spark_conf(spark, {"spark.sql.ansi.enabled": str(ansi).lower()}):
+        twin = Twin(spark, str(tmp_path), {"t": "id INT, g INT, d DECIMAL(38,0)"},
+                    {"sums": "SELECT g, AVG(d) AS a, SUM(d) AS s, COUNT(*) AS n FROM t GROUP BY g"},
+                    placements=("auto", "tasks"))
+        try:
+            for tick in ([((1, 1, Decimal(1)), 1), ((2, 2, Decimal(2)), 1), ((3, 1, Decimal(3)), 1)],
+                         [((4, 1, wide), 1), ((5, 1, wide), 1)],
+                         [((4, 1, wide), -1), ((6, 2, Decimal(4)), 1)],
+                         [((5, 1, wide), -1), ((7, 2, Decimal(4)), 1)],
+                         [((8, 1, wide), 2), ((7, 2, Decimal(4)), 1)],
+                         [((8, 1, wide), -1)]):
+                twin.step({"t": tick})
+            failed = {t for t, _ in twin.errors}
+            assert failed == ({2, 3, 5, 6} if ansi else set()), twin.errors  # 6: AVG past DECIMAL(38, 4)
+            assert twin.arranged == 6, twin.paths
+        finally:
+            twin.close()
+
+
 #: the shape groups whose every operator runs in Spark tasks ("order" orders windows by an
 #: expression only Spark computes exactly: a column computed before the window, by Spark
 #: between two stages)

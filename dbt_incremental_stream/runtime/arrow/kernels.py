@@ -356,14 +356,10 @@ def _summed(rows: pa.Table, cols: list[str]) -> pa.Table:
 
 
 def sum_by(table: pa.Table, keys: Sequence[str]) -> pa.Table:
-    """An additive table consolidated: every non-key column summed per key, groups whose
-    sums are all zero or NULL dropped (a group's COUNT can net to 0 while a SUM does not).
-    A key whose DECIMAL sum leaves 38 digits keeps its rows unsummed (an additive run may
-    hold a key's rows apart: whoever reads a key sums its rows)."""
-    try:
-        out = group_sums(table, keys)
-    except pa.ArrowInvalid:
-        out = _sum_fitting(table, keys)
+    """An additive table consolidated: every non-key column summed per key (:func:`fitted`),
+    groups whose sums are all zero or NULL dropped (a group's COUNT can net to 0 while a
+    SUM does not)."""
+    out = fitted(table, keys)
     values = [c for c in out.column_names if c not in keys]
     if not values:
         return out
@@ -374,21 +370,80 @@ def sum_by(table: pa.Table, keys: Sequence[str]) -> pa.Table:
     return out.filter(live)
 
 
-def _sum_fitting(table: pa.Table, keys: Sequence[str]) -> pa.Table:
-    """``table``'s rows summed per key where the key's DECIMAL sums fit their type, and
-    left apart for the other keys (and for a key hashing as one of those does)."""
+def fitted(table: pa.Table, keys: Sequence[str]) -> pa.Table:
+    """Every non-key column summed per key, as :func:`group_sums`, in the table's types: a
+    key whose DECIMAL sum leaves 38 digits (Spark's widest) gets as many rows as its sum
+    takes, each in range (the others' sums on its first row, zeros on the next). An
+    additive table: a key's rows sum to its exact sums (whoever reads a key sums its
+    rows: :func:`split`)."""
+    try:
+        out = group_sums(table, keys)
+    except pa.ArrowInvalid:
+        out = None
+    decimals = {f.name: f.type.scale for f in table.schema if f.name not in keys and pa.types.is_decimal(f.type)}
+    if out is not None and all(_within(out.column(c), scale) for c, scale in decimals.items()):
+        return out
     table = table.select(list(keys) + [c for c in table.column_names if c not in keys and c != HASH])
-    decimals = [f for f in table.schema if f.name not in keys and pa.types.is_decimal128(f.type)]
-    wide = pa.schema([pa.field(f.name, pa.decimal256(76, f.type.scale)) if f in decimals else f for f in table.schema])
+    wide = pa.schema([pa.field(f.name, pa.decimal256(76, decimals[f.name])) if f.name in decimals else f
+                      for f in table.schema])
     sums = aggregate(table.cast(wide), keys, [(c, "sum") for c in table.column_names if c not in keys])
+    sums = sums.select(table.column_names)
     fits = np.ones(sums.num_rows, bool)
-    for f in decimals:
-        limit = pa.scalar(Decimal(_DECIMAL_LIMIT).scaleb(-f.type.scale, decimal.Context(prec=80)),
-                          wide.field(f.name).type)
-        fits &= pc.fill_null(pc.less(pc.abs(sums.column(f.name)), limit), True).to_numpy(zero_copy_only=False)
-    over = key_hash(sums.filter(pa.array(~fits)), keys)
-    summed = sums.filter(pa.array(~np.isin(key_hash(sums, keys), over))).select(table.column_names)
-    return pa.concat_tables([summed.cast(table.schema), table.filter(pa.array(np.isin(key_hash(table, keys), over)))])
+    for c, scale in decimals.items():
+        fits &= pc.fill_null(pc.less_equal(pc.abs(sums.column(c)), pa.scalar(_largest(scale), wide.field(c).type)),
+                             True).to_numpy(zero_copy_only=False)
+    rows = []
+    for r in sums.filter(pa.array(~fits)).to_pylist():
+        pieces = {c: _pieces(r[c], scale) for c, scale in decimals.items()}
+        for n in range(max(map(len, pieces.values()))):
+            rows.append({c: r[c] if c in keys else pieces[c][n] if c in pieces and n < len(pieces[c])
+                         else r[c] if n == 0 or r[c] is None else type(r[c])(0) for c in table.column_names})
+    return pa.concat_tables([sums.filter(pa.array(fits)).cast(table.schema),
+                             pa.Table.from_pylist(rows, schema=table.schema)])
+
+
+def _within(values: pa.ChunkedArray, scale: int) -> bool:
+    """Whether every value of a DECIMAL column is a DECIMAL(38, ``scale``)."""
+    if pa.types.is_decimal128(values.type) and values.type.precision <= 38:
+        return True  # Arrow's checked casts keep it so
+    top = pc.max(pc.abs(values)).as_py() if len(values) else None
+    return top is None or top <= _largest(scale)
+
+
+def _largest(scale: int) -> Decimal:
+    """The largest DECIMAL(38, ``scale``)."""
+    return Decimal(_DECIMAL_LIMIT - 1).scaleb(-scale, decimal.Context(prec=80))
+
+
+def _pieces(total: Decimal | None, scale: int) -> list[Decimal | None]:
+    """``total`` as a sum of DECIMAL(38, ``scale``) values: the largest as often as it
+    takes, then the rest."""
+    if total is None:
+        return [None]
+    with decimal.localcontext(decimal.Context(prec=80)):
+        largest = _largest(scale).copy_sign(total)
+        n = int(abs(total) // abs(largest))
+        rest = total - largest * n
+        pieces: list[Decimal | None] = [largest] * n
+        return pieces + ([rest] if rest or not n else [])
+
+
+def split(table: pa.Table) -> bool:
+    """Whether an additive table may hold a key in several rows (:func:`fitted`'s pieces
+    of a sum: a DECIMAL(38, s) at its largest magnitude)."""
+    for f in table.schema:
+        if pa.types.is_decimal128(f.type) and f.type.precision == 38 and table.num_rows:
+            top = pc.max(pc.abs(table.column(f.name))).as_py()
+            if top is not None and top == _largest(f.type.scale):
+                return True
+    return False
+
+
+def distinct_keys(table: pa.Table, keys: Sequence[str]) -> pa.Table:
+    """The key columns of ``table``, one row per key (NULL a key as any; no keys: one row)."""
+    if not keys:
+        return table.select([]).slice(0, 1)
+    return table.select(list(keys)).group_by(list(keys), use_threads=False).aggregate([])
 
 
 def group_sums(table: pa.Table, keys: Sequence[str]) -> pa.Table:
@@ -829,11 +884,15 @@ def join(delta: pa.Table, delta_keys: Sequence[str], runs: Sequence[pa.Table], r
 def partials(delta: pa.Table, keys: Sequence[str], aggs: Sequence[AggCall], schema: pa.Schema) -> pa.Table:
     """Per-group sums of a delta from which every linear aggregate is finalized:
     ``_cnt`` = Σw, and per aggregate Σx·w and Σw over non-NULL x (and a float's counts of
-    NaN and infinities), as Spark's ``partials`` computes them, typed as ``schema``."""
+    NaN and infinities), as Spark's ``partials`` computes them, typed as ``schema``; a
+    group's DECIMAL sum past 38 digits in several rows that fit (:func:`fitted`)."""
     summands, derived = _summands(delta, aggs)
     table = pa.table({k: delta.column(k) for k in keys} | summands)
-    out = aggregate(table, keys, [(c, "sum") for c in summands])
-    return _derive(out, derived).select(schema.names).cast(schema)
+    out = _derive(aggregate(table, keys, [(c, "sum") for c in summands]), derived).select(schema.names)
+    try:
+        return out.cast(schema)
+    except pa.ArrowInvalid:  # a DECIMAL sum past 38 digits: in rows that fit
+        return fitted(out, keys).cast(schema)
 
 
 def _summands(delta: pa.Table, aggs: Sequence[AggCall]

@@ -411,14 +411,12 @@ def _hash(tick: ArrangedTick, ops: Mapping[str, Operator], h: Hash, table: pa.Ta
 
 def _combined(op: Operator, parts: Sequence[pa.Table]) -> pa.Table | None:
     """A value from the parts several tasks shipped: a Z-set's parts as one; partial sums
-    summed again per group (one row per group, as the operator gives them)."""
+    summed again per group (one row per group, as the operator gives them, or the rows a
+    DECIMAL's sum past 38 digits takes: :func:`.kernels.fitted`)."""
     table = kernels.concat(parts)
     if table is None or len(parts) == 1 or not isinstance(op, Partials):
         return table
-    try:
-        return kernels.group_sums(table, op.keys).select(table.column_names).cast(table.schema)
-    except pa.ArrowInvalid:  # a sum out of its type's range (a DECIMAL's 38 digits): Spark's
-        raise NeedsSpark(op.id, f"{op.label()}: a partial sum leaves its type") from None
+    return kernels.fitted(table, op.keys).select(table.column_names).cast(table.schema)
 
 
 def _by_spark(ctx: Context, node: str, parts: Sequence[pa.Table]) -> pa.Table | None:
