@@ -148,14 +148,15 @@ class ArrangedTick:
 
     def _between(self, op: Operator, rows: bool) -> bool:
         """Whether Spark can compute ``op`` between two stages of a tick in tasks, where
-        Arrow declines it (:class:`.NeedsSpark`): a Map or Filter; a window, not a top-k
-        over the whole input; an aggregate with keys, on the tick's rows (its touched
-        groups: not a keyless one's whole input or ordered ends)."""
+        Arrow declines it (:class:`.NeedsSpark`): a Map or Filter; partial sums; a window,
+        not a top-k over the whole input; an aggregate on the tick's rows, with keys (its
+        touched groups) or linear (its partial sums: not a keyless one's whole input or
+        ordered ends)."""
         if isinstance(op, (Map, Filter, Partials)):
             return True
         if isinstance(op, WindowDiff):
             return op.id not in self.plan.tops
-        return isinstance(op, GroupDiff) and rows and bool(op.keys)
+        return isinstance(op, GroupDiff) and rows and (bool(op.keys) or op.linear)
 
     def row_wise(self, op: Operator, t: pa.Table) -> pa.Table:
         """A Map or Filter applied to ``t``, keeping a carried ``ROW`` column."""

@@ -554,6 +554,9 @@ GROUPS_BY_SPARK = {
                 "FROM a GROUP BY g",
     "moments": "SELECT g, stddev(d) AS sdv, var_pop(b) AS vp, MAX(d) AS md FROM a GROUP BY g",
     "having": "SELECT g, SUM(b) AS s FROM a GROUP BY g HAVING COUNT(*) > 1",
+    "global": "SELECT COUNT(*) AS n, SUM(b) AS sb, AVG(x) AS ax, SUM(d) AS sd, COUNT(d) AS nd FROM a",
+    # a keyless aggregate's one row, of COUNT 0 once its only row is deleted
+    "global_one": "SELECT COUNT(*) AS n, SUM(x) AS sx FROM a WHERE id = 5",
 }
 _NAN, _INF = float("nan"), float("inf")
 GROUPS_BY_SPARK_TICKS = [
@@ -564,16 +567,18 @@ GROUPS_BY_SPARK_TICKS = [
      ((3, 2, _NAN, None, None), -1), ((8, 3, -_INF, -(1 << 62), Decimal("-1")), 1), ((9, None, 0.0, None, None), 1)],
     [((6, 3, _INF, (1 << 62), Decimal("99999999999999.999999999999999999")), -1), ((1, 1, 0.0, 5,
       Decimal("1234567890.123456789012345678")), -1), ((10, 2, -0.0, 1, Decimal("0.000000000000000001")), 2)],
+    [((5, None, None, 9, Decimal("2.25")), -1), ((11, 3, 2.5, 4, Decimal("-7.5")), 1)],
 ]
 
 
 @ANSI
 def test_aggregates_spark_computes_between_stages_equal_spark(spark, tmp_path, monkeypatch, ansi):
-    """Every aggregate with keys, and every tick's partial sums, computed by Spark between
-    two stages in tasks, as Arrow declining them would have them (the layout is told so:
-    :func:`.tasks.layout`'s ``by_spark``): a linear aggregate summing and finishing its
-    touched groups' partial sums, another aggregating its touched groups' rows as window
-    functions, partial sums of the tick's rows as windows: every tick in tasks, each view
+    """Every aggregate with keys or linear, and every tick's partial sums, computed by
+    Spark between two stages in tasks, as Arrow declining them would have them (the layout
+    is told so: :func:`.tasks.layout`'s ``by_spark``): a linear aggregate summing and
+    finishing its touched groups' partial sums (a keyless one keeping its row of COUNT 0),
+    another aggregating its touched groups' rows as window functions, partial sums of the
+    tick's rows as windows: every tick in tasks, each view
     Spark's batch answer, with ANSI on and off, the rows held in the driver and handed
     over as a DataFrame."""
     from dbt_incremental_stream.circuit.operators import GroupDiff, Partials, walk
@@ -582,7 +587,8 @@ def test_aggregates_spark_computes_between_stages_equal_spark(spark, tmp_path, m
     layout, forced = tasks.layout, set()
 
     def through_spark(plan, states, by_spark=frozenset()):
-        nodes = {op.id for op in walk(*states) if isinstance(op, Partials) or isinstance(op, GroupDiff) and op.keys}
+        nodes = {op.id for op in walk(*states)
+                 if isinstance(op, Partials) or isinstance(op, GroupDiff) and (op.keys or op.linear)}
         forced.update(nodes)
         return layout(plan, states, set(by_spark) | nodes)
 

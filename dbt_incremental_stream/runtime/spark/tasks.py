@@ -23,12 +23,12 @@ Spark's there too: the stage where its partitions are gathers the touched partit
 rows (typed, ``in_<node>``) and the retraction of what it emitted for them (a blob),
 Spark's window runs over those rows between that stage and the next (partitioned apart
 from the other stage rows: :func:`_window_through_spark`) and the next stage consolidates
-both. A Map, Filter, window or aggregate Arrow computes but declines on some rows (an
-overflow, a division by zero: :class:`.NeedsSpark`) is Spark's between stages for that
-tick, the job run again; so are a tick's partial sums, as window sums over its rows
-(:func:`_sums_through_spark`), where Arrow's leave their type. A data error (:func:`.ticks.data_error`)
-in Spark's projection names its node (:func:`failing`), so only the views computing it
-are set aside, as in the driver. A task writes its part of
+both. A Map, Filter, window, aggregate or partial sums Arrow computes but declines on
+some rows (an overflow, a division by zero: :class:`.NeedsSpark`) is Spark's between
+stages for that tick, the job run again (sums as window functions over their rows:
+:func:`_sums_through_spark`). A data error (:func:`.ticks.data_error`) in Spark's
+projection names its node (:func:`failing`), so only the views computing it are set
+aside, as in the driver. A task writes its part of
 every state delta its stage computes: a Parquet file in the tick's batch directory
 (:mod:`.state`'s layout) and one run per touched bucket of each arrangement
 (:mod:`.arrangement`), and returns their names. The driver commits the tick as any
@@ -732,8 +732,8 @@ def _sums_through_spark(frame: DataFrame, node: str, op: GroupDiff | Partials, p
     :data:`APART` first, :func:`_apart`): a Partials node's partial sums of the tick's rows
     (:func:`.zsets.partial_sums`), or a linear aggregate's rows from its touched groups'
     partial sums, stored and this tick's, summed and finished (weight 1; a group of
-    weight 0 gone). Where Arrow's sums leave their type (a DECIMAL's 38 digits), Spark's
-    decide, with Spark's error or NULL."""
+    weight 0 gone, but a keyless aggregate's one row, of COUNT 0 over no rows, kept). A
+    sum past its type is Spark's: its error, or NULL."""
     columns = [quote(c) for c in frame.columns]
     by = Window.partitionBy(F.col(APART), *(F.col(quote(k)) for k in op.keys))
     if isinstance(op, Partials):
@@ -754,7 +754,7 @@ def _sums_through_spark(frame: DataFrame, node: str, op: GroupDiff | Partials, p
                                     zsets.arg_types(plan.schema(op.delta.input), op.aggs))  # type: ignore[attr-defined]
     values = F.struct(*(F.col(quote(k)) for k in op.keys), *(v.alias(a.name) for v, a in zip(results, op.aggs)),
                       F.lit(1).cast("long").alias(WEIGHT))
-    return _one_per_group(wide, columns, mine, by, values, _by_spark_column(op), count != 0)
+    return _one_per_group(wide, columns, mine, by, values, _by_spark_column(op), (count != 0) if op.keys else None)
 
 
 def _group_keys(op: GroupDiff | Partials, schema: StructType) -> list[Column]:
