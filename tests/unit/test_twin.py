@@ -571,16 +571,16 @@ GROUPS_BY_SPARK_TICKS = [
 ]
 
 
-@ANSI
-def test_aggregates_spark_computes_between_stages_equal_spark(spark, tmp_path, monkeypatch, ansi):
+def test_aggregates_spark_computes_between_stages_equal_spark(spark, tmp_path, monkeypatch):
     """Every aggregate with keys or linear, and every tick's partial sums, computed by
     Spark between two stages in tasks, as Arrow declining them would have them (the layout
     is told so: :func:`.tasks.layout`'s ``by_spark``): a linear aggregate summing and
     finishing its touched groups' partial sums (a keyless one keeping its row of COUNT 0),
     another aggregating its touched groups' rows as window functions, partial sums of the
     tick's rows as windows: every tick in tasks, each view
-    Spark's batch answer, with ANSI on and off, the rows held in the driver and handed
-    over as a DataFrame."""
+    Spark's batch answer, the rows held in the driver and handed over as a DataFrame
+    (ANSI on: no value here overflows; the overflows' NULL with ANSI off is
+    :func:`test_a_tick_s_decimal_sums_past_38_digits_are_kept_exact`'s)."""
     from dbt_incremental_stream.circuit.operators import GroupDiff, Partials, walk
     from dbt_incremental_stream.runtime.spark import tasks
 
@@ -593,7 +593,7 @@ def test_aggregates_spark_computes_between_stages_equal_spark(spark, tmp_path, m
         return layout(plan, states, set(by_spark) | nodes)
 
     monkeypatch.setattr(tasks, "layout", through_spark)
-    with spark_conf(spark, {"spark.sql.ansi.enabled": str(ansi).lower()}):
+    with spark_conf(spark, {"spark.sql.ansi.enabled": "true"}):
         in_tasks_both_ways(spark, tmp_path, "id INT, g INT, d DOUBLE, b BIGINT, x DECIMAL(38,18)", GROUPS_BY_SPARK,
                            GROUPS_BY_SPARK_TICKS, None)
     assert forced
