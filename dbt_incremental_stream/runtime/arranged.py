@@ -266,8 +266,8 @@ class ArrangedTick:
         return None if t is None else self.partials(op, t)
 
     def partials(self, op: Partials, t: pa.Table) -> pa.Table:
-        """The partial sums of ``t`` per group: Spark's where Arrow's leave their type (a
-        DECIMAL's 38 digits)."""
+        """The partial sums of ``t`` per group (a DECIMAL's past 38 digits in several rows:
+        :func:`.kernels.fitted`); Spark's where Arrow declines them."""
         try:
             return kernels.partials(t, op.keys, op.aggs, self.arrow_schema(op))
         except _ARROW_DECLINES:

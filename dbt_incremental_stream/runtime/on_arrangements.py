@@ -601,8 +601,9 @@ class ArrangedTicks:
                     run.given({op.id: gone})
                 else:
                     value = run.value(op.input)  # type: ignore[attr-defined]
-                    run.given({op.id: None if value is None else spark.partials(op, value) if isinstance(op, Partials)
-                               else spark.row_wise(op, value)})
+                    if value is not None:
+                        value = spark.partials(op, value) if isinstance(op, Partials) else spark.row_wise(op, value)
+                    run.given({op.id: value})
             except Exception as e:
                 if (why := data_error(e)) is None:
                     raise

@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from dbt_incremental_stream.circuit.operators import COUNT, WEIGHT, AggCall
@@ -1073,6 +1073,8 @@ def test_an_integer_sum_past_bigint_wraps_with_ansi_off_and_raises_with_it_on():
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 2), st.integers(-(10 ** 38) + 1, 10 ** 38 - 1)), max_size=12),
        st.integers(0, 6))
+# three values whose sum is just past 38 digits, where a bound rounded to 28 digits says it fits
+@example(rows=[(0, 33333333333333333333333333333333333334)] * 3, scale=0)
 def test_decimal_sums_are_exact_or_raise_out_of_range(rows, scale):
     """A DECIMAL sum per group is the exact sum when it fits 38 digits (at its scale) and
     raises ``ArrowInvalid`` when a group's does not, where Arrow's own sum wraps around

@@ -863,10 +863,10 @@ def test_an_aggregate_declined_on_a_tick_s_rows_in_tasks_is_spark_s_between_stag
     """An aggregate Arrow declines on the groups a tick touches in tasks (with ANSI on, a
     BIGINT sum past its type, a DECIMAL(38, 0) one past 38 digits: Spark decides, with its
     error; met by the rehearsal of the job's first rows, or by the job) is Spark's between
-    two stages for that tick, over the tick's rows (partial sums), the touched groups'
-    partial sums (a linear aggregate, keyless too) or rows (another): its views are set aside with
-    Spark's error, the others commit in tasks, and once the rows go the views are built
-    again there; no DataFrame evaluator."""
+    two stages for that tick, over the touched groups' partial sums (a linear aggregate,
+    keyless too) or rows (another): its views are set aside with Spark's error, the
+    others commit in tasks, and once the rows go the views are built again there; no
+    DataFrame evaluator."""
     from dbt_incremental_stream.runtime import on_arrangements
 
     monkeypatch.setattr(on_arrangements, "REHEARSAL_ROWS", rehearsed)

@@ -474,7 +474,7 @@ def aggregate(table: pa.Table, keys: Sequence[str], specs: Sequence[tuple]) -> p
                 table = table.set_column(table.schema.get_field_index(c), c, table.column(c).cast(_EXACT))
         elif pa.types.is_decimal128(kind):
             largest = pc.max(pc.abs(table.column(c))).as_py() or Decimal(0)
-            if largest.scaleb(kind.scale) * table.num_rows >= _DECIMAL_LIMIT:
+            if int(largest.scaleb(kind.scale, decimal.Context(prec=80))) * table.num_rows >= _DECIMAL_LIMIT:
                 summed[c] = pa.decimal128(38, kind.scale)
                 table = table.set_column(table.schema.get_field_index(c), c,
                                          table.column(c).cast(pa.decimal256(76, kind.scale)))
