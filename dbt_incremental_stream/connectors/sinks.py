@@ -47,6 +47,8 @@ from .formats import FORMATS, Encoder, Registry
 from .kafka import CLIENT_LOGS, KafkaSettings
 
 TICK_HEADER = "dbt_stream_tick"
+#: the keys of a model's ``sink`` config (docs/reference/model-configs.md has each one)
+SINK_KEYS = ("topic", "envelope", "key", "format")
 #: For crash tests, what a writer does once it committed a partition: ``fail`` (raise),
 #: or ``pause:<directory>`` (leave a file named topic-partition-tick there, then wait up to
 #: a minute to be killed).
@@ -81,6 +83,9 @@ class KafkaSink:
     def from_config(config: Mapping[str, Any] | None) -> KafkaSink | None:
         if not config:
             return None
+        unknown = sorted(set(config) - set(SINK_KEYS))
+        if unknown:
+            raise StreamError(f"sink: unknown keys {unknown}: the keys are {list(SINK_KEYS)}")
         key = config.get("key") or ()
         return KafkaSink(str(config.get("topic") or ""), str(config.get("envelope", "insert_delete")),
                          tuple(k.lower() for k in ([key] if isinstance(key, str) else key)),

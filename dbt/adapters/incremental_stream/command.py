@@ -20,15 +20,20 @@ current tick):
 COMPILED = ("models", "explain", "equivalence")
 
 
+def compile_parser() -> argparse.ArgumentParser:
+    """The flags that make `models`, `explain` and `equivalence` run `dbt compile` first."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--profiles-dir", help="compile first, with the profiles.yml in this directory")
+    parser.add_argument("--target", "-t", help="compile first, for this target of the profile")
+    parser.add_argument("--project-dir", default=".", help="the dbt project to compile")
+    parser.add_argument("--target-path", default="target", help="where dbt compiles it to")
+    return parser
+
+
 def compiled_first(argv: list[str]) -> list[str] | None:
     """The arguments without ``--profiles-dir``/``--target``, after ``dbt compile`` with
     them (None: it failed, and said why); unchanged when neither is given."""
-    parser = argparse.ArgumentParser(add_help=False)
-    parser.add_argument("--profiles-dir")
-    parser.add_argument("--target", "-t")
-    parser.add_argument("--project-dir", default=".")
-    parser.add_argument("--target-path", default="target")
-    known, rest = parser.parse_known_args(argv)
+    known, rest = compile_parser().parse_known_args(argv)
     if known.profiles_dir is None and known.target is None:
         return argv
     from dbt.cli.main import dbtRunner

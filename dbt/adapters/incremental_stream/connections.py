@@ -55,20 +55,33 @@ class SessionHandle(SessionConnectionWrapper):
 
 @dataclass
 class IncrementalStreamCredentials(SparkCredentials):
+    """The profile keys. The docs' reference table is generated from these fields: each
+    ``#:`` comment is its key's entry there."""
+
+    #: `session`, the only method: Spark runs inside the dbt process. It may be left out.
     method: SparkConnectionMethod = SparkConnectionMethod.SESSION  # type: ignore[assignment]
+    #: Not used: Spark runs in-process. dbt-spark requires a value, so it has one.
     host: Optional[str] = "embedded"
-    #: Spark master: local[*] runs Spark inside dbt; spark://, yarn, k8s:// a cluster
+    #: The Spark master URL. `local[*]` runs Spark inside dbt. `spark://host:7077`, `yarn`
+    #: or `k8s://https://host:port` runs it on a cluster.
     master: str = "local[*]"
-    #: extra Spark settings (spark.executor.memory, spark.sql.warehouse.dir, ...)
+    #: Extra Spark settings, such as a Hive metastore, the warehouse directory or executor
+    #: sizes. They override the engine's tick settings and dbt-spark's own, such as ANSI
+    #: mode off.
     spark_conf: Dict[str, str] = field(default_factory=dict)
-    #: where streaming state lives: a local path (relative to the project) or any Hadoop
-    #: file system URI (hdfs://, s3a://) every executor can reach
+    #: Where streaming state lives. A relative path is relative to the dbt project. On a
+    #: cluster, give a location every executor reaches, such as `hdfs://` or `s3a://`.
     state_location: str = "stream_state"
-    #: bootstrap_servers plus librdkafka settings passed through (security.protocol, sasl.*, ssl.*)
+    #: `bootstrap_servers` plus any librdkafka setting, such as `security.protocol`,
+    #: `sasl.*` or `ssl.*`, and a `schema_registry` block (`url`, `basic.auth.user.info`)
+    #: for Avro. Secrets are never printed or logged. Only needed when models read or
+    #: write Kafka.
     kafka: Dict[str, Any] = field(default_factory=dict)
-    #: default cap on records read per source per tick (back-pressure); none when unset
+    #: At most this many Kafka records per source per tick, split equally over its
+    #: partitions. A `dbt run` then takes several ticks. Unset: no cap.
     max_records_per_tick: Optional[int] = None
-    #: a running `dbt-stream serve` to work through (found without this for a local state_location)
+    #: The URL of a running `dbt-stream serve` to work through. Without it, dbt finds serve
+    #: by the `_serve.json` file in a local state location.
     serve_url: Optional[str] = None
 
     def __post_init__(self) -> None:

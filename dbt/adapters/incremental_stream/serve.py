@@ -41,7 +41,8 @@ def credentials(project_dir: Path, profiles_dir: str | None, target: str | None)
     return profile.credentials
 
 
-def main(argv: list[str]) -> int:
+def parser() -> argparse.ArgumentParser:
+    """Serve's flags (the docs' CLI reference is generated from this parser)."""
     parser = argparse.ArgumentParser(
         prog="dbt-stream serve",
         description="Keep the project's deployed streaming models running: a tick every --interval seconds, "
@@ -58,9 +59,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--connect-port", type=int, default=15002, help="Spark Connect port for dbt and BI clients "
                                                                         "(-1: none; default 15002)")
-    parser.add_argument("--log-format", choices=["text", "json"], default="text")
+    parser.add_argument("--log-format", choices=["text", "json"], default="text",
+                        help="a line of text per tick, or a JSON object per event (default text)")
     parser.add_argument("--max-ticks", type=int, help="stop after this many committed ticks")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    args = parser().parse_args(argv)
     configure_logging(args.log_format)
     project_dir = Path(args.project_dir).resolve()
     creds = credentials(project_dir, args.profiles_dir, args.target)
