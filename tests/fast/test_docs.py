@@ -48,9 +48,9 @@ def _missing(names, page: str) -> list[str]:
 
 
 def test_every_profile_key_is_documented_with_its_default() -> None:
-    from dbt.adapters.incremental_stream.connections import IncrementalStreamCredentials
+    from dbt.adapters.incremental_stream.connections import IncrementalStreamCredentials as creds
 
-    own = [f.name for f in fields(IncrementalStreamCredentials) if f.name in IncrementalStreamCredentials.__annotations__]
+    own = [f.name for f in fields(creds) if f.name in creds.__annotations__]
     assert own and _missing(own, "reference/profile.md") == []
     assert [k for k, _, doc in HOOKS.profile_keys() if not doc] == [], "a credentials field without a #: comment"
 
