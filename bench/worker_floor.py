@@ -4,7 +4,7 @@
                                  [--full] [--serial]
 
 Each configuration runs in a fresh process (settings fixed at JVM start take effect): a
-session from ``runtime.session.session("local[2]", conf)``, a tiny input (by default a
+session from ``runtime.spark.session.session("local[2]", conf)``, a tiny input (by default a
 1-row Arrow table through ``createDataFrame``, as the engine builds its deltas: 1 task), 5
 warm-up jobs, then blocks of jobs with a given idle gap (sleep) before each. A job is
 ``df.mapInArrow(identity, schema).collect()``; the function also emits one row carrying

@@ -7,7 +7,7 @@ or pass ``--project-dir``)::
     dbt-stream explain revenue        # a model's plan and incremental circuit
     dbt-stream equivalence revenue    # run it in batch and incrementally over the same changes
 
-A local Kafka-protocol broker (Tansu, in memory; needs the ``dev`` extra) to try things on::
+A local Kafka-protocol broker (Tansu, in memory; needs the ``broker`` extra) to try things on::
 
     dbt-stream broker --port 9092     # until Ctrl-C
 
