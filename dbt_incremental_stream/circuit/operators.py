@@ -218,21 +218,34 @@ class Temporal(Join):
 MOMENTS = frozenset({"stddev_samp", "stddev_pop", "var_samp", "var_pop"})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class AggCall:
-    """One aggregate: ``func(arg)``; ``arg`` is an input column, None for COUNT(*)."""
+    """One aggregate: ``func(arg)``; ``arg`` is an input column, None for COUNT(*). An
+    aggregate Spark computes (``sql``: its call over input columns, such as
+    ``PERCENTILE(`_x0`, 0.5)``) is recomputed over the touched groups' rows; ``arg`` is
+    then its first column."""
 
     name: str
-    func: str  # count | sum | avg | min | max | stddev_samp | stddev_pop | var_samp | var_pop
+    func: str  # count | sum | avg | min | max | stddev_samp | stddev_pop | var_samp | var_pop, or Spark's name
     arg: str | None
     distinct: bool = False
+    sql: str | None = None
+
+    def __repr__(self) -> str:
+        """The dataclass's repr, ``sql`` only when set: a node's id hashes it, and the ids
+        of aggregates the engine computes itself name persisted state."""
+        extra = "" if self.sql is None else f", sql={self.sql!r}"
+        return (f"AggCall(name={self.name!r}, func={self.func!r}, arg={self.arg!r}, distinct={self.distinct!r}"
+                f"{extra})")
 
     @property
     def linear(self) -> bool:
         """Maintainable from per-group sums of the deltas alone."""
-        return self.func in ("count", "sum", "avg") and not self.distinct
+        return self.func in ("count", "sum", "avg") and not self.distinct and self.sql is None
 
     def __str__(self) -> str:
+        if self.sql is not None:
+            return f"{self.sql} AS {self.name}"
         inner = "*" if self.arg is None else ("DISTINCT " if self.distinct else "") + self.arg
         return f"{self.func.upper()}({inner}) AS {self.name}"
 

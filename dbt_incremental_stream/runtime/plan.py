@@ -314,13 +314,15 @@ class Plan:
         return None
 
     def by_spark(self, op: Operator) -> bool:
-        """Whether Spark computes a Map's columns, a Filter's predicate or a window's
-        functions: Arrow has no form of them (in tasks, Spark between two stages does: a
-        projection, or a window over the touched partitions' rows)."""
+        """Whether Spark computes a Map's columns, a Filter's predicate, a window's
+        functions or an aggregate's: Arrow has no form of them (in tasks, Spark between two
+        stages does: a projection, or a window over the touched partitions' or groups' rows)."""
         if isinstance(op, Filter):
             return op.id not in self.predicates
         if isinstance(op, WindowDiff):
             return op.id not in self.windows
+        if isinstance(op, GroupDiff):
+            return not op.linear and not kernels.regroups(op.aggs)
         return isinstance(op, Map) and self.renames.get(op.id) is None and op.id not in self.values
 
     def _check(self, op: Operator) -> None:

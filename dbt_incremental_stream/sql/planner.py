@@ -40,7 +40,7 @@ from .predicates import conjuncts
 from .relations import DIALECT
 from .join_keys import key_columns
 from .temporal import temporal_filters
-from .validate import AGGREGATES, position, unsupported
+from .validate import AGGREGATES, SPARK_AGGREGATES, function_name, position, spark_aggregate, unsupported
 
 Env = Mapping[str, Operator]
 Render = Callable[[exp.Expr], str]
@@ -441,6 +441,10 @@ class _Planner:
         if scalar:
             if len(selects) != 1 or grouped or not _aggregates(selects[0]):
                 raise unsupported("scalar subquery that is not a single aggregate without GROUP BY", sub, self.view)
+            spark_call = next((n for n in _aggregates(selects[0]) if spark_aggregate(n)), None)
+            if spark_call is not None:  # its value over no rows is its own: [] for collect_list, 0 for count_if
+                raise unsupported(f"aggregate function {function_name(spark_call)}() in a scalar subquery",
+                                  spark_call, self.view)
             out.value = self.fresh("v")
             out.empty = _empty_aggregate(selects[0].unalias())
             new.set("expressions", key_items + [exp.alias_(selects[0].unalias(), out.value, quoted=True),
@@ -484,6 +488,9 @@ class _Planner:
                 key = _render(call)
                 if key in calls:
                     continue
+                if spark_aggregate(call):
+                    calls[key] = self._spark_call(call, f"_a{len(calls)}", args)
+                    continue
                 arg = call.this
                 is_distinct = isinstance(arg, exp.Distinct)
                 if is_distinct:
@@ -497,7 +504,7 @@ class _Planner:
 
         def render(e: exp.Expr) -> str:
             def swap(n: exp.Expr) -> exp.Expr:
-                if type(n) in AGGREGATES and not _is_window_function(n):
+                if (type(n) in AGGREGATES or spark_aggregate(n)) and not _is_window_function(n):
                     return exp.column(calls[_render(n)].name, quoted=True)
                 if not isinstance(n, (exp.Literal, exp.Boolean, exp.Null)):
                     key = keys.get(_render(n))
@@ -512,6 +519,23 @@ class _Planner:
             return out.sql(DIALECT)
 
         return agg, render
+
+    @staticmethod
+    def _spark_call(call: exp.Expr, name: str, args: dict[str, str]) -> AggCall:
+        """An aggregate Spark computes: its call with each value it reads (an argument, a
+        WITHIN GROUP ordering key) a pre-projected column of ``args``."""
+        call = call.copy()
+        values = []
+        for value in list(call.iter_expressions()):
+            if isinstance(value, exp.Order):
+                values += [value.this, *(o.this for o in value.expressions)]
+            elif value.find(exp.Column) is not None:
+                values.append(value)
+        columns = []
+        for value in values:
+            columns.append(args.setdefault(_render(value), f"_x{len(args)}"))
+            value.replace(exp.column(columns[-1], quoted=True))
+        return AggCall(name, function_name(call), columns[0] if columns else None, sql=call.sql(DIALECT))
 
     def windows(self, q: exp.Select, node: Operator, render: Render) -> tuple[Operator, Render]:
         """Window functions of the SELECT list / QUALIFY as one ``Window`` over ``node``; the
@@ -693,7 +717,8 @@ def _is_window_function(n: exp.Expr) -> bool:
 
 def _aggregates(e: exp.Expr) -> list[exp.Expr]:
     """Aggregate calls of this scope: not window functions, not inside subqueries."""
-    return [n for n in e.find_all(*AGGREGATES) if not _is_window_function(n)
+    return [n for n in e.find_all(*AGGREGATES, *SPARK_AGGREGATES, exp.Anonymous)
+            if (type(n) in AGGREGATES or spark_aggregate(n)) and not _is_window_function(n)
             and not any(isinstance(p, (exp.Subquery, exp.Exists)) or (isinstance(p, exp.Select) and p is not e)
                         for p in _ancestors(n, e))]
 

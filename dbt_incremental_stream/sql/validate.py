@@ -24,6 +24,30 @@ AGGREGATES: dict[type[exp.Expr], str] = {
     exp.VariancePop: "var_pop",
 }
 
+#: aggregate functions Spark computes over the groups a tick touches (sqlglot's classes,
+#: and the names sqlglot leaves as anonymous calls); the engine keeps their input's rows.
+#: Where Spark's own answer depends on the rows' order (``collect_list``, ``first``,
+#: ``max_by`` of ties, ``listagg`` without WITHIN GROUP), the view's does too.
+SPARK_AGGREGATES: tuple[type[exp.Expr], ...] = (
+    exp.Median, exp.Quantile, exp.ApproxQuantile, exp.ArrayAgg, exp.ArrayUniqueAgg, exp.ArgMax, exp.ArgMin,
+    exp.CountIf, exp.LogicalAnd, exp.LogicalOr, exp.GroupConcat, exp.First, exp.Last, exp.AnyValue, exp.Mode,
+    exp.Skewness, exp.Kurtosis, exp.ApproxDistinct, exp.Corr, exp.CovarPop, exp.CovarSamp, exp.BitwiseAndAgg,
+    exp.BitwiseOrAgg, exp.BitwiseXorAgg, exp.RegrSlope, exp.RegrIntercept, exp.RegrR2, exp.RegrCount,
+    exp.RegrAvgx, exp.RegrAvgy, exp.RegrSxx, exp.RegrSyy, exp.RegrSxy,
+)
+SPARK_AGGREGATE_NAMES = frozenset({
+    "every", "some", "any", "product", "histogram_numeric", "try_sum", "try_avg", "percentile_cont",
+    "percentile_disc", "approx_top_k", "hll_sketch_agg", "hll_union_agg", "bitmap_or_agg", "bitmap_construct_agg",
+    "kll_sketch_agg_bigint", "kll_sketch_agg_double", "kll_sketch_agg_float",
+})
+
+
+def spark_aggregate(node: exp.Expr) -> bool:
+    """Whether ``node`` calls an aggregate that Spark computes over touched groups."""
+    return isinstance(node, SPARK_AGGREGATES) or (
+        isinstance(node, exp.Anonymous) and str(node.name).lower() in SPARK_AGGREGATE_NAMES)
+
+
 #: functions whose value is not a function of the input rows
 NONDETERMINISTIC: dict[type[exp.Expr], str] = {
     exp.Rand: "rand()",
@@ -85,8 +109,12 @@ def validate(tree: exp.Expr, view: str | None = None) -> None:
             raise unsupported(f"non-deterministic function {node.sql_name().lower()}()", node, view)
         if isinstance(node, exp.Anonymous) and str(node.name).lower() in NONDETERMINISTIC_NAMES:
             raise unsupported(f"non-deterministic function {node.name}()", node, view)
-        if isinstance(node, exp.AggFunc) and kind not in AGGREGATES and not _windowed(node):
-            raise unsupported(f"aggregate function {node.sql_name().lower()}()", node, view)
+        distinct = any(isinstance(d, exp.Distinct) for d in node.iter_expressions())
+        if distinct and spark_aggregate(node) and not _windowed(node):  # Spark's windows take no DISTINCT
+            raise unsupported(f"DISTINCT in aggregate function {function_name(node)}()", node, view)
+        if isinstance(node, exp.AggFunc) and kind not in AGGREGATES and not spark_aggregate(node) \
+                and not _windowed(node):
+            raise unsupported(f"aggregate function {function_name(node)}()", node, view)
         if isinstance(node, exp.With) and node.args.get("recursive"):
             raise unsupported("WITH RECURSIVE (a recursive query)", node, view)
         if isinstance(node, exp.Join):
@@ -99,6 +127,11 @@ def validate(tree: exp.Expr, view: str | None = None) -> None:
             raise unsupported("DISTINCT ON", node, view)
         if kind in AGGREGATES and isinstance(node.this, exp.Distinct) and len(node.this.expressions) > 1:
             raise unsupported("COUNT(DISTINCT ...) over several columns", node, view)
+
+
+def function_name(node: exp.Expr) -> str:
+    """A function's name as Spark spells it (sqlglot's class for collect_list is ArrayAgg)."""
+    return node.sql("spark").split("(")[0].strip().lower()
 
 
 def _check_join(join: exp.Join, view: str | None) -> None:

@@ -51,8 +51,10 @@ def test_hash_is_a_function_of_values_and_type():
     f = kernels.key_hash(a, ["f"])
     assert f[0] == f[1]  # -0.0 is 0.0
     assert (kernels.key_hash(a.slice(1), ["s"]) == kernels.key_hash(a, ["s"])[1:]).all()  # offsets honoured
+    nested = kernels.key_hash(pa.table({"l": [[1, 2], [2, 1], [1, 2], [], None, [None]]}), ["l"])
+    assert nested[0] == nested[2] and len(set(nested.tolist())) == 5  # arrays by their elements, in order
     with pytest.raises(kernels.UnsupportedKey):
-        kernels.key_hash(pa.table({"l": [[1]]}), ["l"])
+        kernels.key_hash(pa.table({"u": pa.UnionArray.from_sparse(pa.array([0], pa.int8()), [pa.array([1])])}), ["u"])
 
 
 def test_hash_values_are_fixed():

@@ -21,7 +21,8 @@ CATALOG = {
 @pytest.mark.parametrize("sql, construct", [
     ("SELECT id FROM orders LIMIT 3", "LIMIT / OFFSET without ORDER BY"),
     ("SELECT id, rand() FROM orders", "rand()"),
-    ("SELECT cust, collect_list(id) FROM orders GROUP BY cust", "aggregate function"),
+    ("SELECT cust, collect_list(DISTINCT id) FROM orders GROUP BY cust", "DISTINCT in aggregate function"),
+    ("SELECT cust, (SELECT collect_list(id) FROM orders) AS l FROM orders", "collect_list() in a scalar subquery"),
     ("SELECT cust, SUM(amount) FROM orders GROUP BY ROLLUP (cust)", "ROLLUP"),
     ("SELECT cust, SUM(amount) FROM orders GROUP BY GROUPING SETS ((cust), ())", "GROUPING SETS"),
     ("SELECT explode(array(1, 2)) FROM orders", "explode"),

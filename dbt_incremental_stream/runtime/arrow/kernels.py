@@ -41,6 +41,7 @@ _MUL = np.uint64(0xBF58476D1CE4E5B9)
 _MUL2 = np.uint64(0x94D049BB133111EB)
 _POLY = np.uint64(0x100000001B3)
 _SEED = np.uint64(0x2545F4914F6CDD1D)  # a hash before its first key
+_ROW = "__row_number"  # a row's position, where a group keeps its first row
 HASH_BLOCK = 1 << 14  # rows a key hash mixes at a time (its scratch stays in the CPU's cache)
 _EXACT = pa.decimal128(38, 0)  # integer sums are summed in it
 _DECIMAL_LIMIT = 10 ** 38  # the unscaled magnitude no DECIMAL reaches (precision 38)
@@ -103,9 +104,103 @@ def _column_values(arr: pa.Array) -> tuple[np.ndarray, np.ndarray | None]:
     elif pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) \
             or pa.types.is_large_binary(t) or pa.types.is_string_view(t) or pa.types.is_binary_view(t):
         values = _bytes_hash(arr.cast(pa.large_binary()))
+    elif pa.types.is_nested(t) and not pa.types.is_union(t):
+        values = _identity(arr, True, _SEED)
     else:
         raise UnsupportedKey(f"cannot hash a key of type {t}")
     return values, valid
+
+
+# --- nested values ------------------------------------------------------------------
+
+#: the seeds of a nested value's two identities (:func:`identities`)
+_SEEDS = (np.uint64(0x243F6A8885A308D3), np.uint64(0x13198A2E03707344))
+#: a second base for strings' polynomial hash, so that the two identities' string leaves differ
+_POLY2 = np.uint64(0x9FB21C651E98DF25)
+
+
+def identities(arr: pa.Array, zero: bool) -> np.ndarray:
+    """An (n, 2) uint64 of each value's two independent 128-bit identity: equal for
+    equal values; for different ones, equal with a chance near 2^-128. An array's,
+    map's or struct's value is hashed by its elements in order, recursively, a NULL as a
+    constant. Floats: every NaN one value; -0.0 is 0.0 with ``zero`` (Spark's key
+    equality, inside nested values too), else its own bits (a bag's rows are exact). It is
+    how nested values are compared and grouped: Arrow compares and groups none of them."""
+    arr = arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
+    return np.stack([_identity(arr, zero, seed) for seed in _SEEDS], axis=1)
+
+
+def _identity(arr: pa.Array, zero: bool, seed: np.uint64) -> np.ndarray:
+    """One of :func:`identities`' words (``seed`` picks which), mixed."""
+    t, n = arr.type, len(arr)
+    if pa.types.is_dictionary(t):
+        return _identity(arr.dictionary_decode(), zero, seed)
+    if pa.types.is_struct(t):
+        h = np.full(n, seed, np.uint64)
+        for i, child in enumerate(arr.flatten()):
+            h = _mix(h * _MUL + _identity(child, zero, seed) + np.uint64(i))
+    elif pa.types.is_fixed_size_list(t):
+        offsets = np.arange(n + 1, dtype=np.int64) * t.list_size
+        h = _elements(_identity(arr.flatten(), zero, seed), offsets, seed)
+    elif pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_map(t):
+        offsets = arr.offsets.to_numpy().astype(np.int64)
+        start, end = int(offsets[0]), int(offsets[-1])
+        h = _elements(_identity(arr.values.slice(start, end - start), zero, seed), offsets - start, seed)
+    elif pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) \
+            or pa.types.is_large_binary(t) or pa.types.is_string_view(t) or pa.types.is_binary_view(t):
+        h = _mix(_bytes_hash(arr.cast(pa.large_binary()), _POLY if seed == _SEEDS[0] else _POLY2) ^ seed)
+    elif pa.types.is_floating(t) and not zero:
+        f = _filled(arr, pa.float64(), 0.0).copy()
+        f[np.isnan(f)] = np.nan
+        h = _mix(f.view(np.uint64) ^ seed)
+    elif pa.types.is_nested(t):
+        raise UnsupportedKey(f"cannot hash a value of type {t}")
+    else:
+        h = _mix(_column_values(arr)[0] ^ seed)
+    if arr.null_count:
+        h[~arr.is_valid().to_numpy(zero_copy_only=False)] = _NULL ^ seed
+    return h
+
+
+def _elements(values: np.ndarray, offsets: np.ndarray, seed: np.uint64) -> np.ndarray:
+    """A hash per list of the element hashes ``values`` between consecutive ``offsets``
+    (from 0): each element mixed with its position, summed, mixed with the length."""
+    lengths = np.diff(offsets)
+    if values.size:
+        pos = (np.arange(values.size, dtype=np.int64) - np.repeat(offsets[:-1], lengths)).astype(np.uint64)
+        sums = np.concatenate([np.zeros(1, np.uint64), np.cumsum(_mix(values + pos * _POLY), dtype=np.uint64)])
+        per = sums[offsets[1:]] - sums[offsets[:-1]]
+    else:
+        per = np.zeros(len(lengths), np.uint64)
+    return _mix(per + lengths.astype(np.uint64) * _MUL2 + seed)
+
+
+def has_floats(t: pa.DataType) -> bool:
+    """Whether a type holds floating-point values, at any depth."""
+    if pa.types.is_floating(t):
+        return True
+    if pa.types.is_struct(t):
+        return any(has_floats(t.field(i).type) for i in range(t.num_fields))
+    if pa.types.is_map(t):
+        return has_floats(t.key_type) or has_floats(t.item_type)
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return has_floats(t.value_type)
+    return False
+
+
+def _surrogates(table: pa.Table, columns: Sequence[str], zero: bool) -> tuple[pa.Table, list[str]]:
+    """``table`` with each nested column of ``columns`` as two uint64 columns of its
+    :func:`identities` (named ``__id0_<c>``, ``__id1_<c>``), and the columns to group by."""
+    keys = []
+    for c in columns:
+        if not pa.types.is_nested(table.schema.field(c).type):
+            keys.append(c)
+            continue
+        ids = identities(table.column(c), zero)
+        names = [f"__id0_{c}", f"__id1_{c}"]
+        table = table.append_column(names[0], pa.array(ids[:, 0])).append_column(names[1], pa.array(ids[:, 1]))
+        keys += names
+    return table, keys
 
 
 def decimal_words(arr: pa.Array) -> np.ndarray:
@@ -157,7 +252,7 @@ def _filled(arr: pa.Array, t: pa.DataType, null: Any) -> np.ndarray:
     return arr.cast(t).fill_null(null).to_numpy(zero_copy_only=False)
 
 
-def _bytes_hash(arr: pa.Array) -> np.ndarray:
+def _bytes_hash(arr: pa.Array, poly: np.uint64 = _POLY) -> np.ndarray:
     """A polynomial hash of each value's bytes, mixed with its length (vectorized)."""
     n = len(arr)
     offsets = np.frombuffer(arr.buffers()[1], np.int64)[arr.offset: arr.offset + n + 1]
@@ -168,7 +263,7 @@ def _bytes_hash(arr: pa.Array) -> np.ndarray:
     lengths = np.diff(offsets)
     if raw.size:
         pos = np.arange(raw.size, dtype=np.int64) - np.repeat(offsets[:-1] - start, lengths)
-        powers = np.cumprod(np.full(int(lengths.max()), _POLY, np.uint64))
+        powers = np.cumprod(np.full(int(lengths.max()), poly, np.uint64))
         sums = np.concatenate([np.zeros(1, np.uint64), np.cumsum(raw * powers[pos], dtype=np.uint64)])
         per_value = sums[offsets[1:] - start] - sums[offsets[:-1] - start]
     else:
@@ -340,7 +435,10 @@ def _equal_to_previous(column: pa.ChunkedArray) -> np.ndarray:
     valid = a.is_valid().to_numpy(zero_copy_only=False)
     if pa.types.is_null(a.type):
         return np.ones(max(len(a) - 1, 0), bool)
-    if pa.types.is_floating(a.type):
+    if pa.types.is_nested(a.type):
+        ids = identities(a, zero=False)
+        values = (ids[1:] == ids[:-1]).all(axis=1)
+    elif pa.types.is_floating(a.type):
         bits = a.cast(pa.float64()).fill_null(0.0).to_numpy(zero_copy_only=False).view(np.uint64)
         values = bits[1:] == bits[:-1]
     else:
@@ -350,7 +448,12 @@ def _equal_to_previous(column: pa.ChunkedArray) -> np.ndarray:
 
 
 def _summed(rows: pa.Table, cols: list[str]) -> pa.Table:
-    """One row per distinct tuple of ``cols`` with its summed weight."""
+    """One row per distinct tuple of ``cols`` with its summed weight (nested values
+    grouped by their :func:`identities`, each group's first row kept)."""
+    if any(pa.types.is_nested(rows.schema.field(c).type) for c in cols):
+        table, keys = _surrogates(rows.append_column(_ROW, pa.array(np.arange(rows.num_rows))), cols, zero=False)
+        out = table.group_by(keys, use_threads=False).aggregate([(WEIGHT, "sum"), (_ROW, "min")])
+        return rows.select(cols).take(out.column(f"{_ROW}_min")).append_column(WEIGHT, out.column(f"{WEIGHT}_sum"))
     out = rows.group_by(cols, use_threads=False).aggregate([(WEIGHT, "sum")])
     return out.rename_columns([WEIGHT if c == f"{WEIGHT}_sum" else c for c in out.column_names]).select(cols + [WEIGHT])
 
@@ -478,7 +581,18 @@ def aggregate(table: pa.Table, keys: Sequence[str], specs: Sequence[tuple]) -> p
                 summed[c] = pa.decimal128(38, kind.scale)
                 table = table.set_column(table.schema.get_field_index(c), c,
                                          table.column(c).cast(pa.decimal256(76, kind.scale)))
-    out = normal_keys(table, keys).group_by(list(keys), use_threads=False).aggregate(list(specs))
+    nested = [k for k in keys if pa.types.is_nested(table.schema.field(k).type)]
+    if nested:
+        floats = [k for k in nested if has_floats(table.schema.field(k).type)]
+        if floats:  # Spark's group key holds its floats normalized: Spark groups it
+            raise UnsupportedKey(f"a group key of nested type holding floats ({', '.join(floats)})")
+        rows, grouped = _surrogates(table.append_column(_ROW, pa.array(np.arange(table.num_rows))), keys, zero=True)
+        out = rows.group_by(grouped, use_threads=False).aggregate([*specs, (_ROW, "min")])
+        firsts = table.select(list(keys)).take(out.column(f"{_ROW}_min"))
+        rest = out.drop_columns([c for c in out.column_names if c in grouped or c == f"{_ROW}_min"])
+        out = pa.Table.from_arrays([*firsts.columns, *rest.columns], names=[*keys, *rest.column_names])
+    else:
+        out = normal_keys(table, keys).group_by(list(keys), use_threads=False).aggregate(list(specs))
     named = {f"{s[0]}_{s[1]}": s[0] for s in specs}
     out = out.rename_columns([named.get(c, c) for c in out.column_names])
     return out.cast(pa.schema([pa.field(c, summed.get(c, t)) for c, t in zip(out.column_names, out.schema.types)]))
@@ -675,6 +789,12 @@ def keys_equal(left: pa.Table, lkeys: Sequence[str], right: pa.Table, rkeys: Seq
         x, y = left.column(a), right.column(b)
         if x.type != y.type:
             x = x.cast(y.type)
+        if pa.types.is_nested(y.type):  # by identity, Spark's key equality inside too
+            same = (identities(x, zero=True) == identities(y, zero=True)).all(axis=1)
+            both = pc.and_(pc.is_valid(x), pc.is_valid(y)).to_numpy(zero_copy_only=False)
+            nulls = pc.and_(pc.is_null(x), pc.is_null(y)).to_numpy(zero_copy_only=False)
+            ok &= (same & both) | (nulls & safe)
+            continue
         eq = pc.equal(x, y)  # -0.0 = 0.0, as IEEE and Spark's keys say
         if pa.types.is_floating(y.type):  # NaN = NaN, as Spark's keys say
             eq = pc.or_kleene(eq, pc.and_(pc.is_nan(x), pc.is_nan(y)))

@@ -544,8 +544,9 @@ def _product_exact(kind: DecimalType) -> bool:
 
 def unit_weights_needed(aggs: Sequence[AggCall], types: Mapping[str, DataType]) -> bool:
     """Whether a SUM or AVG of ``aggs`` is of a decimal whose x·w Spark would round, or
-    one of them is a variance or a standard deviation (Spark's own, over each row once)."""
-    return any(a.func in MOMENTS or a.arg is not None and a.func in ("sum", "avg")
+    one of them is a variance, a standard deviation or an aggregate Spark computes (Spark's
+    own, over each row once)."""
+    return any(a.func in MOMENTS or a.sql is not None or a.arg is not None and a.func in ("sum", "avg")
                and isinstance(kind := types[a.arg], DecimalType) and not _product_exact(kind) for a in aggs)
 
 
@@ -633,6 +634,8 @@ def group_diff(before: DataFrame | None, delta: DataFrame, prior: DataFrame | No
         per_row = consolidate(touched.union(delta.select(*map(col, data_columns(delta)), col(WEIGHT))))
         if unit_weights_needed(aggs, types):
             per_row = unit_weights(per_row)
+        if any(a.sql is not None for a in aggs):  # Spark's aggregate reads every row it is given
+            per_row = per_row.where(col(WEIGHT) > 0)
         groups = per_row.groupBy(*map(col, keys)).agg(
             F.sum(F.when(col(WEIGHT) > 0, col(WEIGHT))).alias(COUNT),
             *(weighted(a, col(WEIGHT), types).alias(f"__a{i}") for i, a in enumerate(aggs)))
@@ -710,6 +713,8 @@ def weighted(a: AggCall, w: Column, types: Mapping[str, DataType], over: WindowS
         return c if over is None else c.over(over)
 
     live = w > 0
+    if a.sql is not None:  # over rows of weight 1 (:func:`unit_weights_needed`), none retracted
+        return agg(F.expr(a.sql))
     if a.arg is None:
         return F.coalesce(agg(F.sum(F.when(live, w))), F.lit(0))
     x = col(a.arg)

@@ -23,4 +23,7 @@ def _filter_clause(node: exp.Expr) -> exp.Expr:
         arg.set("expressions", [case])
     else:
         call.set("this", case)
+    second = call.args.get("expression")  # max_by(x, y): a skipped row's y is NULL too
+    if isinstance(second, exp.Expr) and second.find(exp.Column) is not None:
+        call.set("expression", exp.Case(ifs=[exp.If(this=cond.copy(), true=second.copy())]))
     return call
