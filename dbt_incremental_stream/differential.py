@@ -13,6 +13,8 @@ after every tick; a data error in batch must be a failed view in the engine.
 """
 from __future__ import annotations
 
+import re
+
 import math
 import random
 import struct
@@ -472,11 +474,18 @@ def scan_order_zeros(sql: str) -> frozenset[int]:
                      if isinstance(u := e.unalias(), picks) or isinstance(u, exp.Window) and isinstance(u.this, picks))
 
 
+def _nullable_inside(t: pa.DataType) -> str:
+    """A type's text with every element, value and field of its nested types nullable."""
+    return re.sub(r" not null", "", str(t))
+
+
 def compare_exact(got: pa.Table, want: pa.Table, either_zero: Collection[int] = ()) -> str | None:
     """None when ``got`` equals ``want`` as a bag of rows (multiplicities count), else what differs.
 
     Column names and Arrow types must be equal (a DECIMAL(38,18) where Spark says
-    DECIMAL(38,6) is a difference, whatever the values). Values compare exactly — decimals
+    DECIMAL(38,6) is a difference, whatever the values), but for whether a nested type's
+    elements and fields may be NULL: a view's columns are cast to its types as Spark's
+    DDL writes them, and the DDL cannot say ``containsNull=false``. Values compare exactly — decimals
     by value, timestamps as their int64 microseconds, dates as their days, strings by
     their code points — except floating point, by one rule: two floats are equal when
     both are NaN, or both are the same infinity, or both are zeros of the same sign
@@ -496,8 +505,8 @@ def compare_exact(got: pa.Table, want: pa.Table, either_zero: Collection[int] = 
     g_names, w_names = got.schema.names, want.schema.names
     if g_names != w_names:
         problems.append(f"columns {g_names} vs {w_names} in batch")
-    g_types = [str(t) for t in got.schema.types]
-    w_types = [str(t) for t in want.schema.types]
+    g_types = [_nullable_inside(t) for t in got.schema.types]
+    w_types = [_nullable_inside(t) for t in want.schema.types]
     if g_types != w_types:
         differ = [f"{w_names[i] if i < len(w_names) else i}: {g} vs {w}"
                   for i, (g, w) in enumerate(zip(g_types, w_types)) if g != w]

@@ -107,6 +107,25 @@ NUMERIC_SHAPES: dict[str, dict[str, str]] = {
         "global_extremes": "SELECT MIN(b) AS mb, MAX(b) AS xb, MIN(t) AS mt, MAX(s) AS xs, MAX(m) AS xm, "
                            "MIN(k) AS mk FROM a",
     },
+    # aggregates Spark computes over the touched groups (the engine keeps their rows); where
+    # Spark's own answer depends on the rows' order, the order-independent part: a sorted
+    # collect_list, max_by of a value that its ordering decides, listagg WITHIN GROUP
+    "spark_aggregates": {
+        "percentiles": "SELECT i, percentile(d, 0.5) AS p, median(m) AS md, percentile(b, array(0.25, 0.75)) AS ps, "
+                       "percentile_approx(k, 0.5) AS pa, percentile_approx(t, array(0.1, 0.9), 100) AS pas "
+                       "FROM a GROUP BY i",
+        "collections": "SELECT i, array_sort(collect_list(str)) AS l, array_sort(collect_set(b)) AS st, "
+                       "size(collect_list(d)) AS n, array_sort(collect_list(m)) AS lm FROM a GROUP BY i",
+        "by_and_if": "SELECT i, max_by(b % 7, b) AS mx, min_by(str, struct(k, str)) AS mn, count_if(d > 0) AS c, "
+                     "bool_and(b > 0) AS ba, bool_or(str IS NULL) AS bo, every(t > 0) AS ev FROM a GROUP BY i",
+        "listagg": "SELECT i, listagg(str, ',') WITHIN GROUP (ORDER BY str) AS la, "
+                   "count_if(m > 0) FILTER (WHERE b > 0) AS cf FROM a GROUP BY i",
+        "global": "SELECT percentile(s, 0.5) AS p, count_if(b > 0) AS c, array_sort(collect_list(i)) AS l, "
+                  "max_by(id, struct(b, id)) AS top FROM a",
+        # an array a collect_list makes, grouped by and joined on in turn
+        "regrouped": "SELECT l, COUNT(*) AS n FROM (SELECT i, array_sort(collect_set(s)) AS l FROM a GROUP BY i) "
+                     "GROUP BY l",
+    },
     "sets": {
         "distinct_double": "SELECT DISTINCT d, f FROM a",
         "union_double": "SELECT d FROM a UNION SELECT d FROM b",
@@ -430,7 +449,7 @@ def test_a_tick_s_decimal_sums_past_38_digits_are_kept_exact(spark, tmp_path, an
 #: the shape groups whose every operator runs in Spark tasks ("order" orders windows by an
 #: expression only Spark computes exactly: a column computed before the window, by Spark
 #: between two stages)
-IN_TASKS = ("joins", "sets", "aggregates", "order")
+IN_TASKS = ("joins", "sets", "aggregates", "spark_aggregates", "order")
 
 
 @pytest.mark.parametrize("group", IN_TASKS)
