@@ -101,8 +101,7 @@ def _column_values(arr: pa.Array) -> tuple[np.ndarray, np.ndarray | None]:
     elif pa.types.is_decimal(t):
         words = decimal_words(arr.cast(pa.decimal128(t.precision, t.scale)) if t.bit_width != 128 else arr)
         values = np.bitwise_xor(_mix(words[:, 0].view(np.uint64)), words[:, 1].view(np.uint64))
-    elif pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) \
-            or pa.types.is_large_binary(t) or pa.types.is_string_view(t) or pa.types.is_binary_view(t):
+    elif _bytes_like(t):
         values = _bytes_hash(arr.cast(pa.large_binary()))
     elif pa.types.is_nested(t) and not pa.types.is_union(t):
         values = _identity(arr, True, _SEED)
@@ -146,8 +145,7 @@ def _identity(arr: pa.Array, zero: bool, seed: np.uint64) -> np.ndarray:
         offsets = arr.offsets.to_numpy().astype(np.int64)
         start, end = int(offsets[0]), int(offsets[-1])
         h = _elements(_identity(arr.values.slice(start, end - start), zero, seed), offsets - start, seed)
-    elif pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) \
-            or pa.types.is_large_binary(t) or pa.types.is_string_view(t) or pa.types.is_binary_view(t):
+    elif _bytes_like(t):
         h = _mix(_bytes_hash(arr.cast(pa.large_binary()), _POLY if seed == _SEEDS[0] else _POLY2) ^ seed)
     elif pa.types.is_floating(t) and not zero:
         f = _filled(arr, pa.float64(), 0.0).copy()
@@ -250,6 +248,12 @@ def _filled(arr: pa.Array, t: pa.DataType, null: Any) -> np.ndarray:
     if arr.type != t and not arr.null_count and not pa.types.is_boolean(arr.type):
         return arr.to_numpy().astype(t.to_pandas_dtype())  # one copy, not Arrow's cast then fill
     return arr.cast(t).fill_null(null).to_numpy(zero_copy_only=False)
+
+
+def _bytes_like(t: pa.DataType) -> bool:
+    """Whether values of ``t`` are hashed as their bytes (:func:`_bytes_hash`)."""
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) \
+        or pa.types.is_large_binary(t) or pa.types.is_string_view(t) or pa.types.is_binary_view(t)
 
 
 def _bytes_hash(arr: pa.Array, poly: np.uint64 = _POLY) -> np.ndarray:
