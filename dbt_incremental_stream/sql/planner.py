@@ -504,7 +504,7 @@ class _Planner:
 
         def render(e: exp.Expr) -> str:
             def swap(n: exp.Expr) -> exp.Expr:
-                if (type(n) in AGGREGATES or spark_aggregate(n)) and not _is_window_function(n):
+                if _is_aggregate(n) and not _is_window_function(n):
                     return exp.column(calls[_render(n)].name, quoted=True)
                 if not isinstance(n, (exp.Literal, exp.Boolean, exp.Null)):
                     key = keys.get(_render(n))
@@ -715,10 +715,15 @@ def _is_window_function(n: exp.Expr) -> bool:
     return isinstance(n.parent, exp.Window) and n.arg_key == "this"
 
 
+def _is_aggregate(n: exp.Expr) -> bool:
+    """An aggregate the engine computes itself, or one Spark computes over touched groups."""
+    return type(n) in AGGREGATES or spark_aggregate(n)
+
+
 def _aggregates(e: exp.Expr) -> list[exp.Expr]:
     """Aggregate calls of this scope: not window functions, not inside subqueries."""
     return [n for n in e.find_all(*AGGREGATES, *SPARK_AGGREGATES, exp.Anonymous)
-            if (type(n) in AGGREGATES or spark_aggregate(n)) and not _is_window_function(n)
+            if _is_aggregate(n) and not _is_window_function(n)
             and not any(isinstance(p, (exp.Subquery, exp.Exists)) or (isinstance(p, exp.Select) and p is not e)
                         for p in _ancestors(n, e))]
 
