@@ -663,10 +663,7 @@ class SparkOracle:
         negative = [r for r, w in self._inputs[source].values() if w < 0]
         if negative:
             raise ValueError(f"source {source} has rows with negative multiplicity: {negative[:3]}")
-        table = arrow_rows(self.schemas[source], self.rows(source))
-        if table is None:
-            raise ValueError(f"source {source}: nested column types are not supported by the oracle")
-        return table
+        return arrow_rows(self.schemas[source], self.rows(source))
 
     def _prepare(self) -> None:
         settings = tuple((k, self.spark.conf.get(k)) for k in ORACLE_CONF)
@@ -1039,10 +1036,7 @@ def arrow_delta(schema: StructType, changes: Sequence[Change]) -> pa.Table:
     datetime is taken as UTC), so no local time is involved."""
     schema = zsets.with_weight(schema)
     rows = [_utc(schema, coerce_row(schema, tuple(row) + (int(w),))) for row, w in changes]
-    table = arrow_rows(schema, rows)
-    if table is None:
-        raise ValueError(f"nested column types are not supported: {schema.simpleString()}")
-    return table
+    return arrow_rows(schema, rows)
 
 
 def _first_line(e: BaseException) -> str:

@@ -5,7 +5,9 @@ engines disagree — NaN, signed zeros, infinities, integer and decimal limits, 
 equal only after normalisation, instants before 1970 or at the ends of the calendar,
 and around daylight-saving changes — and weighted towards a few ordinary values, so
 that joins match, groups collide and duplicates occur. Domains overlap across types
-(1 is an INT, a DOUBLE and a DECIMAL), so joins across types match too.
+(1 is an INT, a DOUBLE and a DECIMAL), so joins across types match too. A nested value
+is NULL, empty, or a few elements (a map's entries, a struct's fields) of its types'
+values, elements and fields NULL too (a map's keys never are: Spark forbids it).
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 from pyspark.sql.types import (
+    ArrayType,
     ByteType,
     DataType,
     DateType,
@@ -25,6 +28,7 @@ from pyspark.sql.types import (
     FloatType,
     IntegerType,
     LongType,
+    MapType,
     ShortType,
     StringType,
     StructType,
@@ -114,6 +118,13 @@ def values(dtype: DataType) -> st.SearchStrategy:
         return _maybe_null(DATES)
     if isinstance(dtype, TimestampType):
         return _maybe_null(TIMESTAMPS)
+    if isinstance(dtype, ArrayType):
+        return st.one_of(st.none(), st.lists(values(dtype.elementType), max_size=3))
+    if isinstance(dtype, MapType):
+        keys = values(dtype.keyType).filter(lambda k: k is not None)
+        return st.one_of(st.none(), st.dictionaries(keys, values(dtype.valueType), max_size=3))
+    if isinstance(dtype, StructType):
+        return st.one_of(st.none(), st.tuples(*(values(f.dataType) for f in dtype.fields)))
     raise NotImplementedError(f"no adversarial values for {dtype.simpleString()}")
 
 

@@ -17,6 +17,7 @@ from .operators import (
     Aggregate,
     Delay,
     Filter,
+    Generate,
     GroupDiff,
     Input,
     Integral,
@@ -94,6 +95,11 @@ def _(op: Map, inc: Incrementalizer) -> Operator:
 @_delta.register
 def _(op: Filter, inc: Incrementalizer) -> Operator:
     return Filter(inc(op.input), op.predicate)
+
+
+@_delta.register
+def _(op: Generate, inc: Incrementalizer) -> Operator:
+    return replace(op, input=inc(op.input))
 
 
 @_delta.register

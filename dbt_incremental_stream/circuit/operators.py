@@ -119,6 +119,37 @@ class Filter(Unary):
         return f"Filter {self.predicate}"
 
 
+#: the generators :class:`Generate` runs (Spark's names), each with or without ``_outer``
+GENERATORS = ("explode", "posexplode", "inline")
+
+
+@dataclass(frozen=True, eq=False)
+class Generate(Unary):
+    """A generator over a column (linear: a flat-map): each input row becomes one row per
+    element of its array or entry of its map, with the input row's columns and weight.
+    ``kind`` is Spark's name (:data:`GENERATORS`); ``names`` are the generated columns
+    (``posexplode``: the position first; a map's key and value; ``inline``: the struct's
+    fields). ``outer``: a row whose collection is empty or NULL stays once, with NULLs."""
+
+    kind: str
+    column: str
+    names: tuple[str, ...]
+    outer: bool = False
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return self.input.columns + self.names
+
+    @property
+    def sql(self) -> str:
+        """The generator as Spark SQL, its columns named."""
+        fn = self.kind + ("_outer" if self.outer else "")
+        return f"{fn}({quote(self.column)}) AS ({', '.join(map(quote, self.names))})"
+
+    def label(self) -> str:
+        return f"Generate {self.sql}"
+
+
 @dataclass(frozen=True, eq=False)
 class Plus(Operator):
     """Z-set sum, i.e. UNION ALL (linear); inputs are aligned by position."""

@@ -178,9 +178,7 @@ class ChunkDecoder:
     # --- the row decoder -----------------------------------------------------------------
 
     def _row_table(self, records: list[Record]) -> pa.Table:
-        table = zsets.arrow_rows(self.row_schema, self.rows(records))
-        assert table is not None, "nested column types are decoded as rows"
-        return table
+        return zsets.arrow_rows(self.row_schema, self.rows(records))
 
     def rows(self, records: Sequence[Record]) -> list[tuple[Any, ...]]:
         """The rows of ``records`` by the row decoder."""

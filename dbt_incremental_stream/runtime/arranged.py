@@ -31,6 +31,7 @@ from ..circuit.operators import (
     WEIGHT,
     Delay,
     Filter,
+    Generate,
     GroupDiff,
     Input,
     Integral,
@@ -238,6 +239,11 @@ class ArrangedTick:
     def _(self, op: Filter) -> pa.Table | None:
         t = self.value(op.input)
         return None if t is None else self.row_wise(op, t)
+
+    @_eval.register
+    def _(self, op: Generate) -> pa.Table | None:
+        t = self.value(op.input)
+        return None if t is None else self._conform(op, kernels.generate(t, op.column, op.kind, op.outer))
 
     @_eval.register
     def _(self, op: Scale) -> pa.Table | None:

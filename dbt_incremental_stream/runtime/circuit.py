@@ -182,7 +182,7 @@ class Circuit:
         dupes = [c for c, n in Counter(f.name.lower() for f in schema).items() if n > 1]
         if dupes:
             raise CompileError(f"duplicate output column names {dupes}; alias them", view=name)
-        logical = key_columns(compile(tree, self.catalog, view=name), self._key_casts)
+        logical = key_columns(compile(tree, self.catalog, view=name, generated=self._generated), self._key_casts)
         if len(logical.columns) != len(schema):
             raise CompileError(f"planned {len(logical.columns)} columns, Spark sees {len(schema)}", view=name)
         out = Map(logical, tuple((f.name, f"CAST({quote(c)} AS {f.dataType.simpleString()})")
@@ -191,6 +191,10 @@ class Circuit:
         self.views[name] = View(name, sql, out, Integral(self._incremental(out)), schema)
         empty_frame(self._analysis, schema).createOrReplaceTempView(name)
         self.changed()
+
+    def _generated(self, op: Operator, generator: str) -> list[str]:
+        """The columns Spark names for ``generator`` (SQL) over ``op``'s rows (analysis only)."""
+        return empty_frame(self.spark, self.schema_of(self._incremental(op))).selectExpr(generator).columns
 
     def _key_casts(self, join: Join) -> list[tuple[str | None, str | None]]:
         """Per key pair of ``join`` (columns of its sides), the types Spark casts the left
@@ -316,16 +320,13 @@ class Circuit:
                 arrow[source] = self.conform_arrow(source, d)
                 continue
             if d is not None and not isinstance(d, DataFrame):
-                table = self.rows_arrow(source, d := list(d))
-                if table is not None:
-                    arrow[source] = table
-                    continue
-                d = self.rows_frame(source, d)
+                arrow[source] = self.rows_arrow(source, list(d))
+                continue
             inputs[source] = None if d is None else self.conform(source, d)
         return inputs, arrow
 
-    def rows_arrow(self, source: str, rows: Rows) -> pa.Table | None:
-        """``(row, weight)`` pairs as an Arrow table (None for nested column types). Values
+    def rows_arrow(self, source: str, rows: Rows) -> pa.Table:
+        """``(row, weight)`` pairs as an Arrow table. Values
         are coerced (:func:`coerce_row`, ``int`` of a weight) only when Arrow refuses them
         as they are: where Arrow takes a value (an int for a DOUBLE, exactly), it takes it
         as coerced."""
@@ -338,15 +339,7 @@ class Circuit:
         except (pa.ArrowException, TypeError, ValueError, OverflowError):
             table = zsets.arrow_rows(st, [coerce_row(st, r) for r in data])
             w = pa.array([int(x) for x in weights], pa.int64())
-        if table is None:
-            return None
         return pa.Table.from_arrays(table.columns + [w], schema=zsets.arrow_schema(zsets.with_weight(st)))
-
-    def rows_frame(self, source: str, rows: Rows) -> DataFrame:
-        """``(row, weight)`` pairs as a DataFrame."""
-        st = self.sources[source]
-        data = [coerce_row(st, r) + (int(w),) for r, w in rows]
-        return self.spark.createDataFrame(data, zsets.with_weight(st))
 
     def conform_arrow(self, source: str, table: pa.Table | pa.RecordBatch) -> pa.Table:
         """A source's delta as an Arrow table of its columns (by name, any case) and types."""

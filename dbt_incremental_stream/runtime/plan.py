@@ -29,6 +29,7 @@ from ..circuit.operators import (
     AggCall,
     Delay,
     Filter,
+    Generate,
     GroupDiff,
     Input,
     Integral,
@@ -311,7 +312,7 @@ class Plan:
             return None  # columns renamed: nothing computed
         if isinstance(op, (Map, Filter)):
             return "by Spark" if self.by_spark(op) else "in Arrow"
-        return None
+        return "in Arrow" if isinstance(op, Generate) else None
 
     def by_spark(self, op: Operator) -> bool:
         """Whether Spark computes a Map's columns, a Filter's predicate, a window's
@@ -329,7 +330,7 @@ class Plan:
         if isinstance(op, Filter):
             self._predicate(op, op.predicate, op.input)
             return
-        if isinstance(op, (Input, Plus, Partials, Integral, Delay, Scale, Pad)):
+        if isinstance(op, (Input, Plus, Partials, Integral, Delay, Scale, Pad, Generate)):
             return
         if isinstance(op, Map):
             self.renames[op.id] = self._renames(op)

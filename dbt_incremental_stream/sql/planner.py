@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field, replace
-from typing import Callable, Mapping, cast
+from typing import Callable, Mapping, Sequence, cast
 
 import sqlglot
 from sqlglot import exp
@@ -22,6 +22,7 @@ from ..circuit.operators import (
     AggCall,
     Aggregate,
     Filter,
+    Generate,
     Join,
     Map,
     Operator,
@@ -40,19 +41,25 @@ from .predicates import conjuncts
 from .relations import DIALECT
 from .join_keys import key_columns
 from .temporal import temporal_filters
-from .validate import AGGREGATES, SPARK_AGGREGATES, function_name, position, spark_aggregate, unsupported
+from .validate import AGGREGATES, SPARK_AGGREGATES, function_name, generator, position, spark_aggregate, unsupported
 
 Env = Mapping[str, Operator]
 Render = Callable[[exp.Expr], str]
+#: the columns Spark names for a generator's SQL over a node's rows (it knows the types:
+#: whether an array or a map is exploded, a struct's fields)
+Generated = Callable[[Operator, str], Sequence[str]]
 #: an equality used to join: (SQL on the left side, SQL on the right side, NULL-safe)
 Pair = tuple[str, str, bool]
 
 
-def plan(tree: exp.Expr, catalog: Mapping[str, Operator], view: str | None = None) -> Operator:
+def plan(tree: exp.Expr, catalog: Mapping[str, Operator], view: str | None = None,
+         generated: Generated | None = None) -> Operator:
     """The logical plan of ``tree``, a query after :data:`~.rewrites.RULES` (qualified);
-    ``catalog`` maps relation names to their operators. Then two passes over the
-    operators: joins with the clock as temporal filters, join keys as columns."""
-    return key_columns(temporal_filters(_Planner(catalog, view).query(tree, {})))
+    ``catalog`` maps relation names to their operators; ``generated`` says how many
+    columns a generator makes (without it: as many as it is given names, else as of an
+    array). Then two passes over the operators: joins with the clock as temporal
+    filters, join keys as columns."""
+    return key_columns(temporal_filters(_Planner(catalog, view, generated).query(tree, {})))
 
 
 @dataclass
@@ -92,6 +99,7 @@ class _Sub:
 class _Planner:
     catalog: Mapping[str, Operator]
     view: str | None
+    generated: Generated | None = None
     _names: itertools.count = field(default_factory=itertools.count)
 
     def fresh(self, prefix: str) -> str:
@@ -155,9 +163,10 @@ class _Planner:
 
     def select(self, q: exp.Select, env: Env) -> Operator:
         joins = q.args.get("joins") or []
+        laterals = q.args.get("laterals") or []
         items = [q.args["from_"].this] + [j.this for j in joins]
         scope = [q.args.get(k) for k in ("where", "group", "having", "qualify", "order")] + list(q.expressions)
-        scope += [j.args.get("on") for j in joins]
+        scope += [j.args.get("on") for j in joins] + laterals
         used: dict[str, set[str]] = {}
         for node in scope:
             for col in node.find_all(exp.Column) if node else ():
@@ -169,13 +178,18 @@ class _Planner:
             op = self.relation(item, env)
             keep = [c for c in op.columns if c in used.get(alias, ())]
             sources[alias] = Map(op, tuple((mangle(alias, c), quote(c)) for c in keep))
-        aliases = set(sources)
+        generated = {lateral.alias for lateral in laterals}
+        aliases = set(sources) | generated
 
         where = conjuncts(q.args["where"].this) if q.args.get("where") else []
-        node = self.joins(q, sources, [c for c in where if not _subqueries(c)])
+        node = self.joins(q, sources, [c for c in where if not _subqueries(c) and not _aliases(c) & generated])
+        for lateral in laterals:  # after the FROM clause's joins, before WHERE: as Spark applies them
+            node = self.lateral(node, lateral)
         for c in where:
             if _subqueries(c):
                 node = self.filter(node, c, aliases, env, _render)
+            elif _aliases(c) & generated:
+                node = _filter(node, _render(c))
 
         render: Render = _render
         if q.args.get("group") or any(_aggregates(e) for e in q.expressions) or q.args.get("having"):
@@ -188,9 +202,15 @@ class _Planner:
             node = _filter(node, render(c))
 
         outputs: list[tuple[str, str]] = []
-        for e in q.expressions:
-            node, e = self.inline(node, e.unalias(), aliases, env, render) if _subqueries(e) else (node, e)
-            outputs.append((q.expressions[len(outputs)].alias_or_name, render(e.unalias())))
+        for item in q.expressions:
+            call = item.this if isinstance(item, (exp.Alias, exp.Aliases)) else item
+            if generator(call):
+                given = [i.name for i in item.expressions] if isinstance(item, exp.Aliases) else [item.alias_or_name]
+                node, made = self.generate(node, call, render, None)
+                outputs += zip(given if len(given) == len(made) else made, map(quote, made))
+                continue
+            node, e = self.inline(node, item.unalias(), aliases, env, render) if _subqueries(item) else (node, item)
+            outputs.append((item.alias_or_name, render(e.unalias())))
         names = [n for n, _ in outputs]
         hidden = self.order_columns(q, names, render)
         node = Map(node, tuple(outputs) + tuple((n, e) for n, e in hidden.values() if n not in names))
@@ -198,6 +218,57 @@ class _Planner:
             node = distinct(node)
         node = self.top_k(q, node, {k: n for k, (n, _) in hidden.items()}, names)
         return node if node.columns == tuple(names) else Map(node, passthrough(names))
+
+    # --- generators ----------------------------------------------------------------------
+
+    def lateral(self, node: Operator, lateral: exp.Lateral) -> Operator:
+        """``LATERAL VIEW [OUTER] gen(...) t AS c1, c2``: the generator's columns beside
+        ``node``'s, named ``t__c1``, ``t__c2`` (with no names given: as Spark names them)."""
+        alias = lateral.args["alias"]
+        call = lateral.this
+        if lateral.args.get("outer") and generator(call) in ("explode", "posexplode", "inline"):
+            call = exp.Anonymous(this=f"{generator(call)}_outer", expressions=[call.this])
+        columns = [c.name for c in alias.columns] or self.spark_names(node, call, _render)
+        return self.generate(node, call, _render, [mangle(alias.name, c) for c in columns])[0]
+
+    def generate(self, node: Operator, call: exp.Expr, render: Render,
+                 names: Sequence[str] | None) -> tuple[Operator, list[str]]:
+        """``node`` with the rows generator ``call`` makes of each row (a linear flat-map):
+        its columns, then the generated ones (``names``, or fresh). ``stack(n, ...)`` is a
+        union of ``n`` projections; the others a :class:`Generate` over the column of
+        their argument."""
+        name = cast(str, generator(call))
+        keep = passthrough(node.columns)
+        if name == "stack":
+            count = _int(call.this, "stack()'s number of rows", self)
+            values = [render(v) for v in call.expressions]
+            width = -(-len(values) // count)
+            made = list(names) if names is not None else [self.fresh("gen") for _ in range(width)]
+            rows = [values[r * width:(r + 1) * width] for r in range(count)]
+            return Plus(tuple(Map(node, keep + tuple(zip(made, row + ["NULL"] * (width - len(row)))))
+                              for row in rows)), made
+        arg = render(call.expressions[0] if isinstance(call, exp.Anonymous) else call.this)
+        if not is_identifier(arg):  # the argument computed first, as a column
+            column = self.fresh("garg")
+            node = Map(node, keep + ((column, arg),))
+            arg = quote(column)
+        column = exp.to_identifier(arg[1:-1].replace("``", "`")).name
+        kind, outer = name.removesuffix("_outer"), name.endswith("_outer")
+        if names is None:
+            names = [self.fresh("gen") for _ in self.spark_names(node, exp.column(column, quoted=True), None, kind)]
+        made = list(names)
+        return Generate(node, kind, column, tuple(made), outer), made
+
+    def spark_names(self, node: Operator, call: exp.Expr, render: Render | None, kind: str | None = None) -> list[str]:
+        """The columns Spark names for generator ``call`` over ``node`` (``kind``: of a
+        column ``call``). Without :attr:`generated`: an array's."""
+        sql = f"{kind}({call.sql(DIALECT)})" if kind is not None else cast(Render, render)(call)
+        if self.generated is not None:
+            return list(self.generated(node, sql))
+        name = kind or cast(str, generator(call)).removesuffix("_outer")
+        if name == "stack":
+            return [f"col{i}" for i in range(-(-(len(call.expressions)) // int(call.this.name)))]
+        return ["pos", "col"] if name == "posexplode" else ["col"]
 
     # --- joins -------------------------------------------------------------------------
 
@@ -327,7 +398,7 @@ class _Planner:
         when they are the whole condition, otherwise joined in as columns."""
         negated = isinstance(cond, exp.Not)
         test = cond.this.unnest() if negated else cond
-        if isinstance(test, exp.Exists) or (isinstance(test, exp.In) and test.args.get("query")):
+        if _exists(test) or (isinstance(test, exp.In) and test.args.get("query")):
             value = render(test.this) if isinstance(test, exp.In) else None
             sub = self.decorrelate(test.args.get("query") or test.this, node, aliases, env, render, value)
             matched = Map(_join(node, sub.op, sub.pairs, []), passthrough(node.columns))
@@ -348,7 +419,7 @@ class _Planner:
         """Join every subquery of ``e`` to ``node`` and replace it with the column(s) it became."""
         e = e.copy()
         for found in _subqueries(e):
-            if isinstance(found, exp.Exists):
+            if _exists(found):
                 sub = self.decorrelate(found.this, node, aliases, env, render, None)
                 node = self.attach(node, sub)
                 result: exp.Expr = exp.column(sub.mark, quoted=True).is_(exp.null()).not_()
@@ -737,12 +808,17 @@ def _ancestors(n: exp.Expr, stop: exp.Expr) -> list[exp.Expr]:
     return out
 
 
+def _exists(e: exp.Expr) -> bool:
+    """An EXISTS subquery (not Spark's ``exists(array, x -> ...)``, which sqlglot parses alike)."""
+    return isinstance(e, exp.Exists) and e.args.get("expression") is None
+
+
 def _subqueries(e: exp.Expr) -> list[exp.Expr]:
     """The outermost subqueries in expression ``e``: EXISTS, IN (query) or scalar ones."""
     found: list[exp.Expr] = []
 
     def visit(n: exp.Expr) -> None:
-        if isinstance(n, exp.Exists) or (isinstance(n, exp.In) and n.args.get("query")):
+        if _exists(n) or (isinstance(n, exp.In) and n.args.get("query")):
             found.append(n)
             return
         if isinstance(n, exp.Subquery):

@@ -9,6 +9,7 @@ from typing import TypedDict
 from sqlglot import exp
 
 from ..errors import UnsupportedSqlError
+from .relations import DIALECT
 
 #: aggregate functions the planner maintains (sqlglot class → SQL name)
 AGGREGATES: dict[type[exp.Expr], str] = {
@@ -42,6 +43,15 @@ SPARK_AGGREGATE_NAMES = frozenset({
 })
 
 
+def generator(node: exp.Expr) -> str | None:
+    """Spark's name of the generator ``node`` calls (``explode_outer``, ``stack``), if it
+    calls one."""
+    if isinstance(node, exp.Func) and isinstance(node, (exp.UDTF, exp.Explode)):  # a Lateral is a UDTF too
+        return node.sql_name().lower()
+    name = str(node.name).lower() if isinstance(node, exp.Anonymous) else None
+    return name if name in GENERATORS or name in OTHER_GENERATORS else None
+
+
 def spark_aggregate(node: exp.Expr) -> bool:
     """Whether ``node`` calls an aggregate that Spark computes over touched groups."""
     return isinstance(node, SPARK_AGGREGATES) or (
@@ -61,22 +71,24 @@ NONDETERMINISTIC_NAMES = {
 }
 
 STRUCTURES: dict[type[exp.Expr], str] = {
-    exp.Lateral: "LATERAL VIEW / LATERAL subquery",
     exp.Pivot: "PIVOT / UNPIVOT",
     exp.TableSample: "TABLESAMPLE",
     exp.Values: "VALUES as a table",
     exp.GroupingSets: "GROUPING SETS",
     exp.Rollup: "ROLLUP",
     exp.Cube: "CUBE",
-    exp.Explode: "generator function explode()",
-    exp.Posexplode: "generator function posexplode()",
-    exp.Inline: "generator function inline()",
     exp.Unnest: "UNNEST",
 }
 
+#: the generators the planner maintains as flat-maps (Spark's names), with ``stack``
+GENERATORS = frozenset({"explode", "explode_outer", "posexplode", "posexplode_outer", "inline", "inline_outer",
+                        "stack"})
+#: generators refused, with what to write instead
+OTHER_GENERATORS = {"json_tuple": "get_json_object(j, '$.field') for each field"}
+
 SELECT_CLAUSES = {
     "expressions", "from_", "joins", "where", "group", "having", "distinct", "order", "with_",
-    "hint", "kind", "operation_modifiers", "limit", "offset", "exclude", "qualify",
+    "hint", "kind", "operation_modifiers", "limit", "offset", "exclude", "qualify", "laterals",
 }
 
 
@@ -103,6 +115,11 @@ def validate(tree: exp.Expr, view: str | None = None) -> None:
         kind = type(node)
         if kind in STRUCTURES:
             raise unsupported(STRUCTURES[kind], node, view)
+        if isinstance(node, exp.Lateral):
+            _check_lateral(node, view)
+        name = generator(node)
+        if name is not None:
+            _check_generator(node, name, view)
         if kind in NONDETERMINISTIC:
             raise unsupported(f"non-deterministic function {NONDETERMINISTIC[kind]}", node, view)
         if isinstance(node, exp.Func) and node.sql_name().lower() in NONDETERMINISTIC_NAMES:
@@ -142,6 +159,29 @@ def _check_join(join: exp.Join, view: str | None) -> None:
         raise unsupported(f"{side} {kind} JOIN", join, view)
     if join.args.get("using") is None and _subquery_in(join.args.get("on")):
         raise unsupported("subquery in a JOIN condition", join, view)
+
+
+def _check_lateral(lateral: exp.Lateral, view: str | None) -> None:
+    if not lateral.args.get("view"):
+        raise unsupported("LATERAL subquery or LATERAL in a join; use LATERAL VIEW for a generator", lateral, view)
+    if generator(lateral.this) is None:
+        raise unsupported(f"LATERAL VIEW of {lateral.this.sql(DIALECT)}, which is not a generator", lateral, view)
+
+
+def _check_generator(call: exp.Expr, name: str, view: str | None) -> None:
+    """A generator is a whole item of a SELECT list (maybe aliased) or a LATERAL VIEW's."""
+    if name in OTHER_GENERATORS:
+        raise unsupported(f"generator function {name}(); use {OTHER_GENERATORS[name]}", call, view)
+    if name not in GENERATORS:
+        raise unsupported(f"generator function {name}()", call, view)
+    item = call.parent if isinstance(call.parent, (exp.Alias, exp.Aliases)) else call
+    select = item.parent
+    if isinstance(select, exp.Lateral):
+        return
+    if not isinstance(select, exp.Select) or item.arg_key != "expressions":
+        raise unsupported(f"generator function {name}() inside an expression or clause", call, view)
+    if any(w for e in select.expressions for w in e.find_all(exp.Window)):
+        raise unsupported(f"generator function {name}() beside window functions", call, view)
 
 
 def _check_select(select: exp.Select, view: str | None) -> None:

@@ -81,6 +81,8 @@ def _typed(tree: exp.Expr, types: Types | None) -> dict[str, pa.DataType]:
     """Spark's type of every subexpression of ``tree`` that a value is computed for."""
     if types is None:
         return {}
+    if tree.find(exp.Lambda) is not None:  # Arrow has no form of a higher-order function, nor its body types
+        raise _Untranslatable("a lambda")
     texts = list(dict.fromkeys(n.sql(DIALECT) for n in tree.walk() if isinstance(n, _TYPED)))
     try:
         return dict(zip(texts, types(texts)))
@@ -419,6 +421,12 @@ class _Compiler:
     def _leaf(self, e: exp.Expr) -> Compiled:
         """A column or a literal, typed as Spark types it."""
         out = self._type(e)
+        if isinstance(e, exp.Column) and e.table:  # a struct's field: the planner's columns are never qualified
+            struct, field = e.table, e.name
+            if e.args.get("db") or struct not in self.schema.names \
+                    or field not in getattr(self.schema.field(struct).type, "names", ()):
+                raise _Untranslatable(e.sql(DIALECT))
+            return lambda t: pc.struct_field(t.column(struct), field).cast(out)
         if isinstance(e, exp.Column):
             name = e.name
             return lambda t: t.column(name).cast(out)

@@ -784,6 +784,35 @@ def gather(table: pa.Table, rows: np.ndarray) -> pa.Table:
     return table.take(pa.array(rows))
 
 
+def generate(table: pa.Table, column: str, kind: str, outer: bool) -> pa.Table:
+    """The rows a generator makes of each row of ``table`` (Spark's ``explode``,
+    ``posexplode`` or ``inline`` of an array or map ``column``): the row's columns, the
+    position for ``posexplode``, the element (a map's key and value, a struct's fields
+    for ``inline``), then the weight. With ``outer`` a row whose collection is empty or
+    NULL gives one row of NULLs. The rows come in no particular order: a Z-set's."""
+    values = table.column(column).combine_chunks()
+    if pa.types.is_map(values.type):  # a map is a list of its entries
+        values = values.cast(pa.list_(pa.struct([values.type.key_field, values.type.item_field])))
+    lengths = pc.list_value_length(values).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+    parents = np.repeat(np.arange(len(values), dtype=np.int64), lengths)
+    flat = pc.list_flatten(values)
+    made: list[pa.Array] = []
+    if kind == "posexplode":
+        starts = np.cumsum(lengths) - lengths
+        made.append(pa.array((np.arange(len(flat), dtype=np.int64) - np.repeat(starts, lengths)).astype(np.int32)))
+    if pa.types.is_struct(flat.type) and (kind == "inline" or pa.types.is_map(table.schema.field(column).type)):
+        made += [pc.struct_field(flat, [i]) for i in range(flat.type.num_fields)]
+    else:
+        made.append(flat)
+    if outer:
+        missing = np.flatnonzero(lengths == 0)
+        parents = np.concatenate([parents, missing])
+        made = [pa.concat_arrays([m, pa.nulls(len(missing), m.type)]) for m in made]
+    rows = table.drop_columns([WEIGHT]).take(pa.array(parents))
+    names = rows.column_names + [f"_g{i}" for i in range(len(made))] + [WEIGHT]
+    return pa.Table.from_arrays([*rows.columns, *made, table.column(WEIGHT).take(pa.array(parents))], names=names)
+
+
 def keys_equal(left: pa.Table, lkeys: Sequence[str], right: pa.Table, rkeys: Sequence[str],
                null_safe: Sequence[bool]) -> np.ndarray:
     """Row-aligned tables: True where every key pair is equal (NULL equals NULL only

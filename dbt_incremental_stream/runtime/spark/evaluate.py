@@ -18,6 +18,7 @@ from ...circuit.operators import (
     WEIGHT,
     Delay,
     Filter,
+    Generate,
     GroupDiff,
     Input,
     Integral,
@@ -30,6 +31,7 @@ from ...circuit.operators import (
     Scale,
     Temporal,
     WindowDiff,
+    quote,
 )
 from . import zsets
 from .zsets import col
@@ -91,6 +93,11 @@ class Tick:
     def _(self, op: Filter) -> DataFrame | None:
         df = self.value(op.input)
         return None if df is None else df.where(op.predicate)
+
+    @_eval.register
+    def _(self, op: Generate) -> DataFrame | None:
+        df = self.value(op.input)
+        return None if df is None else df.selectExpr(*map(quote, op.input.columns), op.sql, quote(WEIGHT))
 
     @_eval.register
     def _(self, op: Plus) -> DataFrame | None:

@@ -56,6 +56,7 @@ from sqlglot import exp
 from ...circuit.operators import (
     WEIGHT,
     Filter,
+    Generate,
     GroupDiff,
     Input,
     Integral,
@@ -191,7 +192,7 @@ def _reads(plan: Plan, op: Operator) -> list[tuple[Operator, Need]]:
     if isinstance(op, Integral):  # a state node's delta: equal rows (or keys) in one task
         cols = frozenset(op.key) if op.key is not None else _columns(op.input)
         return [(op.input, Need(within=cols))]
-    if isinstance(op, (Map, Filter, Scale, Pad, Partials)):
+    if isinstance(op, (Map, Filter, Scale, Pad, Partials, Generate)):
         return [(op.input, ANY)]  # type: ignore[attr-defined]
     return [(i, ANY) for i in op.inputs]
 
@@ -200,7 +201,7 @@ def _carried(op: Operator, part: Partition | None, plan: Plan) -> Partition | No
     """The split of ``op``'s value computed from an input split by ``part``."""
     if part is None:
         return None
-    if isinstance(op, (Filter, Scale, Pad)):
+    if isinstance(op, (Filter, Scale, Pad, Generate)):  # the input's columns kept as they are
         return part
     if isinstance(op, Map):
         copies: dict[str, str] = {}
@@ -237,7 +238,7 @@ def _wishes(plan: Plan, states: Sequence[Operator]) -> dict[str, list[Hash]]:
         wishes[x.id].append(h)
         if h[0] != "cols":
             return
-        if isinstance(x, (Filter, Scale, Pad)):
+        if isinstance(x, (Filter, Scale, Pad, Generate)):
             wish(x.input, h)
         elif isinstance(x, Map):
             copies = plan._copies(x)
