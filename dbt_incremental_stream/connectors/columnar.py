@@ -25,7 +25,8 @@ the row decoder does, and each column's texts are cast by Arrow. A text is cast 
 the form Python's ``int()``, ``float()`` or ``Decimal()`` reads the same way (Arrow would
 take ``0x1F`` as an integer); any other goes to the row decoder.
 
-Upsert tombstones and sources with nested column types go through the row decoder.
+Upsert tombstones and sources with nested column types go through the row decoder, whose
+rows Arrow reads (:func:`.zsets.arrow_rows`).
 """
 from __future__ import annotations
 
@@ -40,8 +41,8 @@ import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import Message
-from pyspark.sql.types import (BinaryType, BooleanType, DataType, DateType, DecimalType, DoubleType, FloatType,
-                               StringType, StructField, StructType, TimestampType)
+from pyspark.sql.types import (ArrayType, BinaryType, BooleanType, DataType, DateType, DecimalType, DoubleType,
+                               FloatType, MapType, StringType, StructField, StructType, TimestampType)
 
 from ..runtime.arrow import kernels
 from ..runtime.spark import zsets
@@ -55,7 +56,24 @@ _FAST: list[tuple[tuple[type, ...], type]] = [
     ((BooleanType,), bool), ((TimestampType, DateType, BinaryType), str)]
 
 
-def _fast_type(t: DataType) -> type | None:
+#: the element and map value types the fast decoder reads inside an array or a map: those
+#: Arrow builds exactly as the row decoder converts them (not a FLOAT: its range is checked)
+_INSIDE: list[tuple[tuple[type, ...], type]] = [
+    (_INTS, int), ((DoubleType,), float), ((StringType,), str), ((BooleanType,), bool)]
+
+
+def _fast_type(t: DataType) -> Any:
+    """The Python type the fast decoder reads a column of ``t`` as: a scalar, a list of
+    scalars (an array), a dict of them by text (a map); None for one it leaves to the row
+    decoder (a struct, a map keyed by another type)."""
+    if isinstance(t, (ArrayType, MapType)):
+        inner = t.elementType if isinstance(t, ArrayType) else t.valueType
+        python = next((p for spark_types, p in _INSIDE if isinstance(inner, spark_types)), None)
+        if python is None:
+            return None
+        if isinstance(t, ArrayType):
+            return list[Optional[python]]  # type: ignore[valid-type]
+        return dict[str, Optional[python]] if isinstance(t.keyType, StringType) else None  # type: ignore[valid-type]
     for spark_types, python in _FAST:
         if isinstance(t, spark_types):
             return python
@@ -91,6 +109,8 @@ class ChunkDecoder:
             self._get = [attrgetter(n) for n in names]
             self._column = [partial(_json_column, f, t) for f, t in zip(columns, arrow)]
         elif self.decode.format == "csv":
+            if any(isinstance(f.dataType, (ArrayType, MapType)) for f in columns):
+                return  # a nested value in a CSV field: the row decoder says what it makes of it
             self._fast = partial(_csv_line, len(columns))
             self._get = [itemgetter(i) for i in range(len(columns))]
             self._column = [partial(_text_column, f, t) for f, t in zip(columns, arrow)]
@@ -99,11 +119,6 @@ class ChunkDecoder:
             self._expand = _flatten
             self._get = [partial(_field_of, f.name) for f in columns]
             self._column = [partial(_value_column, f, t) for f, t in zip(columns, arrow)]
-
-    @property
-    def columnar(self) -> bool:
-        """Whether the batch can be Arrow (not for nested column types, which only Spark converts)."""
-        return not any(pa.types.is_nested(t) for t in self._arrow.types)
 
     def __call__(self, msgs: Sequence[Any]) -> pa.Table:
         if self._fast is not None:

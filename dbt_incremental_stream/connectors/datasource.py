@@ -28,7 +28,7 @@ from ..runtime.spark import zsets
 from ..process import map_all
 from .columnar import ChunkDecoder
 from .formats import Registry
-from .kafka import KafkaSettings, KafkaSource, Ranges, is_secret, read_chunks, record
+from .kafka import KafkaSettings, KafkaSource, Ranges, is_secret, read_chunks
 
 NAME = "dbt_stream_kafka"
 #: most offsets one task reads
@@ -111,10 +111,7 @@ class _Reader(DataSourceReader):
         decoder = chunk_decoder(self.settings, self.source)
         for chunk in read_chunks(self.settings, self.source.topic, partition.partition, partition.start, partition.end,
                                  most=partition.most):
-            if decoder.columnar:
-                yield from decoder(chunk).to_batches()
-            else:  # nested column types: rows, which Spark converts
-                yield from decoder.rows([record(m) for m in chunk])
+            yield from decoder(chunk).to_batches()
 
 
 def chunk_decoder(settings: KafkaSettings, source: KafkaSource) -> ChunkDecoder:
@@ -122,14 +119,12 @@ def chunk_decoder(settings: KafkaSettings, source: KafkaSource) -> ChunkDecoder:
 
 
 def driver_table(settings: KafkaSettings, source: KafkaSource, ranges: Ranges, most: Mapping[int, int] | None = None,
-                 records: Mapping[int, list[Any]] | None = None) -> tuple[pa.Table, Ranges] | None:
+                 records: Mapping[int, list[Any]] | None = None) -> tuple[pa.Table, Ranges]:
     """The records in ``ranges`` read and decoded in the driver (for a small tick, whose
     read as a Spark job costs more than the records do), and the ranges read: with
     ``most``, each partition's ends after its last record read. ``records``: those of
-    ``ranges``, fetched already (:meth:`.KafkaTopics.fetch`). None for nested column types."""
+    ``ranges``, fetched already (:meth:`.KafkaTopics.fetch`)."""
     decoder = chunk_decoder(settings, source)
-    if not decoder.columnar:
-        return None
     if records is not None:
         return _concat(source, [decoder(records[p]) for p in sorted(records) if records[p]]), dict(ranges)
 

@@ -26,9 +26,9 @@ from functools import lru_cache, partial
 from typing import Any, Callable, Mapping, Sequence, cast
 
 import msgspec
-from pyspark.sql.types import (BinaryType, BooleanType, ByteType, DataType, DateType, DecimalType, DoubleType,
-                               FloatType, IntegerType, LongType, ShortType, StringType, StructField, StructType,
-                               TimestampType)
+from pyspark.sql.types import (ArrayType, BinaryType, BooleanType, ByteType, DataType, DateType, DecimalType,
+                               DoubleType, FloatType, IntegerType, LongType, MapType, ShortType, StringType,
+                               StructField, StructType, TimestampType)
 
 from ..errors import ConnectorError, StreamError
 
@@ -168,17 +168,6 @@ def _schema_of(text: str) -> Any:
     return fastavro.parse_schema(json.loads(text))
 
 
-def _floats(v: Any) -> Any:
-    """A nested value as parsed, its JSON numbers with a point as floats."""
-    if isinstance(v, Decimal):
-        return float(v)
-    if isinstance(v, dict):
-        return {k: _floats(x) for k, x in v.items()}
-    if isinstance(v, list):
-        return [_floats(x) for x in v]
-    return v
-
-
 def _plain(v: Any) -> Any:
     """Avro's timestamps come back aware (UTC); columns hold them naive, as Spark does."""
     if isinstance(v, dict):
@@ -258,7 +247,21 @@ def _convert(t: DataType) -> Callable[[Any], Any]:
         return lambda v: v if isinstance(v, date) and not isinstance(v, datetime) else date.fromisoformat(str(v))
     if isinstance(t, BinaryType):
         return of(bytes, str, then=lambda v: v.encode() if isinstance(v, str) else v)
-    return _floats  # nested types as parsed
+    if isinstance(t, ArrayType):
+        element = _or_null(_convert(t.elementType))
+        return of(list, then=lambda v: [element(x) for x in v])
+    if isinstance(t, MapType):
+        key, item = _convert(t.keyType), _or_null(_convert(t.valueType))
+        return of(dict, then=lambda v: {key(k): item(x) for k, x in v.items()})
+    if isinstance(t, StructType):
+        fields = [(f.name, _or_null(_convert(f.dataType))) for f in t.fields]
+        return of(dict, then=lambda v: tuple(convert(v.get(name)) for name, convert in fields))
+    raise TypeError(f"no conversion to {t.simpleString()}")
+
+
+def _or_null(convert: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``convert`` for an element, a map value or a field, which may be NULL."""
+    return lambda v: None if v is None else convert(v)
 
 
 _INT_BITS = {LongType: 64, IntegerType: 32, ShortType: 16, ByteType: 8}

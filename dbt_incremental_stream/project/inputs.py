@@ -368,7 +368,9 @@ class Inputs:
             return
         reading = sum(most.values()) if most else sum(e - s for s, e in ranges.values())
         records = None if fetched is None else fetched.records
-        if reading > DRIVER_READ or not self._read_in_driver(pipe, source, most, read, report, records):
+        if reading <= DRIVER_READ:
+            self._read_in_driver(pipe, source, most, read, report, records)
+        else:
             frame = kafka_frame(self.spark, KafkaSettings.required(self.kafka), source, ranges, most).persist()
             read.frames.append(frame)
             report.rows_in[rel], report.dead[rel] = _counts(frame)
@@ -385,15 +387,13 @@ class Inputs:
             read.behind.add(rel)  # the next tick reads on
 
     def _read_in_driver(self, pipe: Pipeline, source: KafkaSource, most: dict[int, int] | None, read: Read,
-                        report: TickReport, records: dict[int, list[Any]] | None) -> bool:
+                        report: TickReport, records: dict[int, list[Any]] | None) -> None:
         """A small read (``records``: fetched already): decoded in the driver into Arrow,
         which a small tick runs on as it is (no Spark job); the source's ranges become those
-        read. False when a column type only Spark converts."""
+        read."""
         rel = source.relation
-        got = driver_table(KafkaSettings.required(self.kafka), source, read.ranges[rel], most, records)
-        if got is None:
-            return False
-        table, read.ranges[rel] = got
+        table, read.ranges[rel] = driver_table(KafkaSettings.required(self.kafka), source, read.ranges[rel], most,
+                                               records)
         good = pc.is_null(table.column("_reason"))
         rows, letters = table.filter(good), table.filter(pc.invert(good))
         report.rows_in[rel], report.dead[rel] = rows.num_rows, letters.num_rows
@@ -401,7 +401,6 @@ class Inputs:
             read.deltas[engine_name(rel)] = _changes(pipe, source, rows)
         if letters.num_rows:
             read.dead[rel] = self.spark.createDataFrame(letters)
-        return True
 
 
 def _changes(pipe: Pipeline, source: KafkaSource, rows: DataFrame | pa.Table) -> DataFrame | pa.Table:

@@ -1,7 +1,7 @@
 """The chunk decoder's fast path gives exactly the row decoder's rows: on random records,
 good and malformed, of every column type, for the envelopes it takes, with metadata
 columns; and every record that does not decode is a dead letter with the row decoder's
-reason."""
+reason. Arrays and maps of scalars take the fast path too; a struct the row decoder."""
 from __future__ import annotations
 
 import json
@@ -10,8 +10,9 @@ from decimal import Decimal
 from confluent_kafka import Message
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pyspark.sql.types import (BinaryType, BooleanType, ByteType, DateType, DecimalType, DoubleType, FloatType,
-                               IntegerType, LongType, StringType, StructField, StructType, TimestampType)
+from pyspark.sql.types import (ArrayType, BinaryType, BooleanType, ByteType, DateType, DecimalType, DoubleType,
+                               FloatType, IntegerType, LongType, MapType, StringType, StructField, StructType,
+                               TimestampType)
 
 from dbt_incremental_stream.connectors.columnar import ChunkDecoder
 from dbt_incremental_stream.connectors.datasource import row_schema
@@ -20,8 +21,10 @@ from dbt_incremental_stream.connectors.kafka import KafkaSource, record
 SCHEMA = StructType([StructField(n, t) for n, t in [
     ("id", LongType()), ("n", IntegerType()), ("tiny", ByteType()), ("x", DoubleType()), ("f", FloatType()),
     ("d", DecimalType(10, 2)), ("s", StringType()), ("b", BooleanType()), ("t", TimestampType()), ("day", DateType()),
-    ("raw", BinaryType())]])
+    ("raw", BinaryType()), ("tags", ArrayType(IntegerType())), ("m", MapType(StringType(), DoubleType()))]])
 COLUMNS = SCHEMA.fieldNames()
+FLAT_SCHEMA = StructType(SCHEMA.fields[:-2])  # no nested columns: for CSV lines and Avro records
+FLAT_COLUMNS = FLAT_SCHEMA.fieldNames()
 
 anything = st.one_of(
     st.none(), st.booleans(), st.integers(-(1 << 70), 1 << 70), st.floats(allow_nan=False), st.text(max_size=5),
@@ -43,6 +46,9 @@ CLEAN = {
     "t": st.sampled_from(["2026-11-01T10:00:00", "2026-11-01 10:00:00.5", "2026-11-01T10:00:00+02:00",
                           "2026-11-01T10:00:00Z"]),
     "day": st.sampled_from(["2026-11-01", "2024-02-29"]), "raw": st.text(max_size=4),
+    "tags": st.lists(st.one_of(st.integers(-1000, 1000), st.none()), max_size=3),
+    "m": st.dictionaries(st.text(max_size=3), st.one_of(st.floats(allow_nan=False), st.integers(-9, 9), st.none()),
+                         max_size=2),
 }
 #: values at or past the edge of what each column holds
 EDGE = {
@@ -53,6 +59,8 @@ EDGE = {
     "t": st.sampled_from(["2026-11-01T10:00:00.1234567", "2026-11-01", "2026-11-01t10:00:00z", "2026-11-01T24:00:00",
                           "2026-02-30T10:00:00", "2026-12-31T23:59:60", "2026-11-01T10:00", "+2026-11-01T10:00:00"]),
     "day": st.sampled_from(["2026-02-30", "2026-11-01T00:00:00", "20261101"]), "raw": st.just(""),
+    "tags": st.sampled_from([[1 << 31], [-(1 << 31)], [1.5], ["1"], [True], [[1]], {}, "1,2", []]),
+    "m": st.sampled_from([{"a": "x"}, {"a": [1]}, [1.0], {"": 10 ** 400}, {"a": True}, {}]),
 }
 
 
@@ -127,6 +135,19 @@ def test_a_decimal_far_below_its_scale_is_a_dead_letter_on_both_paths():
     assert fast == rows
     assert [r["d"] for r in rows] == [None, Decimal("150.00"), None, Decimal("0.10")]
     assert "digits after the point" in rows[0]["_reason"]
+
+
+def test_structs_decode_by_the_row_decoder_and_a_mistyped_one_is_a_dead_letter():
+    columns = StructType([StructField("id", IntegerType()), StructField("st", StructType([
+        StructField("a", IntegerType()), StructField("b", ArrayType(StringType()))]))])
+    source = KafkaSource("raw.e", "t", columns)
+    decoder = ChunkDecoder(source, source.decoder(None), row_schema(source))
+    docs = [b'{"id": 1, "st": {"a": 2, "b": ["x", null]}}', b'{"id": 2, "st": {"b": []}}', b'{"id": 3, "st": null}',
+            b'{"id": 4, "st": {"a": "2"}}', b'{"id": 5, "st": [2]}', b'{"id": 6, "st": {"a": 1, "b": "x"}}']
+    rows = decoder(messages(docs, [None] * len(docs))).to_pylist()
+    assert [r["st"] for r in rows[:3]] == [{"a": 2, "b": ["x", None]}, {"a": None, "b": []}, None]
+    assert [r["_reason"] is None for r in rows] == [True, True, True, False, False, False]
+    assert "st" in rows[3]["_reason"]
 
 
 def test_a_good_chunk_takes_the_fast_path_and_keeps_every_digit():
@@ -210,7 +231,7 @@ def csv_values(draw) -> bytes | None:
     if kind == "garbage":
         return draw(st.binary(max_size=20))
     fields = []
-    for c in COLUMNS:
+    for c in FLAT_COLUMNS:
         v = draw(st.one_of(CLEAN[c], CLEAN[c], EDGE[c], st.none()))
         fields.append("" if v is None else str(v).lower() if isinstance(v, bool) else str(v))
     if kind == "mistyped":
@@ -239,7 +260,7 @@ def csv_values(draw) -> bytes | None:
        ids=st.lists(st.one_of(st.none(), st.integers(0, 5)), min_size=30, max_size=30),
        envelope=st.sampled_from(["append", "upsert"]))
 def test_a_csv_source_decodes_as_the_row_decoder_does(values, ids, envelope):
-    source = KafkaSource("raw.v", "t", SCHEMA, format="csv", envelope=envelope,
+    source = KafkaSource("raw.v", "t", FLAT_SCHEMA, format="csv", envelope=envelope,
                          key=("id",) if envelope == "upsert" else ())
     keys = [None if i is None else str(i).encode() for i in ids[:len(values)]]
     fast, rows = both(source, messages(values, keys))
@@ -247,7 +268,7 @@ def test_a_csv_source_decodes_as_the_row_decoder_does(values, ids, envelope):
 
 
 def test_a_good_csv_chunk_takes_the_fast_path():
-    source = KafkaSource("raw.v", "t", SCHEMA, format="csv")
+    source = KafkaSource("raw.v", "t", FLAT_SCHEMA, format="csv")
     decoder = ChunkDecoder(source, source.decoder(None), row_schema(source))
     line = b'7,-12,+3,1.5e3,0.25,12.50,"a, ""b""",TRUE,2026-11-01T10:00:00,2026-11-01,xyz'
     msgs = messages([line, b",,,,,,,,,,"], [None, None])
@@ -260,7 +281,7 @@ def test_a_good_csv_chunk_takes_the_fast_path():
 AVRO_ANY = ["null", "long", "double", "string", "boolean", "bytes",
             {"type": "bytes", "logicalType": "decimal", "precision": 30, "scale": 4},
             {"type": "long", "logicalType": "timestamp-micros"}, {"type": "int", "logicalType": "date"}]
-AVRO_SCHEMA = {"type": "record", "name": "r", "fields": [{"name": c, "type": AVRO_ANY} for c in COLUMNS]}
+AVRO_SCHEMA = {"type": "record", "name": "r", "fields": [{"name": c, "type": AVRO_ANY} for c in FLAT_COLUMNS]}
 
 
 @st.composite
@@ -284,14 +305,14 @@ def avro_values(draw) -> bytes | None:
         "s": st.text(max_size=8).map(lambda s: s.encode("utf-8", "replace").decode("utf-8")),
     }
     doc = {}
-    for c in COLUMNS:
+    for c in FLAT_COLUMNS:
         strategy = own.get(c, CLEAN[c].filter(lambda v: not isinstance(v, str)) if c not in ("s",) else CLEAN[c])
         doc[c] = draw(st.one_of(strategy, strategy, st.none()))
     if draw(st.booleans()):
         c = draw(st.sampled_from(["id", "n", "tiny", "x", "f"]))
         doc[c] = draw(EDGE[c].filter(lambda v: isinstance(v, (int, float)) and abs(v) < 1 << 63))
     if kind == "mistyped":
-        doc[draw(st.sampled_from(COLUMNS))] = draw(st.one_of(st.booleans(), st.integers(-5, 5), st.floats(-1, 1),
+        doc[draw(st.sampled_from(FLAT_COLUMNS))] = draw(st.one_of(st.booleans(), st.integers(-5, 5), st.floats(-1, 1),
                                                              st.text(max_size=4), st.binary(max_size=3)))
     out = io.BytesIO()
     fastavro.schemaless_writer(out, fastavro.parse_schema(AVRO_SCHEMA), doc)
@@ -302,7 +323,7 @@ def avro_values(draw) -> bytes | None:
 @settings(max_examples=150, deadline=None)
 @given(values=st.lists(avro_values(), min_size=1, max_size=30))
 def test_an_avro_source_decodes_as_the_row_decoder_does(values):
-    source = KafkaSource("raw.a", "t", SCHEMA, format="avro", avro_schema=json.dumps(AVRO_SCHEMA))
+    source = KafkaSource("raw.a", "t", FLAT_SCHEMA, format="avro", avro_schema=json.dumps(AVRO_SCHEMA))
     fast, rows = both(source, messages(values, [None] * len(values)))
     assert fast == rows
 
@@ -313,7 +334,7 @@ def test_a_good_avro_chunk_takes_the_fast_path():
 
     import fastavro
 
-    source = KafkaSource("raw.a", "t", SCHEMA, format="avro", avro_schema=json.dumps(AVRO_SCHEMA))
+    source = KafkaSource("raw.a", "t", FLAT_SCHEMA, format="avro", avro_schema=json.dumps(AVRO_SCHEMA))
     decoder = ChunkDecoder(source, source.decoder(None), row_schema(source))
     out = io.BytesIO()
     fastavro.schemaless_writer(out, fastavro.parse_schema(AVRO_SCHEMA), {
