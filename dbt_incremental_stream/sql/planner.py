@@ -545,13 +545,17 @@ class _Planner:
         """Pre-project group keys and aggregate arguments, aggregate, and return how to
         render the SELECT list / HAVING over the aggregate's output columns."""
         group = q.args.get("group")
+        sets: list[list[int]] | None = None  # GROUPING SETS, ROLLUP, CUBE: each set's group expressions
         if group is not None and group.args.get("all"):
             group_exprs = [e.unalias() for e in q.expressions if not _aggregates(e)]
+        elif group is not None and _has_sets(group):
+            group_exprs, sets = _grouping_sets(group)
         else:
             group_exprs = list(group.expressions) if group is not None else []
         keys: dict[str, str] = {}  # rendered group expression → key column
         for g in group_exprs:
             keys.setdefault(_render(g), f"_g{len(keys)}")
+        order = [keys[_render(g)] for g in group_exprs]  # the group expressions' key columns, as written
         calls: dict[str, AggCall] = {}
         args: dict[str, str] = {}  # rendered argument → pre-projected column
         for e in list(q.expressions) + [q.args[k] for k in ("having", "qualify") if q.args.get(k)]:
@@ -571,10 +575,31 @@ class _Planner:
                     col = args.setdefault(_render(arg), f"_x{len(args)}")
                 calls[key] = AggCall(f"_a{len(calls)}", AGGREGATES[type(call)], col, is_distinct)
         pre = Map(node, tuple((k, e) for e, k in keys.items()) + tuple((c, e) for e, c in args.items()))
-        agg = Aggregate(pre, tuple(keys.values()), tuple(calls.values()))
+        agg: Operator = Aggregate(pre, tuple(keys.values()), tuple(calls.values()))
+        gid = self.fresh("gid")
+        if sets is not None:
+            agg = self.grouping_sets(pre, order, sets, tuple(calls.values()), gid)
+
+        def grouping(n: exp.Expr) -> exp.Expr:
+            """``grouping(x)``: whether ``x`` is aggregated over in the row's set; ``grouping_id(...)``
+            those bits, the first expression's highest (all of GROUP BY's without arguments)."""
+            if sets is None:
+                raise unsupported(f"{n.sql(DIALECT)} without GROUPING SETS, ROLLUP or CUBE", n, self.view)
+            of = list(n.expressions) or group_exprs
+            positions = []
+            for x in of:
+                if _render(x) not in keys:
+                    raise self.error(f"{x.sql(DIALECT)} in {n.sql(DIALECT)} is not a GROUP BY expression", n)
+                positions.append(order.index(keys[_render(x)]))
+            bits = " + ".join(f"((`{gid}` >> {len(order) - 1 - p}) & 1) * {1 << (len(of) - 1 - i)}"
+                              for i, p in enumerate(positions))
+            kind = "TINYINT" if isinstance(n, exp.Grouping) else "BIGINT"
+            return sqlglot.parse_one(f"CAST({bits} AS {kind})", read=DIALECT)
 
         def render(e: exp.Expr) -> str:
             def swap(n: exp.Expr) -> exp.Expr:
+                if isinstance(n, (exp.Grouping, exp.GroupingId)):
+                    return grouping(n)
                 if _is_aggregate(n) and not _is_window_function(n):
                     return exp.column(calls[_render(n)].name, quoted=True)
                 if not isinstance(n, (exp.Literal, exp.Boolean, exp.Null)):
@@ -590,6 +615,23 @@ class _Planner:
             return out.sql(DIALECT)
 
         return agg, render
+
+    def grouping_sets(self, pre: Operator, keys: list[str], sets: list[list[int]], calls: tuple[AggCall, ...],
+                      gid: str) -> Operator:
+        """GROUPING SETS as a union of aggregates, one per set (DBSP: each is its own
+        aggregate, and the union is linear): each grouped by its keys and its number
+        ``gid`` (Spark's grouping id: a bit per key, set where the key is aggregated over),
+        the other keys NULL. The number keeps the empty set's aggregate keyed, as Spark's
+        is: over no rows it has no row."""
+        arms = []
+        for members in sets:
+            number = sum(1 << (len(keys) - 1 - i) for i in range(len(keys)) if i not in members)
+            grouped = [keys[i] for i in dict.fromkeys(members)]
+            tagged = Map(pre, passthrough(pre.columns) + ((gid, str(number)),))
+            agg = Aggregate(tagged, tuple(grouped) + (gid,), calls)
+            layout = tuple((k, quote(k) if k in grouped else "NULL") for k in dict.fromkeys(keys))
+            arms.append(Map(agg, layout + ((gid, quote(gid)),) + passthrough([c.name for c in calls])))
+        return Plus(tuple(arms))
 
     @staticmethod
     def _spark_call(call: exp.Expr, name: str, args: dict[str, str]) -> AggCall:
@@ -806,6 +848,55 @@ def _ancestors(n: exp.Expr, stop: exp.Expr) -> list[exp.Expr]:
         out.append(p)
         p = p.parent
     return out
+
+
+def _has_sets(group: exp.Group) -> bool:
+    return bool(group.args.get("rollup") or group.args.get("cube") or group.find(exp.Rollup, exp.Cube,
+                                                                                exp.GroupingSets))
+
+
+def _grouping_sets(group: exp.Group) -> tuple[list[exp.Expr], list[list[int]]]:
+    """A GROUP BY with GROUPING SETS, ROLLUP or CUBE: its distinct expressions, in order,
+    and each grouping set as their indices (Spark's: the cross product of its terms' sets;
+    ``ROLLUP(a, b)`` is ``(a, b), (a), ()``, ``CUBE(a, b)`` every subset; a set twice gives
+    its rows twice)."""
+    exprs: dict[str, exp.Expr] = {}
+
+    def index(e: exp.Expr) -> int:
+        exprs.setdefault(e.sql(DIALECT), e)
+        return list(exprs).index(e.sql(DIALECT))
+
+    def items(e: exp.Expr) -> list[int]:
+        if isinstance(e, exp.Tuple):
+            return [index(x) for x in e.expressions]
+        return [index(e.this if isinstance(e, exp.Paren) else e)]
+
+    def rollup(terms: list[list[int]]) -> list[list[int]]:
+        return [sum(terms[:n], []) for n in range(len(terms), -1, -1)]
+
+    def cube(terms: list[list[int]]) -> list[list[int]]:
+        return [sum((t for t, bit in zip(terms, bits) if bit), [])
+                for bits in itertools.product((1, 0), repeat=len(terms))]
+
+    factors: list[list[list[int]]] = []
+    plain: list[list[int]] = []
+    for e in group.expressions:
+        if isinstance(e, exp.Rollup):
+            factors.append(rollup([items(x) for x in e.expressions]))
+        elif isinstance(e, exp.Cube):
+            factors.append(cube([items(x) for x in e.expressions]))
+        elif isinstance(e, exp.GroupingSets):
+            factors.append([[] if isinstance(x, exp.Tuple) and not x.expressions else items(x) for x in e.expressions])
+        else:
+            plain.append(items(e))
+    if group.args.get("rollup"):  # GROUP BY a, b WITH ROLLUP
+        factors.append(rollup(plain))
+        plain = []
+    elif group.args.get("cube"):
+        factors.append(cube(plain))
+        plain = []
+    sets = [sum(plain, []) + sum(choice, []) for choice in itertools.product(*factors)]
+    return list(exprs.values()), sets
 
 
 def _exists(e: exp.Expr) -> bool:

@@ -74,9 +74,6 @@ STRUCTURES: dict[type[exp.Expr], str] = {
     exp.Pivot: "PIVOT / UNPIVOT",
     exp.TableSample: "TABLESAMPLE",
     exp.Values: "VALUES as a table",
-    exp.GroupingSets: "GROUPING SETS",
-    exp.Rollup: "ROLLUP",
-    exp.Cube: "CUBE",
     exp.Unnest: "UNNEST",
 }
 
@@ -130,6 +127,7 @@ def validate(tree: exp.Expr, view: str | None = None) -> None:
         if distinct and spark_aggregate(node) and not _windowed(node):  # Spark's windows take no DISTINCT
             raise unsupported(f"DISTINCT in aggregate function {function_name(node)}()", node, view)
         if isinstance(node, exp.AggFunc) and kind not in AGGREGATES and not spark_aggregate(node) \
+                and kind not in (exp.Grouping, exp.GroupingId) \
                 and not _windowed(node):
             raise unsupported(f"aggregate function {function_name(node)}()", node, view)
         if isinstance(node, exp.With) and node.args.get("recursive"):

@@ -15,6 +15,7 @@ RANKED = "{{ config(materialized='table') }}\n" \
 ROLLUP = "{{ config(materialized='table') }}\n" \
          "select customer, sum(amount) as s from {{ ref('orders') }} group by rollup (customer)"
 SAMPLED = "{{ config(materialized='view') }}\nselect * from {{ ref('orders') }} limit 2"
+RANDOM = "{{ config(materialized='table') }}\nselect * from {{ ref('orders') }} tablesample (50 percent)"
 
 
 class TestDbtStreamCli:
@@ -24,7 +25,8 @@ class TestDbtStreamCli:
 
     @pytest.fixture(scope="class")
     def models(self):
-        return {"revenue.sql": REVENUE, "ranked.sql": RANKED, "rollup.sql": ROLLUP, "sampled.sql": SAMPLED}
+        return {"revenue.sql": REVENUE, "ranked.sql": RANKED, "rollup.sql": ROLLUP, "sampled.sql": SAMPLED,
+                "random.sql": RANDOM}
 
     def test_models_explain_equivalence(self, project, capsys):
         run_dbt(["seed"])
@@ -33,15 +35,17 @@ class TestDbtStreamCli:
         capsys.readouterr()  # dbt's own output
         assert main(["models", "--project-dir", root]) == 0  # every streaming model can stream
         lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[1:] if line.strip()}
-        assert " yes " in lines["revenue"] and " yes " in lines["ranked"]
-        assert "unsupported in a streaming view: ROLLUP" in lines["rollup"]
+        assert " yes " in lines["revenue"] and " yes " in lines["ranked"] and " yes " in lines["rollup"]
+        assert "unsupported in a streaming view: TABLESAMPLE" in lines["random"]
         assert "LIMIT / OFFSET without ORDER BY" in lines["sampled"]
 
         assert main(["explain", "ranked", "--project-dir", root]) == 0
         out = capsys.readouterr().out
         assert "WindowDiff" in out and "Input " in out
-        assert main(["explain", "rollup", "--project-dir", root]) == 1
-        assert "ROLLUP" in capsys.readouterr().err
+        assert main(["explain", "rollup", "--project-dir", root]) == 0
+        assert "Plus" in capsys.readouterr().out  # a union of aggregates, one per grouping set
+        assert main(["explain", "random", "--project-dir", root]) == 1
+        assert "TABLESAMPLE" in capsys.readouterr().err
 
         assert main(["equivalence", "revenue", "--project-dir", root, "--ticks", "3"]) == 0
         assert "equal to batch after each of 3 ticks" in capsys.readouterr().out

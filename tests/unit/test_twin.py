@@ -126,6 +126,17 @@ NUMERIC_SHAPES: dict[str, dict[str, str]] = {
         "regrouped": "SELECT l, COUNT(*) AS n FROM (SELECT i, array_sort(collect_set(s)) AS l FROM a GROUP BY i) "
                      "GROUP BY l",
     },
+    # grouping sets: a union of aggregates, the keys a set leaves out NULL, grouping() and
+    # grouping_id() from each row's set; the empty set has no row over no rows
+    "grouping_sets": {
+        "rollup": "SELECT i, str, COUNT(*) AS n, SUM(b) AS s, MAX(d) AS mx, grouping_id() AS g FROM a "
+                  "GROUP BY ROLLUP(i, str)",
+        "cube": "SELECT i, t, COUNT(*) AS n, AVG(m) AS av, grouping(i) AS gi, grouping(t) AS gt FROM a "
+                "GROUP BY CUBE(i, t)",
+        "sets": "SELECT d, str, SUM(k) AS s, COUNT(DISTINCT i) AS di FROM a "
+                "GROUP BY GROUPING SETS ((d), (str), (d, str), ()) HAVING COUNT(*) > 1",
+        "mixed": "SELECT i, str, percentile(s, 0.5) AS p, grouping_id(i, str) AS g, grouping(str) AS gs FROM a GROUP BY i, ROLLUP(str)",
+    },
     "sets": {
         "distinct_double": "SELECT DISTINCT d, f FROM a",
         "union_double": "SELECT d FROM a UNION SELECT d FROM b",
@@ -449,7 +460,7 @@ def test_a_tick_s_decimal_sums_past_38_digits_are_kept_exact(spark, tmp_path, an
 #: the shape groups whose every operator runs in Spark tasks ("order" orders windows by an
 #: expression only Spark computes exactly: a column computed before the window, by Spark
 #: between two stages)
-IN_TASKS = ("joins", "sets", "aggregates", "spark_aggregates", "order")
+IN_TASKS = ("joins", "sets", "aggregates", "spark_aggregates", "grouping_sets", "order")
 
 
 @pytest.mark.parametrize("group", IN_TASKS)
