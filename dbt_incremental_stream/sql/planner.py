@@ -469,6 +469,8 @@ class _Planner:
         while isinstance(sub, exp.Subquery):
             sub = sub.this
         outer = _outer_columns(sub, aliases)
+        if scalar and not outer and not _single_aggregate(sub):
+            sub = _at_most_one_row(cast(exp.Query, sub))
         if not isinstance(sub, exp.Select):
             if outer:
                 raise unsupported("correlated set operation in a subquery", sub, self.view)
@@ -715,6 +717,8 @@ class _Planner:
         if not limit and not offset:
             return node
         order = q.args.get("order")
+        if not order and limit and not offset and _one_row(q):  # LIMIT n of one row: the row, or none for LIMIT 0
+            return node if _int(limit.expression, "LIMIT", self) else Filter(node, "FALSE")
         if not order:
             raise unsupported("LIMIT / OFFSET without ORDER BY (not deterministic)", cast(exp.Expr, limit or offset),
                               self.view)
@@ -897,6 +901,41 @@ def _grouping_sets(group: exp.Group) -> tuple[list[exp.Expr], list[list[int]]]:
         plain = []
     sets = [sum(plain, []) + sum(choice, []) for choice in itertools.product(*factors)]
     return list(exprs.values()), sets
+
+
+def _single_aggregate(q: exp.Expr) -> bool:
+    """A query of one aggregate without GROUP BY: one row, whatever its input."""
+    return (isinstance(q, exp.Select) and len(q.expressions) == 1 and not q.args.get("group")
+            and not q.args.get("limit") and not q.args.get("offset") and bool(_aggregates(q.expressions[0])))
+
+
+def _one_row(q: exp.Expr) -> bool:
+    """A SELECT that gives one row at most: aggregates without GROUP BY, or a SELECT (with
+    no generator) of subqueries that each give one row at most, joined in any way."""
+    if not isinstance(q, exp.Select) or q.args.get("group") or q.args.get("laterals"):
+        return False
+    if any(_aggregates(e) for e in q.expressions) or q.args.get("having"):
+        return True
+    items = [q.args["from_"].this, *(j.this for j in q.args.get("joins") or [])] if q.args.get("from_") else []
+    return bool(items) and all(isinstance(i, exp.Subquery) and _one_row(i.this) for i in items) and not any(
+        generator(e.unalias()) for e in q.expressions)
+
+
+#: Spark's error for a scalar subquery of several rows
+TOO_MANY_ROWS = "more than one row returned by a subquery used as an expression"
+
+
+def _at_most_one_row(q: exp.Query) -> exp.Select:
+    """An uncorrelated scalar subquery of any form (``SELECT DISTINCT x``, a GROUP BY, an
+    ORDER BY ... LIMIT 1) as one aggregate without GROUP BY over it: its one row's value,
+    NULL over no rows, and Spark's error over several."""
+    name = q.named_selects[0]
+    value = exp.column(name, table="_one", quoted=True)
+    case = sqlglot.parse_one(f"CASE WHEN COUNT(*) = 0 THEN NULL WHEN COUNT(*) = 1 THEN MAX(x) "
+                             f"ELSE raise_error('{TOO_MANY_ROWS}') END", read=DIALECT)
+    case.find(exp.Max).set("this", value)  # type: ignore[union-attr]
+    inner = exp.Subquery(this=q.copy(), alias=exp.TableAlias(this=exp.to_identifier("_one")))
+    return exp.select(exp.alias_(case, name, quoted=True)).from_(inner)
 
 
 def _exists(e: exp.Expr) -> bool:

@@ -135,7 +135,8 @@ NUMERIC_SHAPES: dict[str, dict[str, str]] = {
                 "GROUP BY CUBE(i, t)",
         "sets": "SELECT d, str, SUM(k) AS s, COUNT(DISTINCT i) AS di FROM a "
                 "GROUP BY GROUPING SETS ((d), (str), (d, str), ()) HAVING COUNT(*) > 1",
-        "mixed": "SELECT i, str, percentile(s, 0.5) AS p, grouping_id(i, str) AS g, grouping(str) AS gs FROM a GROUP BY i, ROLLUP(str)",
+        "mixed": "SELECT i, str, percentile(s, 0.5) AS p, grouping_id(i, str) AS g, grouping(str) AS gs FROM a "
+                 "GROUP BY i, ROLLUP(str)",
     },
     "sets": {
         "distinct_double": "SELECT DISTINCT d, f FROM a",
