@@ -45,7 +45,7 @@ from .runtime.spark import zsets
 from .runtime.circuit import coerce_row
 from .runtime.pipeline import Pipeline
 from .runtime.ticks import Clock, data_error
-from .runtime.spark.zsets import arrow_rows, arrow_schema, expand, pack
+from .runtime.spark.zsets import arrow_frame, arrow_rows, arrow_schema, expand, pack
 from .sql.relations import DIALECT, engine_name, rename
 from .sql.rewrites.clock import with_clock
 from .sql.rewrites.total_order import total_order
@@ -671,7 +671,7 @@ class SparkOracle:
             if value is not None:
                 self.session.conf.set(key, value)
         for name in sorted(self._dirty):
-            self.session.createDataFrame(self.table(name), schema=self.schemas[name]).createOrReplaceTempView(name)
+            arrow_frame(self.session, self.table(name), self.schemas[name]).createOrReplaceTempView(name)
         if self._dirty or self._registered != settings:  # analysed again: types follow the settings
             self._register_views()
         self._dirty.clear()

@@ -400,7 +400,7 @@ class Inputs:
         if rows.num_rows:
             read.deltas[engine_name(rel)] = _changes(pipe, source, rows)
         if letters.num_rows:
-            read.dead[rel] = self.spark.createDataFrame(letters)
+            read.dead[rel] = zsets.arrow_frame(self.spark, letters)
 
 
 def _changes(pipe: Pipeline, source: KafkaSource, rows: DataFrame | pa.Table) -> DataFrame | pa.Table:
@@ -422,7 +422,7 @@ def _changes(pipe: Pipeline, source: KafkaSource, rows: DataFrame | pa.Table) ->
         if replaced is not None:
             new = latest.filter(pc.greater(latest.column(WEIGHT), 0)).select(columns)
             return kernels.consolidate(kernels.concat([new.cast(replaced.schema), kernels.negate(replaced)]))
-        rows = pipe.spark.createDataFrame(rows)
+        rows = zsets.arrow_frame(pipe.spark, rows)
     keys = [zsets.col(k) for k in key]
     order = Window.partitionBy(*keys).orderBy(F.col("_partition").desc(), F.col("_offset").desc())
     latest = rows.withColumn("_n", F.row_number().over(order)).where(F.col("_n") == 1)

@@ -136,9 +136,7 @@ class ArrangedTick:
                 raise NeedsSpark(node, why)
             raise DeclinedRows(why) if rows else NotArranged(why)
         started = time.perf_counter()
-        if not table.num_rows:  # PySpark's createDataFrame fails on a nested column of no chunks
-            table = table.schema.empty_table()
-        out = zsets.collect_arrow(f(self._spark.createDataFrame(table)))
+        out = zsets.collect_arrow(f(zsets.arrow_frame(self._spark, table)))
         self.spark_seconds += time.perf_counter() - started
         return out
 

@@ -284,7 +284,7 @@ class ArrangedTicks:
                 # (a view set aside on them is rebuilt as they go): consolidated by Spark
                 deletes = bool(spines[n]) and n in held and bool(pc.any(pc.less(held[n].column(WEIGHT), 0)).as_py())
                 if deletes:
-                    parts.append(self.spark.createDataFrame(self.circuit.conform_arrow(n, held.pop(n))))
+                    parts.append(zsets.arrow_frame(self.spark, self.circuit.conform_arrow(n, held.pop(n))))
                 if parts:
                     given[n] = reduce(DataFrame.unionByName, parts)
                     if deletes:
@@ -444,7 +444,7 @@ class ArrangedTicks:
         def change_of(view: View) -> DataFrame:
             table = tables.get(view.state.id)
             if table is not None and table.num_rows:
-                return self.spark.createDataFrame(table)
+                return zsets.arrow_frame(self.spark, table)
             return change(self.spark, view, written.get(view.state.id, []) if table is None else [])
 
         def in_driver(view: View) -> pa.Table | None:

@@ -72,7 +72,7 @@ class DataFrameTicks:
         are. ``why``: why the tick is not on arrangements."""
         c, retention = self.circuit, self.pipe._retention
         for source, table in arrow.items():
-            inputs[source] = c.conform(source, self.spark.createDataFrame(table))
+            inputs[source] = c.conform(source, zsets.arrow_frame(self.spark, table))
         every = c.states()
         states = [s for s in every if s.id not in aside]
         tick = self.store.tick + 1

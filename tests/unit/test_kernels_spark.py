@@ -430,3 +430,15 @@ def test_midnights_are_spark_s_cast_of_a_date_to_timestamp(spark, zone):
     # the day every instant falls on (Spark's CAST to DATE), a skipped day's start included
     on = kernels.day_cast(pa.array(instants).view(kernels.INSTANT), pa.date32(), midnights)
     assert np.array_equal(on.view(pa.int32()).to_numpy(), found.column("d").to_numpy())
+
+
+def test_an_arrow_table_with_an_empty_batch_in_the_middle_reaches_spark_whole(spark):
+    """PySpark's ``createDataFrame`` read a table's batches only up to the first empty
+    one: a union of deltas, one of them empty, lost the rows after it."""
+    part = pa.table({"k": pa.array([1, 2], pa.int32()), "s": pa.array(["x", None]), WEIGHT: pa.array([1, -1])})
+    table = pa.concat_tables([part, part.slice(0, 0), part.slice(1)])
+    assert [b.num_rows for b in table.to_batches()] == [2, 0, 1]
+    assert sorted(map(tuple, zsets.arrow_frame(spark, table).collect()), key=repr) == sorted(
+        [(1, "x", 1), (2, None, -1), (2, None, -1)], key=repr)
+    nested = pa.table({"a": pa.chunked_array([], pa.list_(pa.int32()))})
+    assert zsets.arrow_frame(spark, nested).count() == 0

@@ -626,7 +626,7 @@ def _sources(ctx: Context, spark: SparkSession, sources: Mapping[str, DataFrame]
     blobs = [b for node, t in tables.items() for b in run_stage(ctx, 0, node, iter(t.to_batches()))]
     blobs += _keyless(ctx)
     if blobs or not frames:
-        frames.append(spark.createDataFrame(pa.Table.from_batches(blobs, ctx.arrow_frame), ctx.frame))
+        frames.append(zsets.arrow_frame(spark, pa.Table.from_batches(blobs, ctx.arrow_frame), ctx.frame))
     frame = frames[0]
     for other in frames[1:]:
         frame = frame.unionByName(other)

@@ -345,6 +345,16 @@ def python_rows(df: DataFrame) -> pa.Table | None:
 LOCAL_BATCH_BYTES = 64 << 20
 
 
+def arrow_frame(spark: SparkSession, table: pa.Table, schema: StructType | None = None) -> DataFrame:
+    """An Arrow table as a DataFrame of all its rows. PySpark's ``createDataFrame`` reads a
+    table's batches only up to the first empty one (a concat of tables, one of them empty,
+    lost the rows after it), and fails on a nested column of no batches: the table is
+    handed over without empty batches, and with one when it has no rows."""
+    batches = [b for b in table.to_batches() if b.num_rows]
+    table = pa.Table.from_batches(batches, table.schema) if batches else table.schema.empty_table()
+    return spark.createDataFrame(table) if schema is None else spark.createDataFrame(table, schema=schema)
+
+
 def collect_arrow(df: DataFrame) -> pa.Table:
     """``df``'s rows in the driver, as ``toArrow`` gives them. A plan Spark runs as a scan
     of local data (a DataFrame of pandas or Arrow data, a delta handed to Spark for an
