@@ -92,9 +92,10 @@ def print_table(header: list[str], rows: list[list[str]]) -> None:
         print(" | ".join(c.ljust(w) for c, w in zip(row, widths)))
 
 
-def log_plot(path: Path, title: str, xlabel: str, xs: list[int], lines: list[tuple[str, str, list[float]]]) -> None:
-    """Seconds against ``xs``, both axes log, a line per (label, marker style, seconds);
-    saved at ``path``."""
+def log_plot(path: Path, title: str, xlabel: str, xs: list[int], lines: list[tuple[str, str, list[float]]],
+             xscale: str = "log") -> None:
+    """Seconds against ``xs``, the seconds' axis log (and ``xs``' unless ``xscale`` says
+    otherwise), a line per (label, marker style, seconds); saved at ``path``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     import matplotlib
 
@@ -104,7 +105,7 @@ def log_plot(path: Path, title: str, xlabel: str, xs: list[int], lines: list[tup
     fig, ax = plt.subplots(figsize=(6, 3.5))
     for label, style, ys in lines:
         ax.plot(xs, ys, style, label=label)
-    ax.set_xscale("log")
+    ax.set_xscale(xscale)
     ax.set_yscale("log")
     ax.set_xlabel(xlabel)
     ax.set_ylabel("seconds (median, log)")

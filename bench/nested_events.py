@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pyspark.sql.types import StructType  # noqa: E402
 
-from bench.join_aggregate import SparkWork, print_table  # noqa: E402
+from bench.join_aggregate import SparkWork, log_plot, print_table  # noqa: E402
 from dbt_incremental_stream.connectors.broker import LocalBroker  # noqa: E402
 from dbt_incremental_stream.connectors.kafka import KafkaSettings, KafkaSource  # noqa: E402
 from dbt_incremental_stream.project import Model, Project  # noqa: E402
@@ -151,25 +151,10 @@ def main() -> None:
 
 
 def plot(rows: dict[str, list[dict]], batch: float) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    path = Path(__file__).resolve().parent / "plots" / "nested_events.png"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    for name, ticks in rows.items():
-        ax.plot(range(1, len(ticks)), [t["seconds"] for t in ticks[1:]], "o-", label=f"{name} tick")
-    ax.axhline(batch, linestyle="--", color="grey", label="Spark batch (nested view)")
-    ax.set_yscale("log")
-    ax.set_xlabel("tick")
-    ax.set_ylabel("seconds")
-    ax.set_title("JSON events with an array column")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    print(f"saved {path}")
+    ticks = list(range(1, len(rows["nested"])))
+    lines = [(f"{name} tick", "o-", [t["seconds"] for t in view[1:]]) for name, view in rows.items()]
+    log_plot(Path(__file__).resolve().parent / "plots" / "nested_events.png", "JSON events with an array column",
+             "tick", ticks, lines + [("Spark batch (nested view)", "--", [batch] * len(ticks))], xscale="linear")
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.join_aggregate import SparkWork, print_table  # noqa: E402
+from bench.join_aggregate import SparkWork, log_plot, print_table  # noqa: E402
 from dbt_incremental_stream.differential import Mismatch, Twin  # noqa: E402
 from dbt_incremental_stream.runtime.spark.session import session  # noqa: E402
 from devkit import tpcds  # noqa: E402
@@ -122,25 +122,11 @@ def main() -> None:
 
 
 def plot(ticks: list[dict]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    path = Path(__file__).resolve().parent / "plots" / "tpcds.png"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig, ax = plt.subplots(figsize=(6, 3.5))
     refresh = [t for t in ticks if t["tick"]]
-    ax.plot([t["tick"] for t in refresh], [t["seconds"] for t in refresh], "o-", label="refresh tick, all views")
-    ax.plot([t["tick"] for t in refresh], [t["batch"] for t in refresh], "s--", label="Spark batch, all views")
-    ax.set_yscale("log")
-    ax.set_xlabel("tick")
-    ax.set_ylabel("seconds")
-    ax.set_title("TPC-DS, 99 views in one pipeline")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    print(f"saved {path}")
+    log_plot(Path(__file__).resolve().parent / "plots" / "tpcds.png", "TPC-DS, 99 views in one pipeline", "tick",
+             [t["tick"] for t in refresh], [("refresh tick, all views", "o-", [t["seconds"] for t in refresh]),
+                                            ("Spark batch, all views", "s--", [t["batch"] for t in refresh])],
+             xscale="linear")
 
 
 if __name__ == "__main__":

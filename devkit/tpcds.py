@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import duckdb
 import sqlglot
+
+from . import tpch
 
 #: the tables a refresh changes (TPC-DS's data maintenance inserts and deletes these)
 FACTS = ("store_sales", "store_returns", "catalog_sales", "catalog_returns", "web_sales", "web_returns", "inventory")
@@ -21,12 +22,7 @@ Changes = dict[str, list[tuple[Row, int]]]
 
 def connect(sf: float) -> duckdb.DuckDBPyConnection:
     """A DuckDB database holding TPC-DS at scale factor ``sf``."""
-    import duckdb_extension_tpcds
-
-    path = (Path(duckdb_extension_tpcds.__file__).parent / "extensions" / f"v{duckdb.__version__}"
-            / "tpcds.duckdb_extension")
-    con = duckdb.connect(config={"allow_unsigned_extensions": "true"})
-    con.execute(f"LOAD '{path}'")
+    con = tpch.with_extension("tpcds")
     con.execute(f"CALL dsdgen(sf={sf})")
     return con
 
@@ -43,11 +39,7 @@ def queries(con: duckdb.DuckDBPyConnection) -> dict[int, str]:
 
 def schemas(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
     """Spark DDL for each table."""
-    out = {}
-    for t in tables(con):
-        cols = con.execute(f"DESCRIBE {t}").fetchall()
-        out[t] = ", ".join(f"{c[0]} {sqlglot.exp.DataType.build(c[1], dialect='duckdb').sql('spark')}" for c in cols)
-    return out
+    return tpch.schemas(con, tables(con))
 
 
 @dataclass

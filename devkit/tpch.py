@@ -27,14 +27,21 @@ UPDATES = (
 )
 
 
-def connect(sf: float) -> duckdb.DuckDBPyConnection:
-    """A DuckDB database holding TPC-H at scale factor ``sf``."""
-    import duckdb_extension_tpch
+def with_extension(benchmark: str) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection with the ``tpch`` or ``tpcds`` extension its pip package ships."""
+    import importlib
 
-    path = (Path(duckdb_extension_tpch.__file__).parent / "extensions" / f"v{duckdb.__version__}"
-            / "tpch.duckdb_extension")
+    package = importlib.import_module(f"duckdb_extension_{benchmark}")
+    path = (Path(package.__file__).parent / "extensions" / f"v{duckdb.__version__}"  # type: ignore[arg-type]
+            / f"{benchmark}.duckdb_extension")
     con = duckdb.connect(config={"allow_unsigned_extensions": "true"})
     con.execute(f"LOAD '{path}'")
+    return con
+
+
+def connect(sf: float) -> duckdb.DuckDBPyConnection:
+    """A DuckDB database holding TPC-H at scale factor ``sf``."""
+    con = with_extension("tpch")
     con.execute(f"CALL dbgen(sf={sf})")
     return con
 
@@ -45,10 +52,10 @@ def queries(con: duckdb.DuckDBPyConnection) -> dict[int, str]:
             for n, q in con.execute("SELECT query_nr, query FROM tpch_queries()").fetchall()}
 
 
-def schemas(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
-    """Spark DDL for each table."""
+def schemas(con: duckdb.DuckDBPyConnection, tables: tuple[str, ...] | list[str] = TABLES) -> dict[str, str]:
+    """Spark DDL for each of ``tables``."""
     out = {}
-    for t in TABLES:
+    for t in tables:
         cols = con.execute(f"DESCRIBE {t}").fetchall()
         out[t] = ", ".join(f"{c[0]} {sqlglot.exp.DataType.build(c[1], dialect='duckdb').sql('spark')}" for c in cols)
     return out
