@@ -184,8 +184,8 @@ def _check_generator(call: exp.Expr, name: str, view: str | None) -> None:
 
 def _check_select(select: exp.Select, view: str | None) -> None:
     for clause, value in select.args.items():
-        if value and clause not in SELECT_CLAUSES:
-            raise unsupported(f"{clause.upper()} clause", select, view)
+        if value and clause not in SELECT_CLAUSES:  # a sample after a quoted name is the SELECT's
+            raise unsupported(STRUCTURES.get(type(value), f"{clause.upper()} clause"), select, view)
 
 
 def _misplaced(query: exp.Expr) -> bool:

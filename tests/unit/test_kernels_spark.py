@@ -303,9 +303,8 @@ def test_collect_arrow_is_to_arrow_without_a_job(spark, new_york, data):
 def test_python_rows_are_to_arrow_without_a_job(spark, new_york, data):
     """A DataFrame ``createDataFrame`` made of Python rows of every type the kernels meet
     (and of adversarial values: NaN, -0.0, limits, wide decimals, times in New York),
-    with columns picked and renamed, is read as ``toArrow`` gives it, without a job; one
-    whose rows a Python function, a filter or another lineage makes, or of a nested type,
-    is not."""
+    with columns picked and renamed, is read as ``toArrow`` gives it, without a job, nested
+    types too; one whose rows a Python function, a filter or another lineage makes is not."""
     ddl = ", ".join(f"c{i} {t}" for i, t in enumerate(TYPES))
     schema = _schema(ddl)
     rows = data.draw(st.lists(st.tuples(*(values(f.dataType) for f in schema.fields)), max_size=12))
@@ -329,7 +328,9 @@ def test_python_rows_are_to_arrow_without_a_job(spark, new_york, data):
     assert zsets.python_rows(df.localCheckpoint()) is None
     assert zsets.python_rows(df.filter("c2 IS NULL")) is None
     assert zsets.python_rows(df.selectExpr("c2 + 1 AS c2")) is None
-    assert zsets.python_rows(spark.createDataFrame([([1],)], "a ARRAY<INT>")) is None
+    nested = spark.createDataFrame([([1], {"k": 2.5}, (3, "x"))],
+                                   "a ARRAY<INT>, m MAP<STRING, DOUBLE>, s STRUCT<i: INT, t: STRING>")
+    assert compare_exact(zsets.python_rows(nested), nested.toArrow()) is None
 
 
 def test_python_rows_step_through_fields_of_their_own_class_only(spark, monkeypatch):
