@@ -121,7 +121,7 @@ class ArrangedTick:
         if table.schema.names != schema.names:
             table = table.rename_columns(schema.names)
         if table.schema != schema:
-            table = table.cast(schema)
+            table = kernels.spark_cast(table, schema)
         return table if row is None else table.append_column(ROW, row)
 
     def _spark_pass(self, table: pa.Table, f: Callable[[DataFrame], DataFrame], what: str = "an expression",

@@ -1238,3 +1238,25 @@ def test_sums_and_averages_of_distinct_values_count_each_value_once(rows):
     want = expect(rows)
     want["n"] = want["n"] or 0
     assert all(same(everything.column(k)[0].as_py(), v) for k, v in want.items()), (everything.to_pylist(), want)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.integers(-(10 ** 38) + 1, 10 ** 38 - 1)), max_size=12),
+       st.integers(0, 38), st.integers(0, 38))
+@example(values=[5, -5, 15, -25], scale=1, to=0)  # ties: away from zero, as Java's HALF_UP
+def test_a_decimal_cast_to_fewer_decimals_rounds_half_up_as_spark(values, scale, to):
+    """A DECIMAL(38, s) column cast to DECIMAL(38, t), t < s (the type of a UNION arm in
+    the union's), holds each value rounded HALF_UP, or raises where one leaves the type."""
+    to = min(to, scale)
+    kind, target = pa.decimal128(38, scale), pa.decimal128(38, to)
+    exact = Context(prec=100, rounding=ROUND_HALF_UP)
+    given_ = [None if v is None else Decimal(v).scaleb(-scale, exact) for v in values]
+    want = [None if d is None else d.quantize(Decimal(1).scaleb(-to), context=exact) for d in given_]
+    t = pa.table({"d": pa.array(given_, kind)})
+    fits = all(w is None or w.copy_abs() < Decimal(10) ** (38 - to) for w in want)
+    try:
+        got = kernels.spark_cast(t, pa.schema([("d", target)]))
+    except pa.ArrowInvalid:
+        assert not fits
+        return
+    assert fits and got.column("d").to_pylist() == want

@@ -336,6 +336,22 @@ def concat(tables: Iterable[pa.Table | None]) -> pa.Table | None:
     return pa.concat_tables(present, promote_options="permissive")
 
 
+def spark_cast(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table`` cast to ``schema`` as Spark casts: a decimal to fewer decimals is rounded
+    HALF_UP first, where Arrow's cast refuses to drop digits (a UNION of two decimal types
+    takes the wider one's integer digits: ``DecimalType.boundedPreferIntegralDigits``). A
+    value past the target's precision still raises ``ArrowInvalid``."""
+    columns = []
+    for column, field in zip(table.columns, schema):
+        t = column.type
+        if pa.types.is_decimal(t) and pa.types.is_decimal(field.type) and field.type.scale < t.scale:
+            wider = column.cast(pa.decimal256(t.precision + 1, t.scale))  # room for a carry
+            column = pc.round(wider, ndigits=field.type.scale, round_mode="half_towards_infinity"
+                              ).cast(pa.decimal256(t.precision + 1, field.type.scale))
+        columns.append(column)
+    return pa.Table.from_arrays(columns, names=table.column_names).cast(schema)
+
+
 def ones(n: int) -> pa.Array:
     """A weight column of ``n`` insertions."""
     return pa.array(np.ones(n, np.int64))
