@@ -141,6 +141,8 @@ NUMERIC_SHAPES: dict[str, dict[str, str]] = {
     "sets": {
         "distinct_double": "SELECT DISTINCT d, f FROM a",
         "union_double": "SELECT d FROM a UNION SELECT d FROM b",
+        # the union's type is DECIMAL(38, 0): the first arm's decimals are rounded HALF_UP
+        "union_rescaled": "SELECT i, x AS v FROM a UNION ALL SELECT i, z FROM b",
         "intersect_double": "SELECT d FROM a INTERSECT SELECT d FROM b",
         "except_double": "SELECT d FROM a EXCEPT SELECT d FROM b",
         "not_in_double": "SELECT id, d FROM a WHERE d NOT IN (SELECT d FROM b)",
