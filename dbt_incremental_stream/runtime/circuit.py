@@ -182,7 +182,7 @@ class Circuit:
         dupes = [c for c, n in Counter(f.name.lower() for f in schema).items() if n > 1]
         if dupes:
             raise CompileError(f"duplicate output column names {dupes}; alias them", view=name)
-        logical = key_columns(compile(tree, self.catalog, view=name, generated=self._generated), self._key_casts)
+        logical = key_columns(compile(tree, self.catalog, view=name, analyzed=self._analyzed), self._key_casts)
         if len(logical.columns) != len(schema):
             raise CompileError(f"planned {len(logical.columns)} columns, Spark sees {len(schema)}", view=name)
         out = Map(logical, tuple((f.name, f"CAST({quote(c)} AS {f.dataType.simpleString()})")
@@ -192,9 +192,10 @@ class Circuit:
         empty_frame(self._analysis, schema).createOrReplaceTempView(name)
         self.changed()
 
-    def _generated(self, op: Operator, generator: str) -> list[str]:
-        """The columns Spark names for ``generator`` (SQL) over ``op``'s rows (analysis only)."""
-        return empty_frame(self.spark, self.schema_of(self._incremental(op))).selectExpr(generator).columns
+    def _analyzed(self, op: Operator, sql: str) -> list[tuple[str, str]]:
+        """The columns Spark makes of ``sql`` over ``op``'s rows, with their types (analysis only)."""
+        frame = empty_frame(self.spark, self.schema_of(self._incremental(op))).selectExpr(sql)
+        return [(f.name, f.dataType.simpleString()) for f in frame.schema]
 
     def _key_casts(self, join: Join) -> list[tuple[str | None, str | None]]:
         """Per key pair of ``join`` (columns of its sides), the types Spark casts the left

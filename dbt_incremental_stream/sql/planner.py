@@ -41,25 +41,29 @@ from .predicates import conjuncts
 from .relations import DIALECT
 from .join_keys import key_columns
 from .temporal import temporal_filters
-from .validate import AGGREGATES, SPARK_AGGREGATES, function_name, generator, position, spark_aggregate, unsupported
+from .pivot import pivoted, unpivoted
+from .validate import (AGGREGATES, SPARK_AGGREGATES, function_name, generator, is_aggregate, position, spark_aggregate,
+                       unsupported)
 
 Env = Mapping[str, Operator]
 Render = Callable[[exp.Expr], str]
-#: the columns Spark names for a generator's SQL over a node's rows (it knows the types:
-#: whether an array or a map is exploded, a struct's fields)
-Generated = Callable[[Operator, str], Sequence[str]]
+#: the columns, as (name, Spark type), that Spark makes of an expression's SQL over a
+#: node's rows: a generator's (whether an array or a map is exploded, a struct's fields),
+#: an aggregate's type
+Analyzed = Callable[[Operator, str], Sequence[tuple[str, str]]]
 #: an equality used to join: (SQL on the left side, SQL on the right side, NULL-safe)
 Pair = tuple[str, str, bool]
 
 
 def plan(tree: exp.Expr, catalog: Mapping[str, Operator], view: str | None = None,
-         generated: Generated | None = None) -> Operator:
+         analyzed: Analyzed | None = None) -> Operator:
     """The logical plan of ``tree``, a query after :data:`~.rewrites.RULES` (qualified);
-    ``catalog`` maps relation names to their operators; ``generated`` says how many
-    columns a generator makes (without it: as many as it is given names, else as of an
-    array). Then two passes over the operators: joins with the clock as temporal
-    filters, join keys as columns."""
-    return key_columns(temporal_filters(_Planner(catalog, view, generated).query(tree, {})))
+    ``catalog`` maps relation names to their operators; ``analyzed`` gives Spark's
+    columns of an expression (without it: a generator makes as many columns as it is given
+    names, else as of an array, and a PIVOT's aggregates are taken for numbers). Then
+    two passes over the operators: joins with the clock as temporal filters, join keys as
+    columns."""
+    return key_columns(temporal_filters(_Planner(catalog, view, analyzed).query(tree, {})))
 
 
 @dataclass
@@ -99,7 +103,7 @@ class _Sub:
 class _Planner:
     catalog: Mapping[str, Operator]
     view: str | None
-    generated: Generated | None = None
+    analyzed: Analyzed | None = None
     _names: itertools.count = field(default_factory=itertools.count)
 
     def fresh(self, prefix: str) -> str:
@@ -149,6 +153,8 @@ class _Planner:
         return Map(counts, same)
 
     def relation(self, source: exp.Expr, env: Env) -> Operator:
+        if source.args.get("pivots"):
+            return self.pivots(source, env)
         if isinstance(source, exp.Subquery):
             return self.query(source, env)
         if isinstance(source, exp.Table):
@@ -161,7 +167,34 @@ class _Planner:
             raise self.error(f"unknown relation {source.sql(DIALECT)}", source)
         raise unsupported(f"FROM item {type(source).__name__}", source, self.view)
 
+    def pivots(self, source: exp.Expr, env: Env) -> Operator:
+        """A FROM item's PIVOT or UNPIVOT: the query :mod:`.pivot` makes of it, over the
+        item bound to a name of its own."""
+        bare = source.copy()
+        bare.set("pivots", None)
+        node = self.relation(bare, env)
+        for p in source.args["pivots"]:
+            if len(p.args.get("fields") or []) != 1:
+                raise unsupported("PIVOT without exactly one FOR column list", p, self.view)
+            name = self.fresh("pivot")
+            query = (unpivoted(p, node.columns, name) if p.args.get("unpivot")
+                     else pivoted(p, node.columns, name, lambda agg, node=node: self.type_of(node, agg)))
+            node = self.query(query, {**env, name: node})
+        return node
+
+    def type_of(self, node: Operator, e: exp.Expr) -> str | None:
+        """Spark's type of ``e`` (columns of ``node``) over ``node``'s rows; None without
+        :attr:`analyzed`."""
+        if self.analyzed is None:
+            return None
+        e = e.copy()
+        for c in e.find_all(exp.Column):
+            c.set("table", None)
+        return self.analyzed(node, e.sql(DIALECT))[0][1]
+
     def select(self, q: exp.Select, env: Env) -> Operator:
+        if q.is_star and not any(q.args.get(k) for k in ("joins", "where", "group", "having", "laterals")):
+            return self.relation(q.args["from_"].this, env)  # qualify leaves ``SELECT *`` over a PIVOT only
         joins = q.args.get("joins") or []
         laterals = q.args.get("laterals") or []
         items = [q.args["from_"].this] + [j.this for j in joins]
@@ -174,7 +207,7 @@ class _Planner:
 
         sources: dict[str, Operator] = {}
         for item in items:
-            alias = item.alias_or_name
+            alias = _bound(item)
             op = self.relation(item, env)
             keep = [c for c in op.columns if c in used.get(alias, ())]
             sources[alias] = Map(op, tuple((mangle(alias, c), quote(c)) for c in keep))
@@ -261,10 +294,10 @@ class _Planner:
 
     def spark_names(self, node: Operator, call: exp.Expr, render: Render | None, kind: str | None = None) -> list[str]:
         """The columns Spark names for generator ``call`` over ``node`` (``kind``: of a
-        column ``call``). Without :attr:`generated`: an array's."""
+        column ``call``). Without :attr:`analyzed`: an array's."""
         sql = f"{kind}({call.sql(DIALECT)})" if kind is not None else cast(Render, render)(call)
-        if self.generated is not None:
-            return list(self.generated(node, sql))
+        if self.analyzed is not None:
+            return [name for name, _ in self.analyzed(node, sql)]
         name = kind or cast(str, generator(call)).removesuffix("_outer")
         if name == "stack":
             return [f"col{i}" for i in range(-(-(len(call.expressions)) // int(call.this.name)))]
@@ -277,9 +310,9 @@ class _Planner:
         semi/anti joins take what is joined so far as their left side."""
         joins = q.args.get("joins") or []
         nullable: set[str] = set()
-        seen = {q.args["from_"].this.alias_or_name}
+        seen = {_bound(q.args["from_"].this)}
         for j in joins:
-            alias, side = j.this.alias_or_name, (j.side or "").upper()
+            alias, side = _bound(j.this), (j.side or "").upper()
             if side in ("LEFT", "FULL") and (j.kind or "").upper() not in ("SEMI", "ANTI"):
                 nullable.add(alias)
             if side in ("RIGHT", "FULL"):
@@ -294,11 +327,11 @@ class _Planner:
                 pending.remove(c)
             return self.block(units, terms + movable)
 
-        first = q.args["from_"].this.alias_or_name
+        first = _bound(q.args["from_"].this)
         terms: list[exp.Expr]
         units, terms = [_Unit(frozenset({first}), sources[first])], []
         for j in joins:
-            alias = j.this.alias_or_name
+            alias = _bound(j.this)
             right = _Unit(frozenset({alias}), sources[alias])
             on = conjuncts(j.args["on"]) if j.args.get("on") else []
             side, kind = (j.side or "").upper(), (j.kind or "").upper()
@@ -602,7 +635,7 @@ class _Planner:
             def swap(n: exp.Expr) -> exp.Expr:
                 if isinstance(n, (exp.Grouping, exp.GroupingId)):
                     return grouping(n)
-                if _is_aggregate(n) and not _is_window_function(n):
+                if is_aggregate(n) and not _is_window_function(n):
                     return exp.column(calls[_render(n)].name, quoted=True)
                 if not isinstance(n, (exp.Literal, exp.Boolean, exp.Null)):
                     key = keys.get(_render(n))
@@ -741,6 +774,12 @@ class _Planner:
         return Map(ranked, passthrough(node.columns))
 
 
+def _bound(item: exp.Expr) -> str:
+    """The name a FROM item binds: its PIVOT's alias where it has one (qualify gives it)."""
+    pivots = item.args.get("pivots")
+    return pivots[-1].alias if pivots and pivots[-1].alias else item.alias_or_name
+
+
 def mangle(alias: str, column: str) -> str:
     """The scope-unique name of ``alias.column`` inside one SELECT."""
     return f"{alias}__{column}"
@@ -832,15 +871,10 @@ def _is_window_function(n: exp.Expr) -> bool:
     return isinstance(n.parent, exp.Window) and n.arg_key == "this"
 
 
-def _is_aggregate(n: exp.Expr) -> bool:
-    """An aggregate the engine computes itself, or one Spark computes over touched groups."""
-    return type(n) in AGGREGATES or spark_aggregate(n)
-
-
 def _aggregates(e: exp.Expr) -> list[exp.Expr]:
     """Aggregate calls of this scope: not window functions, not inside subqueries."""
     return [n for n in e.find_all(*AGGREGATES, *SPARK_AGGREGATES, exp.Anonymous)
-            if _is_aggregate(n) and not _is_window_function(n)
+            if is_aggregate(n) and not _is_window_function(n)
             and not any(isinstance(p, (exp.Subquery, exp.Exists)) or (isinstance(p, exp.Select) and p is not e)
                         for p in _ancestors(n, e))]
 
@@ -964,7 +998,8 @@ def _subqueries(e: exp.Expr) -> list[exp.Expr]:
 def _outer_columns(e: exp.Expr, aliases: set[str]) -> list[exp.Column]:
     """Columns in ``e`` bound by the enclosing scope (``aliases``) rather than by a FROM
     item inside ``e``."""
-    local = {t.alias_or_name for t in e.find_all(exp.Table)} | {c.alias_or_name for c in e.find_all(exp.CTE)}
+    local = {t.alias_or_name for t in e.find_all(exp.Table)} | {c.alias_or_name for c in e.find_all(exp.CTE)} | {
+        p.alias for p in e.find_all(exp.Pivot) if p.alias}
     return [c for c in e.find_all(exp.Column) if c.table in aliases and c.table not in local]
 
 

@@ -52,6 +52,11 @@ def generator(node: exp.Expr) -> str | None:
     return name if name in GENERATORS or name in OTHER_GENERATORS else None
 
 
+def is_aggregate(node: exp.Expr) -> bool:
+    """An aggregate the engine computes itself, or one Spark computes over touched groups."""
+    return type(node) in AGGREGATES or spark_aggregate(node)
+
+
 def spark_aggregate(node: exp.Expr) -> bool:
     """Whether ``node`` calls an aggregate that Spark computes over touched groups."""
     return isinstance(node, SPARK_AGGREGATES) or (
@@ -71,7 +76,6 @@ NONDETERMINISTIC_NAMES = {
 }
 
 STRUCTURES: dict[type[exp.Expr], str] = {
-    exp.Pivot: "PIVOT / UNPIVOT",
     exp.TableSample: "TABLESAMPLE",
     exp.Values: "VALUES as a table",
     exp.Unnest: "UNNEST",

@@ -138,6 +138,20 @@ NUMERIC_SHAPES: dict[str, dict[str, str]] = {
         "mixed": "SELECT i, str, percentile(s, 0.5) AS p, grouping_id(i, str) AS g, grouping(str) AS gs FROM a "
                  "GROUP BY i, ROLLUP(str)",
     },
+    # PIVOT: numbers only (a value without rows is NULL, COUNT too), a string among the
+    # aggregates (COUNT is 0), a NULL value, two pivot columns, no grouping column left;
+    # UNPIVOT of columns of two types, INCLUDE NULLS of two value columns
+    "pivots": {
+        "numbers": "SELECT * FROM (SELECT i, t, b, m FROM a) PIVOT (SUM(b) AS s, COUNT(*) AS n, AVG(m) AS av "
+                   "FOR t IN (0 AS zero, 1 AS one, NULL AS nil, -1))",
+        "strings": "SELECT * FROM (SELECT s, i, str, d FROM a) PIVOT (MAX(str) AS mx, COUNT(d) AS n FOR i IN (0, 1))",
+        "pairs": "SELECT * FROM (SELECT id % 3 AS g, i, t, d FROM a) PIVOT (MIN(d) FOR (i, t) IN ((0, 0) AS zz, "
+                 "(1, NULL) AS one))",
+        "whole": "SELECT * FROM (SELECT t, b FROM a) PIVOT (SUM(b) FOR t IN (0, 1))",
+        "unpivot": "SELECT * FROM (SELECT id, d, f FROM a) UNPIVOT (val FOR col IN (d, f AS ff))",
+        "with_nulls": "SELECT * FROM (SELECT id, i, t, b FROM a) UNPIVOT INCLUDE NULLS ((x1, x2) FOR col IN "
+                      "((i, t) AS it, (b, i)))",
+    },
     "sets": {
         "distinct_double": "SELECT DISTINCT d, f FROM a",
         "union_double": "SELECT d FROM a UNION SELECT d FROM b",
@@ -463,7 +477,7 @@ def test_a_tick_s_decimal_sums_past_38_digits_are_kept_exact(spark, tmp_path, an
 #: the shape groups whose every operator runs in Spark tasks ("order" orders windows by an
 #: expression only Spark computes exactly: a column computed before the window, by Spark
 #: between two stages)
-IN_TASKS = ("joins", "sets", "aggregates", "spark_aggregates", "grouping_sets", "order")
+IN_TASKS = ("joins", "sets", "aggregates", "spark_aggregates", "grouping_sets", "pivots", "order")
 
 
 @pytest.mark.parametrize("group", IN_TASKS)
