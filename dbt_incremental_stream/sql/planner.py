@@ -12,6 +12,7 @@ into joins (see :meth:`_Planner.decorrelate`); window functions and ORDER BY …
 from __future__ import annotations
 
 import itertools
+from functools import partial
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping, Sequence, cast
 
@@ -178,7 +179,7 @@ class _Planner:
                 raise unsupported("PIVOT without exactly one FOR column list", p, self.view)
             name = self.fresh("pivot")
             query = (unpivoted(p, node.columns, name) if p.args.get("unpivot")
-                     else pivoted(p, node.columns, name, lambda agg, node=node: self.type_of(node, agg)))
+                     else pivoted(p, node.columns, name, partial(self.type_of, node)))
             node = self.query(query, {**env, name: node})
         return node
 
