@@ -45,6 +45,7 @@ from .runtime.spark import zsets
 from .runtime.circuit import coerce_row
 from .runtime.pipeline import Pipeline
 from .runtime.ticks import Clock, data_error
+from .runtime.spark.session import share_functions
 from .runtime.spark.zsets import arrow_frame, arrow_rows, arrow_schema, expand, pack
 from .sql.relations import DIALECT, engine_name, rename
 from .sql.rewrites.clock import with_clock
@@ -678,7 +679,8 @@ class SparkOracle:
         self._registered = settings
 
     def _register_views(self) -> None:
-        """Every view analysed under the session's settings now."""
+        """Every view analysed under the session's settings now, with the user's functions."""
+        share_functions(self.spark, self.session)
         for name, sql in self.views.items():
             self.session.sql(sql).createOrReplaceTempView(name)
 

@@ -26,12 +26,12 @@ from pyspark.sql.types import (DataType, DecimalType, DoubleType, FloatType, Str
 from ..circuit.incremental import Incrementalizer
 from ..circuit.operators import (WEIGHT, Delay, Filter, Input, Integral, Join, Map, Operator, Plus, Recompute,
                                  quote, walk)
-from ..errors import CompileError, StreamError
+from ..errors import CompileError, StreamError, UnsupportedSqlError
 from ..sql.compile import compile
 from ..sql.join_keys import key_columns
 from .arrow import kernels
 from .spark import zsets
-from .spark.session import empty_frame
+from .spark.session import empty_frame, share_functions
 from .plan import NotArranged, unquote
 from .spark.evaluate import Tick, empty_tick
 from .ticks import State
@@ -133,6 +133,7 @@ class Circuit:
         """``meta``: the last commit's ``_meta``, whose recorded types this circuit reads."""
         self.spark = spark
         self._analysis = spark.newSession()  # temp views for batch semantics, apart from the user's
+        self._functions: set[str] = set()  # the user's functions copied into it, lower case
         #: source → its columns
         self.sources: dict[str, StructType] = {}
         #: relation (source or view) → the operator that produces it
@@ -175,14 +176,11 @@ class Circuit:
         """Plan a view from its SQL and its parse (:func:`..sql.compile.parse`); the clock source it
         reads, if any, is already added."""
         self.check_new(name)
-        try:
-            schema = self._analysis.sql(sql).schema  # Spark's own verdict and output types
-        except (AnalysisException, ParseException) as e:
-            raise CompileError(f"Spark rejects the SQL: {e}", view=name) from e
+        schema = self._analyzed(name, sql, tree).schema  # Spark's own verdict and output types
         dupes = [c for c, n in Counter(f.name.lower() for f in schema).items() if n > 1]
         if dupes:
             raise CompileError(f"duplicate output column names {dupes}; alias them", view=name)
-        logical = key_columns(compile(tree, self.catalog, view=name, analyzed=self._analyzed), self._key_casts)
+        logical = key_columns(compile(tree, self.catalog, view=name, analyzed=self._analyzed_expr), self._key_casts)
         if len(logical.columns) != len(schema):
             raise CompileError(f"planned {len(logical.columns)} columns, Spark sees {len(schema)}", view=name)
         out = Map(logical, tuple((f.name, f"CAST({quote(c)} AS {f.dataType.simpleString()})")
@@ -192,7 +190,30 @@ class Circuit:
         empty_frame(self._analysis, schema).createOrReplaceTempView(name)
         self.changed()
 
-    def _analyzed(self, op: Operator, sql: str) -> list[tuple[str, str]]:
+    def _analyzed(self, name: str, sql: str, tree: exp.Query) -> DataFrame:
+        """The view's SQL analysed by Spark. The functions the user registered in the
+        session (UDFs, SQL functions) are copied into the analysis session when the SQL
+        calls one it does not know. A view that calls a UDF declared non-deterministic
+        is refused: its batch answer is not a function of its input."""
+        for attempt in (0, 1):
+            try:
+                frame = self._analysis.sql(sql)
+                break
+            except (AnalysisException, ParseException) as e:
+                if attempt or (e.getCondition() or "") != "UNRESOLVED_ROUTINE" or not self._share_functions():
+                    raise CompileError(f"Spark rejects the SQL: {e}", view=name) from e
+        if self._functions and not frame._jdf.queryExecution().analyzed().deterministic():
+            called = sorted({f.name.lower() for f in tree.find_all(exp.Anonymous)} & self._functions)
+            if called:
+                raise UnsupportedSqlError(f"non-deterministic function {called[0]}() (a UDF declared so)", view=name)
+        return frame
+
+    def _share_functions(self) -> bool:
+        """Copies the user's functions into the analysis session; whether there are any."""
+        self._functions = {f.lower() for f in share_functions(self.spark, self._analysis)}
+        return bool(self._functions)
+
+    def _analyzed_expr(self, op: Operator, sql: str) -> list[tuple[str, str]]:
         """The columns Spark makes of ``sql`` over ``op``'s rows, with their types (analysis only)."""
         frame = empty_frame(self.spark, self.schema_of(self._incremental(op))).selectExpr(sql)
         return [(f.name, f.dataType.simpleString()) for f in frame.schema]

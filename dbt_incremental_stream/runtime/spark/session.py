@@ -179,3 +179,22 @@ def empty_frame(spark: SparkSession, schema: StructType) -> DataFrame:
 
 #: per session: an empty java.util.List, and JVM types by their JSON
 _EMPTY: weakref.WeakKeyDictionary[SparkSession, tuple[Any, dict[str, Any]]] = weakref.WeakKeyDictionary()
+
+
+def share_functions(spark: SparkSession, session: SparkSession) -> list[str]:
+    """Registers in ``session`` the functions the user registered in ``spark``: Python
+    and pandas UDFs, Scala UDFs and SQL functions (``CREATE TEMPORARY FUNCTION``). A
+    session of ``spark.newSession()`` does not see them. Returns their names. One JVM
+    call lists them (Spark's built-ins are not copied); each found is a few more."""
+    registry = spark._jsparkSession.sessionState().functionRegistry()
+    target = session._jsparkSession.sessionState().functionRegistry()
+    jvm = spark._jvm
+    assert jvm is not None
+    builtin = jvm.org.apache.spark.sql.catalyst.analysis.FunctionRegistry.builtin()
+    names = []
+    for ident in jvm.scala.jdk.javaapi.CollectionConverters.asJava(
+            registry.listFunction().diff(builtin.listFunction())):
+        target.registerFunction(ident, registry.lookupFunction(ident).get(),
+                                registry.lookupFunctionBuilder(ident).get())
+        names.append(str(ident.funcName()))
+    return names
