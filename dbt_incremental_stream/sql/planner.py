@@ -86,6 +86,7 @@ class _Sub:
     value: str | None = None  # the column holding its value (IN / scalar subquery)
     test: str | None = None  # IN: the outer expression tested for membership
     empty: str = "NULL"  # scalar: the value when no row correlates
+    empties: list[str | None] = field(default_factory=list)  # LATERAL aggregate: per column, its value over no rows
 
     @property
     def key_pairs(self) -> list[Pair]:
@@ -196,11 +197,16 @@ class _Planner:
     def select(self, q: exp.Select, env: Env) -> Operator:
         if q.is_star and not any(q.args.get(k) for k in ("joins", "where", "group", "having", "laterals")):
             return self.relation(q.args["from_"].this, env)  # qualify leaves ``SELECT *`` over a PIVOT only
+        subqueries = [j for j in q.args.get("joins") or [] if isinstance(j.this, exp.Lateral)]  # LATERAL (SELECT …)
+        if subqueries:
+            q = q.copy()
+            q.set("joins", [j for j in q.args["joins"] if not isinstance(j.this, exp.Lateral)] or None)
         joins = q.args.get("joins") or []
         laterals = q.args.get("laterals") or []
         items = [q.args["from_"].this] + [j.this for j in joins]
         scope = [q.args.get(k) for k in ("where", "group", "having", "qualify", "order")] + list(q.expressions)
         scope += [j.args.get("on") for j in joins] + laterals
+        scope += [j.args.get(k) for j in subqueries for k in ("on", "this")]
         used: dict[str, set[str]] = {}
         for node in scope:
             for col in node.find_all(exp.Column) if node else ():
@@ -212,11 +218,13 @@ class _Planner:
             op = self.relation(item, env)
             keep = [c for c in op.columns if c in used.get(alias, ())]
             sources[alias] = Map(op, tuple((mangle(alias, c), quote(c)) for c in keep))
-        generated = {lateral.alias for lateral in laterals}
+        generated = {lateral.alias for lateral in laterals} | {j.this.alias for j in subqueries}
         aliases = set(sources) | generated
 
         where = conjuncts(q.args["where"].this) if q.args.get("where") else []
         node = self.joins(q, sources, [c for c in where if not _subqueries(c) and not _aliases(c) & generated])
+        for join in subqueries:  # after the other joins: each reads the rows before it
+            node = self.lateral_subquery(node, join, set(sources) | {j.this.alias for j in subqueries}, env)
         for lateral in laterals:  # after the FROM clause's joins, before WHERE: as Spark applies them
             node = self.lateral(node, lateral)
         for c in where:
@@ -252,6 +260,31 @@ class _Planner:
             node = distinct(node)
         node = self.top_k(q, node, {k: n for k, (n, _) in hidden.items()}, names)
         return node if node.columns == tuple(names) else Map(node, passthrough(names))
+
+    # --- LATERAL subqueries ---------------------------------------------------------------
+
+    def lateral_subquery(self, node: Operator, join: exp.Join, aliases: set[str], env: Env) -> Operator:
+        """``[LEFT] JOIN LATERAL (SELECT …) s [ON …]``: the subquery decorrelated as a
+        relation keyed by the outer values it reads (:meth:`decorrelate`), joined to
+        ``node``; its columns are ``s__c``. An aggregate without GROUP BY gives each outer
+        row one row: its value over no rows where none correlate."""
+        lateral = join.this
+        alias, side = lateral.alias, (join.side or "").upper()
+        on = join.args.get("on")
+        if side not in ("", "LEFT") or (side == "LEFT" and on is not None and on != exp.true()):
+            raise unsupported(f"{side} JOIN LATERAL with a condition", join, self.view)
+        sub = self.decorrelate(lateral.this, node, aliases - {alias}, env, _render, None, relation=alias)
+        if sub.value is None:  # a relation: each correlated row, or NULLs (LEFT)
+            node = (self.left_join if side == "LEFT" else _join)(node, sub.op, sub.pairs, [])
+        else:  # one row per outer row: the aggregates' values, over no rows where none correlate
+            node = self.attach(node, sub)
+            m = quote(sub.mark)
+            named = [(c, e) for c, e in zip(sub.op.columns, sub.empties) if e is not None]
+            node = Map(node, tuple((c, quote(c)) for c in node.columns if c not in dict(named)) + tuple(
+                (c, f"CASE WHEN {m} IS NULL THEN {e} ELSE {quote(c)} END") for c, e in named))
+        if side == "" and on is not None and on != exp.true():
+            node = _filter(node, _render(on))
+        return node
 
     # --- generators ----------------------------------------------------------------------
 
@@ -491,13 +524,14 @@ class _Planner:
         return joined, quote(n), quote(nn)
 
     def decorrelate(self, sub: exp.Expr, node: Operator, aliases: set[str], env: Env, render: Render,
-                    value: str | None, scalar: bool = False) -> _Sub:
+                    value: str | None, scalar: bool = False, relation: str | None = None) -> _Sub:
         """A subquery as a relation with one row per distinct correlation key (and value).
 
         Correlated only through equalities ``outer = inner`` in its WHERE, those move into
         the result as key columns (grouped by, for an aggregate). Otherwise the outer
         columns it reads become a relation of their distinct values (the magic set),
-        joined into the subquery, whose rows then carry them as keys.
+        joined into the subquery, whose rows then carry them as keys. ``relation`` (a
+        LATERAL subquery's alias): every row and column of it, named ``<alias>__<column>``.
         """
         sub = sub.unnest()
         while isinstance(sub, exp.Subquery):
@@ -511,7 +545,8 @@ class _Planner:
             inner = exp.Subquery(this=sub.copy(), alias=exp.TableAlias(this=exp.to_identifier("_u")))
             sub = exp.select(*(exp.column(n, table="_u") for n in cast(exp.Query, sub).named_selects)).from_(inner)
         if sub.args.get("limit") or sub.args.get("offset"):
-            raise unsupported("LIMIT in a subquery used as an expression", sub, self.view)
+            what = "LIMIT in a LATERAL subquery" if relation else "LIMIT in a subquery used as an expression"
+            raise unsupported(what, sub, self.view)
         where = conjuncts(sub.args["where"].this) if sub.args.get("where") else []
         correlated = [c for c in where if _outer_columns(c, aliases)]
         equalities = [_split_eq(c, aliases) for c in correlated]
@@ -545,7 +580,24 @@ class _Planner:
         out = _Sub(op=None, keys=key_names, outer=[(o, ns) for _, o, ns in keys], mark=mark)  # type: ignore[arg-type]
         grouped = bool(new.args.get("group"))
         selects = sub.expressions
-        if scalar:
+        if relation is not None:
+            selects = new.expressions  # the outer columns they read are the keys' now
+            columns = [exp.alias_(s.unalias(), mangle(relation, s.alias_or_name), quoted=True) for s in selects]
+            aggregated = not grouped and any(_aggregates(s) for s in selects)
+            new.set("expressions", key_items + columns + [exp.alias_(exp.true(), mark, quoted=True)])
+            if aggregated:  # one row per key; its value over no rows comes from the outer side
+                spark_call = next((n for s in selects for n in _aggregates(s) if spark_aggregate(n)), None)
+                if spark_call is not None:
+                    raise unsupported(f"aggregate function {function_name(spark_call)}() in a LATERAL subquery "
+                                      "without GROUP BY", spark_call, self.view)
+                out.value = mark
+                out.empties = [None] * len(key_items) + [_empty_aggregate(s.unalias()) for s in selects] + [None]
+                if keys:
+                    new.set("group", exp.Group(expressions=[k.copy() for k, _, _ in keys]))
+            elif grouped:
+                new.args["group"].set("expressions",
+                                      list(new.args["group"].expressions) + [k.copy() for k, _, _ in keys])
+        elif scalar:
             if len(selects) != 1 or grouped or not _aggregates(selects[0]):
                 raise unsupported("scalar subquery that is not a single aggregate without GROUP BY", sub, self.view)
             spark_call = next((n for n in _aggregates(selects[0]) if spark_aggregate(n)), None)

@@ -164,8 +164,10 @@ def _check_join(join: exp.Join, view: str | None) -> None:
 
 
 def _check_lateral(lateral: exp.Lateral, view: str | None) -> None:
+    if isinstance(lateral.this, exp.Subquery) and isinstance(lateral.parent, exp.Join):
+        return  # [LEFT] JOIN LATERAL (SELECT …), or , LATERAL (SELECT …)
     if not lateral.args.get("view"):
-        raise unsupported("LATERAL subquery or LATERAL in a join; use LATERAL VIEW for a generator", lateral, view)
+        raise unsupported("LATERAL of a function; use LATERAL VIEW for a generator", lateral, view)
     if generator(lateral.this) is None:
         raise unsupported(f"LATERAL VIEW of {lateral.this.sql(DIALECT)}, which is not a generator", lateral, view)
 
@@ -198,7 +200,7 @@ def _misplaced(query: exp.Expr) -> bool:
     parent = query.parent
     while isinstance(parent, exp.Subquery):
         query, parent = parent, parent.parent
-    if parent is None or isinstance(parent, (exp.From, exp.Join, exp.CTE, exp.SetOperation)):
+    if parent is None or isinstance(parent, (exp.From, exp.Join, exp.CTE, exp.SetOperation, exp.Lateral)):
         return False
     while parent is not None and not isinstance(parent, (exp.Where, exp.Having, exp.Select)):
         if isinstance(parent, (exp.Group, exp.Order, exp.Join, exp.Window, exp.AggFunc)):

@@ -31,7 +31,9 @@ CATALOG = {
      "scalar subquery that is not a single aggregate"),
     ("SELECT id FROM orders o WHERE cust IN (SELECT id FROM customers c ORDER BY id LIMIT 2)",
      "LIMIT in a subquery"),
-    ("SELECT o.id FROM orders o, LATERAL (SELECT o.amount AS x) t", "LATERAL subquery"),
+    ("SELECT o.id FROM orders o, LATERAL (SELECT c.id FROM customers c WHERE c.id = o.cust ORDER BY c.id LIMIT 1) t",
+     "LIMIT in a LATERAL subquery"),
+    ("SELECT o.id FROM orders o RIGHT JOIN LATERAL (SELECT o.amount AS x) t ON TRUE", "RIGHT JOIN LATERAL"),
     ("SELECT * FROM VALUES (1, 2) AS t(a, b)", "VALUES"),
     ("WITH RECURSIVE chain AS (SELECT id FROM orders UNION ALL SELECT o.id FROM orders o JOIN chain c "
      "ON o.cust = c.id) SELECT * FROM chain", "WITH RECURSIVE"),
