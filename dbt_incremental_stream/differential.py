@@ -353,7 +353,8 @@ def compare(got: Sequence[Row], want: Sequence[Row]) -> str | None:
 # --- the twin harness: both placements against Spark itself, exactly -------------------
 
 #: the settings of the engine's session that decide a query's answer, copied to the oracle's
-ORACLE_CONF = ("spark.sql.ansi.enabled", "spark.sql.session.timeZone", "spark.sql.legacy.statisticalAggregate")
+ORACLE_CONF = ("spark.sql.ansi.enabled", "spark.sql.session.timeZone", "spark.sql.legacy.statisticalAggregate",
+               "spark.sql.cteRecursionLevelLimit")
 #: the placements a :class:`Twin` runs side by side
 TWIN_PLACEMENTS = ("auto", "dataframe")
 #: the path a tick after the first takes on arrangements, per placement

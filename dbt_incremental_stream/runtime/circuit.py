@@ -180,7 +180,9 @@ class Circuit:
         dupes = [c for c, n in Counter(f.name.lower() for f in schema).items() if n > 1]
         if dupes:
             raise CompileError(f"duplicate output column names {dupes}; alias them", view=name)
-        logical = key_columns(compile(tree, self.catalog, view=name, analyzed=self._analyzed_expr), self._key_casts)
+        levels = int(self.spark.conf.get("spark.sql.cteRecursionLevelLimit") or 100)
+        logical = key_columns(compile(tree, self.catalog, view=name, analyzed=self._analyzed_expr, recursion=levels),
+                              self._key_casts)
         if len(logical.columns) != len(schema):
             raise CompileError(f"planned {len(logical.columns)} columns, Spark sees {len(schema)}", view=name)
         out = Map(logical, tuple((f.name, f"CAST({quote(c)} AS {f.dataType.simpleString()})")

@@ -12,7 +12,7 @@ from sqlglot.tokens import TokenType
 
 from ..circuit.operators import Input, Operator
 from ..errors import CompileError, UnsupportedSqlError
-from .planner import Analyzed, plan
+from .planner import RECURSION_LEVELS, Analyzed, plan
 from .relations import DIALECT, syntax_error
 from .rewrites import rewrite
 from .rewrites.constant import ONE, ONE_COLUMN
@@ -49,14 +49,14 @@ def _check_tokens(sql: str, view: str | None) -> None:
 
 
 def compile(sql: str | exp.Query, catalog: Mapping[str, Operator], view: str | None = None,
-            analyzed: Analyzed | None = None) -> Operator:
+            analyzed: Analyzed | None = None, recursion: int = RECURSION_LEVELS) -> Operator:
     """The logical plan of ``sql``; ``catalog`` maps relation names to their operators. A
     tree is taken as :func:`parse` returned it (a caller that parsed the SQL already does not
     parse it again) and is left unchanged. The relations the rewrites read (the time, the
     one row of a SELECT without FROM) are known whatever the catalog says: a pipeline adds
     them as inputs it fills (:data:`BUILT_IN`). ``analyzed``: Spark's columns of an
-    expression (:data:`~.planner.Analyzed`)."""
+    expression (:data:`~.planner.Analyzed`); ``recursion``: a recursive CTE's level limit."""
     tree = parse(sql, view) if isinstance(sql, str) else sql
     catalog = {**BUILT_IN, **catalog}
     columns = {name: op.columns for name, op in catalog.items()}
-    return plan(rewrite(tree, columns=columns, view=view), catalog, view, analyzed)
+    return plan(rewrite(tree, columns=columns, view=view), catalog, view, analyzed, recursion)

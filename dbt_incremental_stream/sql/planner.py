@@ -56,15 +56,19 @@ Analyzed = Callable[[Operator, str], Sequence[tuple[str, str]]]
 Pair = tuple[str, str, bool]
 
 
+#: Spark's ``spark.sql.cteRecursionLevelLimit`` by default: a recursive CTE's levels
+RECURSION_LEVELS = 100
+
+
 def plan(tree: exp.Expr, catalog: Mapping[str, Operator], view: str | None = None,
-         analyzed: Analyzed | None = None) -> Operator:
+         analyzed: Analyzed | None = None, recursion: int = RECURSION_LEVELS) -> Operator:
     """The logical plan of ``tree``, a query after :data:`~.rewrites.RULES` (qualified);
     ``catalog`` maps relation names to their operators; ``analyzed`` gives Spark's
     columns of an expression (without it: a generator makes as many columns as it is given
-    names, else as of an array, and a PIVOT's aggregates are taken for numbers). Then
-    two passes over the operators: joins with the clock as temporal filters, join keys as
-    columns."""
-    return key_columns(temporal_filters(_Planner(catalog, view, analyzed).query(tree, {})))
+    names, else as of an array, and a PIVOT's aggregates are taken for numbers);
+    ``recursion`` is Spark's level limit of a recursive CTE. Then two passes over the
+    operators: joins with the clock as temporal filters, join keys as columns."""
+    return key_columns(temporal_filters(_Planner(catalog, view, analyzed, recursion).query(tree, {})))
 
 
 @dataclass
@@ -106,6 +110,7 @@ class _Planner:
     catalog: Mapping[str, Operator]
     view: str | None
     analyzed: Analyzed | None = None
+    recursion: int = RECURSION_LEVELS
     _names: itertools.count = field(default_factory=itertools.count)
 
     def fresh(self, prefix: str) -> str:
@@ -122,7 +127,8 @@ class _Planner:
         if with_:
             env = dict(env)
             for cte in with_.expressions:
-                env[cte.alias_or_name] = self.query(cte.this, env)
+                recursive = with_.args.get("recursive") and _reads(cte.this, cte.alias_or_name)
+                env[cte.alias_or_name] = self.recursive(cte, env) if recursive else self.query(cte.this, env)
         if isinstance(q, exp.Subquery):
             return self.top_k(q, self.query(q.this, env))
         if isinstance(q, exp.SetOperation):
@@ -130,6 +136,30 @@ class _Planner:
         if isinstance(q, exp.Select):
             return self.select(q, env)
         raise unsupported(f"query form {type(q).__name__}", q, self.view)
+
+    def recursive(self, cte: exp.CTE, env: Env) -> Operator:
+        """``WITH RECURSIVE r AS (anchor UNION ALL step)``, unrolled as Spark runs it: level
+        0 is the anchor, level i + 1 the step over level i alone, and the CTE the union of
+        the levels below the limit. Each level is planned as any query, so a tick costs
+        the change at each level. A row at the limit is Spark's error."""
+        name, q = cte.alias_or_name, cte.this
+        if not isinstance(q, exp.Union) or q.args.get("distinct") or _reads(q.this, name):
+            raise unsupported("WITH RECURSIVE other than anchor UNION ALL recursive step", q, self.view)
+        level = self.query(q.this, env)
+        names = [c.name for c in cte.args["alias"].columns] or list(level.columns)
+        levels: list[Operator] = []
+        for _ in range(self.recursion + 1):
+            level = Map(level, tuple((n, quote(c)) for n, c in zip(names, level.columns)))
+            levels.append(level)
+            level = self.query(q.expression, {**env, name: level})
+        error = (f"raise_error('[RECURSION_LEVEL_LIMIT_EXCEEDED] Recursion level limit {self.recursion} reached "
+                 f"but query has not exhausted, try increasing spark.sql.cteRecursionLevelLimit.')")
+        last = levels.pop()  # level ``recursion``: any row is Spark's error
+        fresh = [self.fresh("r") for _ in names]  # Spark computes it: names apart from a stage's columns
+        last = Map(last, tuple((f, quote(n)) for f, n in zip(fresh, names)))
+        guard = Map(last, tuple((n, f"IF({error} IS NULL, {quote(f)}, {quote(f)})" if i == 0 else quote(f))
+                                for i, (n, f) in enumerate(zip(names, fresh))))
+        return Plus((*levels, guard))
 
     def set_operation(self, q: exp.SetOperation, env: Env) -> Operator:
         left, right = self.query(q.this, env), self.query(q.expression, env)
@@ -825,6 +855,11 @@ class _Planner:
             keep += f" AND {quote(rn)} <= {low + _int(limit.expression, 'LIMIT', self)}"
         ranked = Window(node, (), ((rn, f"ROW_NUMBER() OVER (ORDER BY {', '.join(by)})"),), keep)
         return Map(ranked, passthrough(node.columns))
+
+
+def _reads(q: exp.Expr, name: str) -> bool:
+    """Whether query ``q`` reads relation ``name`` (a recursive CTE's own name)."""
+    return any(t.name == name and not t.db for t in q.find_all(exp.Table))
 
 
 def _bound(item: exp.Expr) -> str:

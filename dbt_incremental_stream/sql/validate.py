@@ -134,8 +134,6 @@ def validate(tree: exp.Expr, view: str | None = None) -> None:
                 and kind not in (exp.Grouping, exp.GroupingId) \
                 and not _windowed(node):
             raise unsupported(f"aggregate function {function_name(node)}()", node, view)
-        if isinstance(node, exp.With) and node.args.get("recursive"):
-            raise unsupported("WITH RECURSIVE (a recursive query)", node, view)
         if isinstance(node, exp.Join):
             _check_join(node, view)
         if isinstance(node, exp.Select):

@@ -35,8 +35,8 @@ CATALOG = {
      "LIMIT in a LATERAL subquery"),
     ("SELECT o.id FROM orders o RIGHT JOIN LATERAL (SELECT o.amount AS x) t ON TRUE", "RIGHT JOIN LATERAL"),
     ("SELECT * FROM VALUES (1, 2) AS t(a, b)", "VALUES"),
-    ("WITH RECURSIVE chain AS (SELECT id FROM orders UNION ALL SELECT o.id FROM orders o JOIN chain c "
-     "ON o.cust = c.id) SELECT * FROM chain", "WITH RECURSIVE"),
+    ("WITH RECURSIVE chain AS (SELECT id FROM orders UNION SELECT o.id FROM orders o JOIN chain c "
+     "ON o.cust = c.id) SELECT * FROM chain", "WITH RECURSIVE other than anchor UNION ALL"),
     ("SELECT window(id, '10 minutes') AS w, COUNT(*) FROM orders GROUP BY 1", "window()"),
 ])
 def test_unsupported_constructs_are_named_with_position(sql, construct):
