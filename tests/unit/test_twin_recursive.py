@@ -24,7 +24,8 @@ VIEWS = {
     # each path (of quantities below 10: an overflow on a path a tick removes would fail the
     # tick, where batch never computes that path)
     "bom": "WITH RECURSIVE parts(part, qty, depth) AS (SELECT e.d, CAST(e.w % 10 AS BIGINT), 1 FROM e "
-           "WHERE e.s % 3 = 1 UNION ALL SELECT e.d, p.qty * (e.w % 10), p.depth + 1 FROM parts p JOIN e ON e.s = p.part WHERE p.depth < 5) "
+           "WHERE e.s % 3 = 1 UNION ALL SELECT e.d, p.qty * (e.w % 10), p.depth + 1 FROM parts p JOIN e "
+           "ON e.s = p.part WHERE p.depth < 5) "
            "SELECT part, SUM(qty) AS total, COUNT(*) AS uses FROM parts GROUP BY part",
 }
 
