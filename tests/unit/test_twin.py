@@ -138,34 +138,6 @@ NUMERIC_SHAPES: dict[str, dict[str, str]] = {
         "mixed": "SELECT i, str, percentile(s, 0.5) AS p, grouping_id(i, str) AS g, grouping(str) AS gs FROM a "
                  "GROUP BY i, ROLLUP(str)",
     },
-    # PIVOT: numbers only (a value without rows is NULL, COUNT too), a string among the
-    # aggregates (COUNT is 0), a NULL value, two pivot columns, no grouping column left;
-    # UNPIVOT of columns of two types, INCLUDE NULLS of two value columns
-    "pivots": {
-        "numbers": "SELECT * FROM (SELECT i, t, b, m FROM a) PIVOT (SUM(b) AS s, COUNT(*) AS n, AVG(m) AS av "
-                   "FOR t IN (0 AS zero, 1 AS one, NULL AS nil, -1))",
-        "strings": "SELECT * FROM (SELECT s, i, str, d FROM a) PIVOT (MAX(str) AS mx, COUNT(d) AS n FOR i IN (0, 1))",
-        "pairs": "SELECT * FROM (SELECT id % 3 AS g, i, t, d FROM a) PIVOT (MIN(d) FOR (i, t) IN ((0, 0) AS zz, "
-                 "(1, NULL) AS one))",
-        "whole": "SELECT * FROM (SELECT t, b FROM a) PIVOT (SUM(b) FOR t IN (0, 1))",
-        "unpivot": "SELECT * FROM (SELECT id, d, f FROM a) UNPIVOT (val FOR col IN (d, f AS ff))",
-        "with_nulls": "SELECT * FROM (SELECT id, i, t, b FROM a) UNPIVOT INCLUDE NULLS ((x1, x2) FOR col IN "
-                      "((i, t) AS it, (b, i)))",
-    },
-    # LATERAL subqueries: of the outer row alone, correlated by equalities or not, LEFT,
-    # an aggregate without GROUP BY (one row per outer row: COUNT 0 where none correlate),
-    # grouped, uncorrelated
-    "laterals": {
-        "computed": "SELECT o.id, s.y, s.dd FROM a o, LATERAL (SELECT o.i * 2 AS y, o.d AS dd) s",
-        "matched": "SELECT o.id, s.d2 FROM a o JOIN LATERAL (SELECT e.d AS d2 FROM b e WHERE e.i = o.i) s ON TRUE",
-        "left_matched": "SELECT o.id, s.d2 FROM a o LEFT JOIN LATERAL (SELECT e.d AS d2 FROM b e WHERE e.i = o.i "
-                        "AND e.d > o.d) s ON TRUE",
-        "counted": "SELECT o.id, s.n, s.total FROM a o, LATERAL (SELECT COUNT(*) AS n, SUM(e.x) AS total FROM b e "
-                   "WHERE e.id = o.id) s WHERE s.n < 3",
-        "grouped": "SELECT o.id, s.str, s.n FROM a o, LATERAL (SELECT e.str, COUNT(*) AS n FROM b e WHERE e.i = o.i "
-                   "GROUP BY e.str) s",
-        "uncorrelated": "SELECT o.id, s.mx FROM a o, LATERAL (SELECT MAX(e.d) AS mx FROM b e) s",
-    },
     "sets": {
         "distinct_double": "SELECT DISTINCT d, f FROM a",
         "union_double": "SELECT d FROM a UNION SELECT d FROM b",
@@ -491,7 +463,7 @@ def test_a_tick_s_decimal_sums_past_38_digits_are_kept_exact(spark, tmp_path, an
 #: the shape groups whose every operator runs in Spark tasks ("order" orders windows by an
 #: expression only Spark computes exactly: a column computed before the window, by Spark
 #: between two stages)
-IN_TASKS = ("joins", "sets", "aggregates", "spark_aggregates", "grouping_sets", "pivots", "laterals", "order")
+IN_TASKS = ("joins", "sets", "aggregates", "spark_aggregates", "grouping_sets", "order")
 
 
 @pytest.mark.parametrize("group", IN_TASKS)
