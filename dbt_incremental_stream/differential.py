@@ -630,6 +630,7 @@ class SparkOracle:
         self._inputs: dict[str, dict[Any, list[Any]]] = {}  # source → exact key → [row, weight]
         self._dirty: set[str] = set()
         self._registered: tuple[tuple[str, str | None], ...] | None = None  # the settings views were analysed with
+        self._shared = False  # whether the user's functions are copied in for the views as they are
 
     def add_source(self, name: str, schema: StructType) -> None:
         self.schemas[name] = schema
@@ -639,6 +640,7 @@ class SparkOracle:
     def add_view(self, name: str, sql: str) -> None:
         self.views[name] = _batch_sql(sql)
         self._registered = None
+        self._shared = False  # the functions it calls may be new
 
     def integrate(self, source: str, delta: pa.Table) -> None:
         """Add a delta (the source's columns, then ``_w``) to the source's input."""
@@ -680,8 +682,11 @@ class SparkOracle:
         self._registered = settings
 
     def _register_views(self) -> None:
-        """Every view analysed under the session's settings now, with the user's functions."""
-        share_functions(self.spark, self.session)
+        """Every view analysed under the session's settings now; the user's functions are
+        copied in once per set of views (this runs each tick a source changes)."""
+        if not self._shared:
+            share_functions(self.spark, self.session)
+            self._shared = True
         for name, sql in self.views.items():
             self.session.sql(sql).createOrReplaceTempView(name)
 

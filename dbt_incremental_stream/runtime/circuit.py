@@ -28,6 +28,7 @@ from ..circuit.operators import (WEIGHT, Delay, Filter, Input, Integral, Join, M
                                  quote, walk)
 from ..errors import CompileError, StreamError, UnsupportedSqlError
 from ..sql.compile import compile
+from ..sql.planner import RECURSION_LEVELS
 from ..sql.join_keys import key_columns
 from .arrow import kernels
 from .spark import zsets
@@ -180,7 +181,7 @@ class Circuit:
         dupes = [c for c, n in Counter(f.name.lower() for f in schema).items() if n > 1]
         if dupes:
             raise CompileError(f"duplicate output column names {dupes}; alias them", view=name)
-        levels = int(self.spark.conf.get("spark.sql.cteRecursionLevelLimit") or 100)
+        levels = int(self.spark.conf.get("spark.sql.cteRecursionLevelLimit") or RECURSION_LEVELS)
         logical = key_columns(compile(tree, self.catalog, view=name, analyzed=self._analyzed_expr, recursion=levels),
                               self._key_casts)
         if len(logical.columns) != len(schema):

@@ -253,8 +253,9 @@ class _Planner:
 
         where = conjuncts(q.args["where"].this) if q.args.get("where") else []
         node = self.joins(q, sources, [c for c in where if not _subqueries(c) and not _aliases(c) & generated])
+        bound = set(sources) | {j.this.alias for j in subqueries}
         for join in subqueries:  # after the other joins: each reads the rows before it
-            node = self.lateral_subquery(node, join, set(sources) | {j.this.alias for j in subqueries}, env)
+            node = self.lateral_subquery(node, join, bound, env)
         for lateral in laterals:  # after the FROM clause's joins, before WHERE: as Spark applies them
             node = self.lateral(node, lateral)
         for c in where:
@@ -304,14 +305,14 @@ class _Planner:
         if side not in ("", "LEFT") or (side == "LEFT" and on is not None and on != exp.true()):
             raise unsupported(f"{side} JOIN LATERAL with a condition", join, self.view)
         sub = self.decorrelate(lateral.this, node, aliases - {alias}, env, _render, None, relation=alias)
-        if sub.value is None:  # a relation: each correlated row, or NULLs (LEFT)
+        if not sub.empties:  # a relation: each correlated row, or NULLs (LEFT)
             node = (self.left_join if side == "LEFT" else _join)(node, sub.op, sub.pairs, [])
         else:  # one row per outer row: the aggregates' values, over no rows where none correlate
             node = self.attach(node, sub)
             m = quote(sub.mark)
-            named = [(c, e) for c, e in zip(sub.op.columns, sub.empties) if e is not None]
-            node = Map(node, tuple((c, quote(c)) for c in node.columns if c not in dict(named)) + tuple(
-                (c, f"CASE WHEN {m} IS NULL THEN {e} ELSE {quote(c)} END") for c, e in named))
+            empty = {c: e for c, e in zip(sub.op.columns, sub.empties) if e is not None}
+            node = Map(node, tuple((c, quote(c)) for c in node.columns if c not in empty) + tuple(
+                (c, f"CASE WHEN {m} IS NULL THEN {e} ELSE {quote(c)} END") for c, e in empty.items()))
         if side == "" and on is not None and on != exp.true():
             node = _filter(node, _render(on))
         return node
@@ -616,30 +617,19 @@ class _Planner:
             aggregated = not grouped and any(_aggregates(s) for s in selects)
             new.set("expressions", key_items + columns + [exp.alias_(exp.true(), mark, quoted=True)])
             if aggregated:  # one row per key; its value over no rows comes from the outer side
-                spark_call = next((n for s in selects for n in _aggregates(s) if spark_aggregate(n)), None)
-                if spark_call is not None:
-                    raise unsupported(f"aggregate function {function_name(spark_call)}() in a LATERAL subquery "
-                                      "without GROUP BY", spark_call, self.view)
-                out.value = mark
+                self.own_empty(selects, "in a LATERAL subquery without GROUP BY")
                 out.empties = [None] * len(key_items) + [_empty_aggregate(s.unalias()) for s in selects] + [None]
-                if keys:
-                    new.set("group", exp.Group(expressions=[k.copy() for k, _, _ in keys]))
-            elif grouped:
-                new.args["group"].set("expressions",
-                                      list(new.args["group"].expressions) + [k.copy() for k, _, _ in keys])
+            if aggregated or grouped:
+                _group_by_keys(new, keys)
         elif scalar:
             if len(selects) != 1 or grouped or not _aggregates(selects[0]):
                 raise unsupported("scalar subquery that is not a single aggregate without GROUP BY", sub, self.view)
-            spark_call = next((n for n in _aggregates(selects[0]) if spark_aggregate(n)), None)
-            if spark_call is not None:  # its value over no rows is its own: [] for collect_list, 0 for count_if
-                raise unsupported(f"aggregate function {function_name(spark_call)}() in a scalar subquery",
-                                  spark_call, self.view)
+            self.own_empty(selects, "in a scalar subquery")
             out.value = self.fresh("v")
             out.empty = _empty_aggregate(selects[0].unalias())
             new.set("expressions", key_items + [exp.alias_(selects[0].unalias(), out.value, quoted=True),
                                                 exp.alias_(exp.true(), mark, quoted=True)])
-            if keys:
-                new.set("group", exp.Group(expressions=[k.copy() for k, _, _ in keys]))
+            _group_by_keys(new, keys)
         else:
             if not grouped and any(_aggregates(s) for s in selects) or new.args.get("having") and not grouped:
                 raise unsupported("EXISTS / IN over an aggregate without GROUP BY", sub, self.view)
@@ -652,10 +642,16 @@ class _Planner:
             new.set("expressions", items)
             new.set("distinct", exp.Distinct())
             if grouped:
-                new.args["group"].set("expressions",
-                                      list(new.args["group"].expressions) + [k.copy() for k, _, _ in keys])
+                _group_by_keys(new, keys)
         out.op = self.select(new, env)
         return out
+
+    def own_empty(self, selects: Sequence[exp.Expr], where: str) -> None:
+        """Refuses a Spark aggregate among ``selects``: its value over no rows is its own
+        ([] for collect_list, 0 for count_if), which the outer side cannot give."""
+        call = next((n for s in selects for n in _aggregates(s) if spark_aggregate(n)), None)
+        if call is not None:
+            raise unsupported(f"aggregate function {function_name(call)}() {where}", call, self.view)
 
     # --- aggregates, windows, ordering --------------------------------------------------
 
@@ -855,6 +851,16 @@ class _Planner:
             keep += f" AND {quote(rn)} <= {low + _int(limit.expression, 'LIMIT', self)}"
         ranked = Window(node, (), ((rn, f"ROW_NUMBER() OVER (ORDER BY {', '.join(by)})"),), keep)
         return Map(ranked, passthrough(node.columns))
+
+
+def _group_by_keys(q: exp.Select, keys: Sequence[tuple[exp.Expr, str, bool]]) -> None:
+    """A decorrelated subquery ``q`` grouped by its correlation keys too (after its own
+    GROUP BY, if any)."""
+    group = q.args.get("group")
+    if group is not None:
+        group.set("expressions", list(group.expressions) + [k.copy() for k, _, _ in keys])
+    elif keys:
+        q.set("group", exp.Group(expressions=[k.copy() for k, _, _ in keys]))
 
 
 def _reads(q: exp.Expr, name: str) -> bool:
